@@ -1,0 +1,213 @@
+"""The one settings object, read from the environment (and a `.env` file in the working directory).
+
+`load_settings()` is the only entry point: it validates everything at start and raises `ConfigError`
+naming the variable to fix, so a bad deployment fails before it touches a conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.errors import ConfigError
+
+ENV_PREFIX = "CHATWORKER_"
+DEFAULT_DATABASE_URL = "sqlite:///chatworker.db"
+DEMO_MODEL = "demo/offline"
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class McpServerConfig(BaseModel):
+    """One `{"mcpServers": {name: {...}}}` entry: stdio (`command`) or remote (`url`)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if not _SERVER_NAME.match(self.name):
+            raise ValueError(f"server name {self.name!r} must match {_SERVER_NAME.pattern}")
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"server {self.name!r} needs exactly one of 'command' or 'url'")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"server {self.name!r}: url must start with http:// or https://")
+        return self
+
+    @property
+    def is_remote(self) -> bool:
+        return self.url is not None
+
+
+def parse_mcp_servers(
+    raw: str, environ: dict[str, str] | None = None
+) -> tuple[McpServerConfig, ...]:
+    """Parse inline JSON or a path to a JSON file into server configs.
+
+    `${VAR}` in `env` and `headers` values is taken from the worker's environment, so secrets need
+    not be written into the file; an undefined variable is an error, never an empty string.
+    """
+    text = raw.strip()
+    if not text:
+        return ()
+    if not text.startswith("{"):
+        path = Path(text).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"cannot read MCP servers file {str(path)!r}: {exc.strerror}") from exc
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from exc
+    servers = document.get("mcpServers") if isinstance(document, dict) else None
+    if not isinstance(servers, dict):
+        raise ValueError('expected an object of the shape {"mcpServers": {"name": {...}}}')
+    environ = dict(os.environ) if environ is None else environ
+    configs = []
+    for name, entry in servers.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"server {name!r} must be an object")
+        if entry.get("disabled") is True:
+            continue
+        fields = {**entry, "name": name}
+        for key in ("env", "headers"):
+            if isinstance(fields.get(key), dict):
+                fields[key] = {k: _expand(str(v), environ, name) for k, v in fields[key].items()}
+        configs.append(McpServerConfig.model_validate(fields))
+    return tuple(configs)
+
+
+def _expand(value: str, environ: dict[str, str], server: str) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        variable = match.group(1)
+        if variable not in environ:
+            raise ValueError(f"server {server!r} refers to ${{{variable}}}, which is not set")
+        return environ[variable]
+
+    return _ENV_REFERENCE.sub(substitute, value)
+
+
+class Settings(BaseSettings):
+    """Every tunable of the worker and the web-app client. Field docs are the README's table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        extra="ignore",
+        frozen=True,
+        populate_by_name=True,
+    )
+
+    database_url: str = Field(
+        DEFAULT_DATABASE_URL,
+        validation_alias="DATABASE_URL",
+        description="SQLAlchemy URL; postgresql+psycopg://... in production",
+    )
+    redis_url: str | None = Field(
+        None,
+        validation_alias="REDIS_URL",
+        description="Redis URL of the queue; unset runs an in-process broker and worker",
+    )
+    model: str = Field(DEMO_MODEL, min_length=1, description="default litellm model string")
+    max_iterations: int = Field(20, ge=1, le=1000, description="LLM calls allowed per turn")
+    stale_after_seconds: float = Field(
+        300, gt=0, description="janitor: fail running conversations silent this long"
+    )
+    lease_ttl_seconds: float = Field(30, gt=0, description="how long a claim lasts unrenewed")
+    heartbeat_seconds: float = Field(10, gt=0, description="how often a running worker renews")
+    llm_timeout_seconds: float = Field(120, gt=0, description="timeout of one LLM request")
+    tool_timeout_seconds: float = Field(60, gt=0, description="timeout of one MCP tool call")
+    max_message_chars: int = Field(100_000, ge=1, description="largest accepted user message")
+    mcp_servers: Annotated[tuple[McpServerConfig, ...], NoDecode] = Field(
+        (), description='JSON file path or inline JSON: {"mcpServers": {...}}'
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, value: str) -> str:
+        # Hosting platforms hand out postgres:// URLs; SQLAlchemy needs the driver named.
+        for prefix in ("postgres://", "postgresql://"):
+            if value.startswith(prefix):
+                return "postgresql+psycopg://" + value[len(prefix) :]
+        if not value.startswith(("postgresql+psycopg://", "sqlite://")):
+            raise ValueError("must start with postgresql+psycopg:// (or postgres://) or sqlite://")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            return None
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _parse_mcp_servers(cls, value: Any) -> Any:
+        return parse_mcp_servers(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _heartbeat_within_lease(self) -> Settings:
+        if self.heartbeat_seconds >= self.lease_ttl_seconds:
+            raise ValueError(
+                f"{env_name('heartbeat_seconds')} ({self.heartbeat_seconds}) must be shorter than "
+                f"{env_name('lease_ttl_seconds')} ({self.lease_ttl_seconds}), "
+                "or a live worker loses its lease between two heartbeats"
+            )
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`."""
+    alias = Settings.model_fields[field].validation_alias
+    return alias if isinstance(alias, str) else ENV_PREFIX + field.upper()
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read and validate the settings; raise `ConfigError` naming each bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False, include_input=False):
+        location = [str(part) for part in error["loc"]]
+        detail = error["msg"].removeprefix("Value error, ")
+        if not location:  # a rule across fields: its message names the variables
+            lines.append(detail)
+            continue
+        head = location[0]
+        where = env_name(head) if head in Settings.model_fields else head
+        suffix = f" (at {'.'.join(location[1:])})" if len(location) > 1 else ""
+        lines.append(f"{where}: {detail}{suffix}")
+    return "invalid settings:\n  " + "\n  ".join(lines)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return load_settings()

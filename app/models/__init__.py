@@ -1,0 +1,32 @@
+"""The typed SQLAlchemy models: a conversation and the messages of its transcript."""
+
+from app.models.base import Base
+from app.models.conversation import (
+    FAILED,
+    IDLE,
+    PROCESSING,
+    RUNNING_STATUSES,
+    STATUSES,
+    TOOL_CHOICES,
+    TOOL_LOOP,
+    Conversation,
+)
+from app.models.message import ASSISTANT, ROLES, SYSTEM, TOOL, USER, Message
+
+__all__ = [
+    "ASSISTANT",
+    "FAILED",
+    "IDLE",
+    "PROCESSING",
+    "ROLES",
+    "RUNNING_STATUSES",
+    "STATUSES",
+    "SYSTEM",
+    "TOOL",
+    "TOOL_CHOICES",
+    "TOOL_LOOP",
+    "USER",
+    "Base",
+    "Conversation",
+    "Message",
+]

@@ -1,0 +1,80 @@
+"""A conversation: the unit of state, with its status, its turn counters and its lease.
+
+Status and tool choice are closed sets enforced by CHECK constraints; the partial index on
+`heartbeat_at` lets the janitor find running conversations that went silent without a table scan.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CheckConstraint, DateTime, Index, Integer, String, Text, func
+from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, JsonType
+
+IDLE = "idle"
+PROCESSING = "processing"
+TOOL_LOOP = "tool_loop"
+FAILED = "failed"
+STATUSES = (IDLE, PROCESSING, TOOL_LOOP, FAILED)
+RUNNING_STATUSES = (PROCESSING, TOOL_LOOP)
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+def _in_list(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+    __table_args__ = (
+        CheckConstraint(_in_list("status", STATUSES), name="status"),
+        CheckConstraint(_in_list("tool_choice", TOOL_CHOICES), name="tool_choice"),
+        CheckConstraint("iterations >= 0", name="iterations_not_negative"),
+        CheckConstraint("lease_epoch >= 0", name="lease_epoch_not_negative"),
+        Index(
+            "ix_conversations_running_heartbeat",
+            "heartbeat_at",
+            postgresql_where=sql_text(_in_list("status", RUNNING_STATUSES)),
+            sqlite_where=sql_text(_in_list("status", RUNNING_STATUSES)),
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    status: Mapped[str] = mapped_column(String(16), default=IDLE, server_default=IDLE)
+    error: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(String(200))
+    instructions: Mapped[str | None] = mapped_column(Text)
+    allowed_tools: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    tool_choice: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
+    # Opaque to the worker: the web app's own tracking data, passed through untouched.
+    context: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    iterations: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+    lease_owner: Mapped[str | None] = mapped_column(String(200))
+    lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The last sign of life (submit, claim or heartbeat): what the janitor keys on.
+    heartbeat_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
+
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True),
+        server_default=sql_text("CURRENT_TIMESTAMP"),
+        onupdate=func.current_timestamp(),
+    )
+
+    def __repr__(self) -> str:
+        return f"<Conversation {self.id} {self.status}>"

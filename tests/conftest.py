@@ -1,0 +1,134 @@
+"""Shared fixtures: real PostgreSQL and Redis (see tests/services.py), isolated per test.
+
+Each test that asks for `database_url` gets its own database cloned from a migrated template
+(~20 ms); `redis_url` is a logical Redis database claimed for the session and flushed around each
+test. Under CI=true a skipped integration test is reported as a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine
+
+from app.db import make_engine
+from app.migrate import upgrade
+from tests import services
+
+INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES & _all_fixtures(item):
+            item.add_marker(pytest.mark.integration)
+
+
+def _all_fixtures(item: pytest.Item) -> set[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    return set(info.names_closure) if info is not None else set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    report = yield
+    if os.environ.get("CI") == "true" and report.skipped and "integration" in item.keywords:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"integration test skipped under CI=true (not allowed): {reason}"
+    return report
+
+
+def _service_or_exit(provide: object) -> services.Service:
+    try:
+        return provide()  # type: ignore[operator,no-any-return]
+    except services.ServiceUnavailable as exc:
+        pytest.exit(str(exc), returncode=3)
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """Admin URL of a PostgreSQL server the tests may create databases on."""
+    service = _service_or_exit(services.provide_postgres)
+    _drop_leftovers(service.url)
+    yield service.url
+    service.stop()
+
+
+def _drop_leftovers(server_url: str) -> None:
+    """Drop throwaway databases of earlier runs whose process is gone (a killed test run)."""
+    with psycopg.connect(services.libpq_dsn(server_url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (services.PREFIX + "%",)
+        ).fetchall()
+    for (name,) in rows:
+        pid = name.split("_")[-2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            services.drop_database(server_url, name)
+
+
+@pytest.fixture(scope="session")
+def migrated_template(postgres_server: str) -> Iterator[str]:
+    """A database migrated to head, cloned by every test that needs a schema."""
+    name = services.unique_name("template")
+    url = services.create_database(postgres_server, name)
+    upgrade(url)
+    yield name
+    services.drop_database(postgres_server, name)
+
+
+@pytest.fixture
+def database_url(postgres_server: str, migrated_template: str) -> Iterator[str]:
+    """A fresh PostgreSQL database at the head migration, for this test only."""
+    name = services.unique_name("db")
+    url = services.create_database(postgres_server, name, template=migrated_template)
+    yield url
+    services.drop_database(postgres_server, name)
+
+
+@pytest.fixture
+def empty_database_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, for migration tests."""
+    name = services.unique_name("empty")
+    url = services.create_database(postgres_server, name)
+    yield url
+    services.drop_database(postgres_server, name)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh, empty SQLite database file for this test."""
+    return f"sqlite:///{tmp_path / 'chatworker.db'}"
+
+
+# --- Redis --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    service = _service_or_exit(services.provide_redis)
+    with services.claimed_redis_db(service.url) as url:
+        yield url
+    service.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> Iterator[str]:
+    """A logical Redis database that is empty at the start and the end of this test."""
+    services.flush_redis(redis_server)
+    yield redis_server
+    services.flush_redis(redis_server)

@@ -1,0 +1,102 @@
+"""The test harness itself: where services come from, isolation, and how it fails.
+
+Meta-tests run pytest in a subprocess so the real fixtures, hooks and exit paths are exercised.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
+
+from tests import services
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = "CHATWORKER_HARNESS_PROBE"
+
+
+def run_pytest(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return result, time.monotonic() - started
+
+
+def environment_without_services() -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k not in (services.ENV_DATABASE, services.ENV_REDIS)
+    }
+    env["DOCKER_HOST"] = "unix:///nonexistent/docker.sock"
+    env["CHATWORKER_TEST_LOCAL_POSTGRES"] = "postgresql+psycopg://postgres@127.0.0.1:1/postgres"
+    env["CHATWORKER_TEST_LOCAL_REDIS"] = "redis://127.0.0.1:1/0"
+    return env
+
+
+def test_without_any_service_the_run_stops_in_seconds_saying_what_to_set() -> None:
+    result, elapsed = run_pytest(
+        "tests/integration/test_constraints.py", env=environment_without_services()
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output
+    assert services.ENV_DATABASE in output and services.ENV_REDIS in output
+    assert "Docker engine" in output and "127.0.0.1:5432" in output
+    assert elapsed < 30, f"took {elapsed:.1f} s to give up"
+
+
+def test_an_unreachable_explicit_url_is_reported_not_ignored() -> None:
+    env = environment_without_services()
+    env[services.ENV_DATABASE] = "postgresql+psycopg://postgres@127.0.0.1:1/postgres"
+    result, _ = run_pytest("tests/integration/test_constraints.py", env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output
+    assert f"{services.ENV_DATABASE} is set but nothing answers" in output
+
+
+def test_probe_integration_test(redis_url: str) -> None:
+    """Passes normally; skips when the meta-test below asks it to."""
+    if os.environ.get(PROBE) == "skip":
+        pytest.skip("asked to skip by the harness meta-test")
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", "1 failed"), ("", "1 skipped")])
+def test_a_skipped_integration_test_fails_under_ci(ci: str, outcome: str) -> None:
+    env = {**os.environ, PROBE: "skip", "CI": ci}
+    result, _ = run_pytest(
+        "tests/integration/test_harness.py::test_probe_integration_test", env=env
+    )
+    output = result.stdout + result.stderr
+    assert outcome in output, output
+    if ci:
+        assert "integration test skipped under CI=true" in output
+
+
+def test_each_test_gets_its_own_migrated_database(engine: Engine, migrated_template: str) -> None:
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM conversations")).scalar() == 0
+        name = connection.execute(text("SELECT current_database()")).scalar()
+    assert name != migrated_template
+    assert str(name).startswith(services.PREFIX)
+
+
+def test_redis_url_is_an_empty_logical_database_other_than_0(redis_url: str) -> None:
+    assert make_url(redis_url).database not in (None, "", "0")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert client.dbsize() == 1  # only the claim marker
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+    finally:
+        client.close()
