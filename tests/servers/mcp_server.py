@@ -1,0 +1,394 @@
+"""A small MCP server (mcp 2.x `MCPServer`, stdio) with useful and deliberately faulty tools.
+
+Tests spawn it through `stdio_params()`; every call can be recorded in a JSON-lines ledger.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import json
+import math
+import operator
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import anyio
+from mcp.client.stdio import StdioServerParameters
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+SERVER_NAME = "chatworker-test-tools"
+SERVER_MODULE = "tests.servers.mcp_server"
+SERVER_FILE = Path(__file__).resolve()
+REPO_ROOT = SERVER_FILE.parents[2]
+DOCS_DIR = SERVER_FILE.parent / "docs"
+LEDGER_ENV = "MCP_LEDGER_PATH"
+NOTES_ENV = "MCP_NOTES_PATH"
+DEFAULT_NOTES_FILE = "chatworker-mcp-notes.txt"
+
+MAX_EXPRESSION_LENGTH = 500
+MAX_INT_BITS = 4096  # keeps results printable: Python refuses int->str beyond 4300 digits
+SNIPPET_LENGTH = 200
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+server: MCPServer = MCPServer(SERVER_NAME, log_level="WARNING")
+
+
+# --- ledger -------------------------------------------------------------------------------------
+
+
+def _append_ledger(tool: str, arguments: Mapping[str, Any]) -> None:
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return
+    entry = {
+        "tool": tool,
+        "arguments": dict(arguments),
+        "pid": os.getpid(),
+        "time": datetime.now(UTC).isoformat(),
+    }
+    line = (json.dumps(entry, default=str) + "\n").encode()
+    # Unbuffered O_APPEND: the whole line goes out in one write(), so concurrent writers and a
+    # kill right after the call can never leave half a line; fsync makes it survive os._exit.
+    with open(path, "ab", buffering=0) as ledger:
+        ledger.write(line)
+        os.fsync(ledger.fileno())
+
+
+def read_ledger(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Return the ledger entries written so far (an empty list if nothing was recorded)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _with_ledger(fn: F) -> F:
+    """Wrap a tool so the call is recorded before the tool body runs (even if it then dies)."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(**kwargs: Any) -> Any:
+            _append_ledger(fn.__name__, kwargs)
+            return await fn(**kwargs)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        _append_ledger(fn.__name__, kwargs)
+        return fn(**kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def tool(*, structured_output: bool | None = None) -> Callable[[F], F]:
+    """Register a function as a ledgered tool; its docstring is the tool description."""
+
+    def register(fn: F) -> F:
+        server.tool(structured_output=structured_output)(_with_ledger(fn))
+        return fn
+
+    return register
+
+
+# --- document search ----------------------------------------------------------------------------
+
+_STOPWORDS = frozenset(
+    {"a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "how"}
+    | {"i", "in", "is", "it", "of", "on", "or", "the", "to", "what", "when", "which", "who", "why"}
+    | {"with"}
+)
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
+
+
+@functools.cache
+def _load_docs() -> dict[str, str]:
+    return {
+        path.name: path.read_text(encoding="utf-8")
+        for path in sorted(DOCS_DIR.iterdir())
+        if path.suffix in {".md", ".txt"}
+    }
+
+
+def _fold(word: str) -> str:
+    # Dropping a plural "s" lets "tuples" find "tuple" without a real stemmer.
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def _words(text: str) -> list[str]:
+    return [_fold(word) for word in _WORD.findall(text.lower())]
+
+
+def _query_terms(query: str) -> list[str]:
+    words = _WORD.findall(query.lower())
+    return list(dict.fromkeys(_fold(word) for word in words if word not in _STOPWORDS))
+
+
+def _score(name: str, text: str, terms: list[str]) -> int:
+    words = _words(text)
+    name_words = set(_words(name))
+    # A term in the file name is a strong topical signal, worth a few body mentions.
+    return sum(words.count(term) + 5 * (term in name_words) for term in terms)
+
+
+def _snippet(text: str, terms: list[str]) -> str:
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    sentences = [" ".join(s.split()) for s in _SENTENCE_END.split(body) if s.strip()]
+
+    def hits(sentence: str) -> int:
+        words = _words(sentence)
+        return sum(words.count(term) for term in terms)
+
+    best = max(sentences, key=hits)  # max() keeps the first of equals: deterministic
+    return best if len(best) <= SNIPPET_LENGTH else best[: SNIPPET_LENGTH - 1] + "…"
+
+
+def _title(text: str, fallback: str) -> str:
+    first = text.lstrip().splitlines()[0] if text.strip() else ""
+    return first.lstrip("#").strip() or fallback
+
+
+@tool()
+def search_docs(
+    query: Annotated[str, Field(description="Keywords to look for, e.g. 'postgres vacuum'.")],
+    limit: Annotated[int, Field(ge=1, le=10, description="Maximum number of documents.")] = 3,
+) -> str:
+    """Search the bundled technical documents (Kubernetes, PostgreSQL, Redis, HTTP caching, MCP,
+    TCP, Git, a refund policy) by keyword and return the best matching file names, each with a
+    short snippet. Case-insensitive; ordered by relevance, then file name."""
+    terms = _query_terms(query)
+    if not terms:
+        raise ToolError("The query has no searchable keywords.")
+    scored = [(_score(name, text, terms), name) for name, text in _load_docs().items()]
+    ranked = sorted((item for item in scored if item[0] > 0), key=lambda item: (-item[0], item[1]))
+    if not ranked:
+        return f"No document matches {query!r}."
+    return "\n".join(
+        _format_hit(rank, name, score, terms)
+        for rank, (score, name) in enumerate(ranked[:limit], start=1)
+    )
+
+
+def _format_hit(rank: int, name: str, score: int, terms: list[str]) -> str:
+    text = _load_docs()[name]
+    return f"{rank}. {name} ({_title(text, name)}, score {score})\n   {_snippet(text, terms)}"
+
+
+# --- arithmetic ---------------------------------------------------------------------------------
+
+Number = int | float
+
+_BINARY_OPERATORS: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+_UNARY_OPERATORS: dict[type[ast.unaryop], Callable[[Number], Number]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def _power(base: Number, exponent: Number) -> Number:
+    # Refuse before computing: 9**9**9 would otherwise pin the server's CPU for hours.
+    magnitude = abs(base)
+    if magnitude > 1 and exponent > 0 and exponent * math.log2(magnitude) > MAX_INT_BITS:
+        raise ToolError("The result is too large.")
+    result = base**exponent
+    if isinstance(result, complex):
+        raise ToolError("The result is not a real number.")
+    return result
+
+
+def _evaluate(node: ast.AST) -> Number:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    constant = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(constant, int | float) and not isinstance(constant, bool):
+        return constant
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY_OPERATORS:
+        return _UNARY_OPERATORS[type(node.op)](_evaluate(node.operand))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        return _power(_evaluate(node.left), _evaluate(node.right))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPERATORS:
+        return _BINARY_OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+    raise ToolError(f"Unsupported syntax: {ast.unparse(node) or type(node).__name__}")
+
+
+def _check_result(value: Number) -> Number:
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise ToolError("The result is too large.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolError("The result is not a finite number.")
+    return value
+
+
+@tool()
+def calculate(
+    expression: Annotated[
+        str,
+        Field(
+            max_length=MAX_EXPRESSION_LENGTH,
+            description="An arithmetic expression, e.g. '2*(3+4)' or '-1.5**2 / 3'.",
+        ),
+    ],
+) -> float:
+    """Evaluate an arithmetic expression with numbers, + - * / // % ** , unary minus and
+    parentheses. Names, function calls and anything else are rejected."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ToolError(f"Invalid expression: {exc.msg}") from None
+    try:
+        return _check_result(_evaluate(tree))
+    except ZeroDivisionError:
+        raise ToolError("Division by zero.") from None
+    except OverflowError:
+        raise ToolError("The result is too large.") from None
+
+
+@tool()
+def add(a: float, b: float) -> float:
+    """Add two numbers and return the sum."""
+    return a + b
+
+
+# --- time and notes -----------------------------------------------------------------------------
+
+
+@tool()
+def current_time(
+    timezone: Annotated[
+        str, Field(description="An IANA time zone name such as 'Europe/Paris' or 'UTC'.")
+    ] = "UTC",
+) -> str:
+    """Return the current date and time in the given IANA time zone as an ISO-8601 string."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ToolError(f"Unknown time zone: {timezone!r}") from None
+    return datetime.now(zone).isoformat()
+
+
+def _notes_file() -> Path:
+    """Where `write_note` appends: $MCP_NOTES_PATH, else a file in the system temp dir."""
+    configured = os.environ.get(NOTES_ENV)
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / DEFAULT_NOTES_FILE
+
+
+@tool()
+def write_note(
+    text: Annotated[str, Field(min_length=1, description="The note to save (one line).")],
+) -> str:
+    """Save a short note by appending it to the notes file (a side effect: every call adds a
+    note). Returns a confirmation with the total number of saved notes."""
+    path = _notes_file()
+    with path.open("a", encoding="utf-8") as notes:
+        notes.write(" ".join(text.split()) + "\n")
+    count = len(path.read_text(encoding="utf-8").splitlines())
+    return f"Note saved ({count} notes in total)."
+
+
+@tool()
+def env_keys() -> list[str]:
+    """Return the sorted names (never the values) of the server process's environment variables."""
+    return sorted(os.environ)
+
+
+# --- fault injection ----------------------------------------------------------------------------
+
+
+@tool()
+def fail(message: str = "boom") -> str:
+    """Always fail with the given message, as an anticipated tool error (is_error result)."""
+    raise ToolError(message)
+
+
+@tool()
+def raise_unexpected() -> str:
+    """Always crash with an unexpected RuntimeError (a bug in the tool, not a planned error)."""
+    raise RuntimeError("unexpected failure inside raise_unexpected")
+
+
+@tool()
+async def hang(
+    seconds: Annotated[float, Field(ge=0, description="How long to sleep.")] = 3600,
+) -> str:
+    """Sleep for the given number of seconds without blocking the server, then return."""
+    await anyio.sleep(seconds)
+    return f"Slept {seconds} seconds."
+
+
+@tool(structured_output=False)
+def exit_process(code: int = 1) -> NoReturn:
+    """Terminate the server process immediately with the given exit code (simulates a crash)."""
+    os._exit(code)
+
+
+def huge_text(size: int) -> str:
+    """The deterministic text `huge_output(size)` returns, for exact comparison in tests."""
+    block = "".join(f"{i:05d}abcdefghijklmnopqrstuvwxyz\n" for i in range(100))
+    repeats = size // len(block) + 1
+    return (block * repeats)[:size]
+
+
+@tool(structured_output=False)  # a structured copy would double the payload
+def huge_output(
+    size: Annotated[int, Field(ge=0, le=50_000_000, description="Exact length in characters.")] = (
+        1_000_000
+    ),
+) -> str:
+    """Return a deterministic text of exactly `size` characters (for large-payload tests)."""
+    return huge_text(size)
+
+
+# --- spawning -----------------------------------------------------------------------------------
+
+
+def stdio_params(
+    ledger_path: str | os.PathLike[str] | None = None,
+    notes_path: str | os.PathLike[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    *,
+    as_file: bool = False,
+) -> StdioServerParameters:
+    """Parameters that spawn this server over stdio with a minimal environment.
+
+    `as_file=True` runs the file by path instead of `python -m`, as a deployment might.
+    """
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    if ledger_path is not None:
+        env[LEDGER_ENV] = os.fspath(ledger_path)
+    if notes_path is not None:
+        env[NOTES_ENV] = os.fspath(notes_path)
+    env.update(extra_env or {})
+    # `-m` from the repo root puts the root on sys.path, so no PYTHONPATH is needed; the file form
+    # imports only installed packages.
+    args = [str(SERVER_FILE)] if as_file else ["-m", SERVER_MODULE]
+    return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO_ROOT))
+
+
+def main() -> None:
+    server.run()
+
+
+if __name__ == "__main__":
+    main()
