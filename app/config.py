@@ -13,7 +13,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
@@ -134,6 +142,22 @@ class Settings(BaseSettings):
     llm_timeout_seconds: float = Field(120, gt=0, description="timeout of one LLM request")
     tool_timeout_seconds: float = Field(60, gt=0, description="timeout of one MCP tool call")
     max_message_chars: int = Field(100_000, ge=1, description="largest accepted user message")
+    llm_api_base: str | None = Field(None, description="base URL of an OpenAI-compatible API")
+    llm_api_key: SecretStr | None = Field(
+        None, description="API key for the model (else litellm reads the provider's variable)"
+    )
+    max_attempts: int = Field(
+        3, ge=1, le=100, description="claims of a turn that may end without progress"
+    )
+    max_tool_output_chars: int = Field(
+        100_000, ge=100, description="longer tool output is truncated with a visible marker"
+    )
+    max_in_flight: int = Field(
+        500, ge=1, le=10_000, description="conversations one worker process runs at once"
+    )
+    recovery_interval_seconds: float = Field(
+        15, gt=0, description="how often a worker re-enqueues conversations whose lease expired"
+    )
     mcp_servers: Annotated[tuple[McpServerConfig, ...], NoDecode] = Field(
         (), description='JSON file path or inline JSON: {"mcpServers": {...}}'
     )

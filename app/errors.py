@@ -2,9 +2,16 @@
 
     ChatWorkerError                 base of everything raised on purpose here
     ├── ConfigError                 a setting is invalid; the message names the variable
-    └── DatabaseUnavailable         the database cannot be reached or migrated
+    ├── DatabaseUnavailable         the database cannot be reached or migrated
+    └── InvalidRequest              the caller's mistake; nothing was written
+        ├── ConversationNotFound    no conversation has that id
+        ├── ConversationBusy        a turn is running (`processing`/`tool_loop`): wait for it
+        ├── NotRetryable            only a `failed` conversation can be retried
+        ├── InvalidMessage          empty, oversized or unstorable text
+        └── UnknownTool             a tool name no worker offers
 
-Caller mistakes (bad ids, busy conversations, bad input) join this tree with the web-app API.
+Worker-side errors (a model call that failed for good, a lost lease) live beside the worker code:
+`app.worker.ports.ModelError`, `app.worker.store.LeaseLost`.
 """
 
 from __future__ import annotations
@@ -20,3 +27,27 @@ class ConfigError(ChatWorkerError):
 
 class DatabaseUnavailable(ChatWorkerError):
     """The database cannot be reached or migrated."""
+
+
+class InvalidRequest(ChatWorkerError):
+    """The caller asked for something that cannot be done; nothing was written."""
+
+
+class ConversationNotFound(InvalidRequest):
+    """No conversation has that id."""
+
+
+class ConversationBusy(InvalidRequest):
+    """The conversation is running a turn; a new message must wait until it is idle or failed."""
+
+
+class NotRetryable(InvalidRequest):
+    """Only a failed conversation can be retried."""
+
+
+class InvalidMessage(InvalidRequest):
+    """The message text is empty, too large, or cannot be stored."""
+
+
+class UnknownTool(InvalidRequest):
+    """A tool name that no worker's MCP servers offer."""

@@ -12,6 +12,7 @@ from app.models.conversation import (
     Conversation,
 )
 from app.models.message import ASSISTANT, ROLES, SYSTEM, TOOL, USER, Message
+from app.models.tool import CatalogTool
 
 __all__ = [
     "ASSISTANT",
@@ -27,6 +28,7 @@ __all__ = [
     "TOOL_LOOP",
     "USER",
     "Base",
+    "CatalogTool",
     "Conversation",
     "Message",
 ]

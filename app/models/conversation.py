@@ -37,6 +37,7 @@ class Conversation(Base):
         CheckConstraint(_in_list("tool_choice", TOOL_CHOICES), name="tool_choice"),
         CheckConstraint("iterations >= 0", name="iterations_not_negative"),
         CheckConstraint("lease_epoch >= 0", name="lease_epoch_not_negative"),
+        CheckConstraint("attempts >= 0", name="attempts_not_negative"),
         Index(
             "ix_conversations_running_heartbeat",
             "heartbeat_at",
@@ -55,6 +56,8 @@ class Conversation(Base):
     # Opaque to the worker: the web app's own tracking data, passed through untouched.
     context: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     iterations: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Claims of this turn since its last committed step: bounds a step that kills its worker.
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     lease_owner: Mapped[str | None] = mapped_column(String(200))
     lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

@@ -140,6 +140,7 @@ def test_message_of_unknown_conversation_is_rejected(db: Engine) -> None:
         {"status": "IDLE"},
         {"tool_choice": "sometimes"},
         {"iterations": -1},
+        {"attempts": -1},
     ],
 )
 def test_conversation_checks_reject(db: Engine, fields: dict[str, Any]) -> None:

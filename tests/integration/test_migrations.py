@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, inspect
 from app.migrate import downgrade, upgrade
 from app.models import Base
 
-EXPECTED_TABLES = {"alembic_version", "conversations", "messages"}
+EXPECTED_TABLES = {"alembic_version", "conversations", "messages", "tool_catalog"}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

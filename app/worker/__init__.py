@@ -1,0 +1,1 @@
+"""The worker: the pure planner, the loop that runs it, and the adapters to the outside systems."""

@@ -1,0 +1,259 @@
+"""The pure planner: what to do next, decided from the committed transcript alone. No I/O here.
+
+The rules (the crash-point table of DESIGN.md, read from the last committed messages of the turn):
+
+    last committed state                                     next action
+    ------------------------------------------------------   ---------------------------------------
+    no user message at all                                   Fail("... no user message ...")
+    user message, or every call of the last assistant        CallModel, unless `iterations` has
+      message answered                                         reached the cap: Fail(MAX_ITERATIONS)
+    assistant message with calls not all answered            RunTools(exactly the unanswered calls)
+    assistant text with no tool calls                        Finish (the turn is done: idle)
+
+A fresh run and a resumed run ask the same question of the same data, so they are the same path.
+`provider_messages` turns the transcript into what a chat-completions API accepts, repairing any
+assistant tool call left without a result (an earlier turn that failed midway) on the way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MAX_ITERATIONS_ERROR = "Max tool iterations reached"
+EMPTY_REPLY_ERROR = "The model returned an empty message"
+NO_USER_MESSAGE_ERROR = "Nothing to answer: the conversation has no user message"
+INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for; `arguments` is the model's raw text, possibly invalid JSON."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(str(data["id"]), str(data["name"]), str(data.get("arguments") or ""))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A committed message, as the planner sees it."""
+
+    seq: int
+    role: str
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Send the transcript to the model."""
+
+
+@dataclass(frozen=True)
+class RunTools:
+    """Execute exactly these calls, in order, committing each result on its own."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The turn's final answer is committed: the conversation goes idle."""
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The turn cannot go on: the conversation fails with this error."""
+
+    error: str
+
+
+Action = CallModel | RunTools | Finish | Fail
+
+
+def next_action(transcript: Sequence[Entry], iterations: int, max_iterations: int) -> Action:
+    """The next step of the turn, from what is committed and the turn's LLM call count."""
+    turn = current_turn(transcript)
+    if not turn:
+        return Fail(NO_USER_MESSAGE_ERROR)
+    assistant = _last_assistant(turn)
+    if assistant is not None and not assistant.tool_calls:
+        return Finish()
+    pending = pending_calls(turn)
+    if pending:
+        return RunTools(pending)
+    if iterations >= max_iterations:
+        return Fail(MAX_ITERATIONS_ERROR)
+    return CallModel()
+
+
+def current_turn(transcript: Sequence[Entry]) -> Sequence[Entry]:
+    """The messages from the last user message on (empty when there is none)."""
+    for index in range(len(transcript) - 1, -1, -1):
+        if transcript[index].role == "user":
+            return transcript[index:]
+    return ()
+
+
+def pending_calls(turn: Sequence[Entry]) -> tuple[ToolCall, ...]:
+    """The calls of the turn's last assistant message that have no committed result."""
+    assistant = _last_assistant(turn)
+    if assistant is None:
+        return ()
+    answered = {e.tool_call_id for e in turn if e.role == "tool" and e.seq > assistant.seq}
+    return tuple(call for call in assistant.tool_calls if call.id not in answered)
+
+
+def _last_assistant(turn: Sequence[Entry]) -> Entry | None:
+    for entry in reversed(turn):
+        if entry.role == "assistant":
+            return entry
+    return None
+
+
+# --- normalizing what the model returned ------------------------------------------------------
+
+
+def unique_tool_calls(
+    calls: Iterable[ToolCall], used_ids: Iterable[str], seq: int
+) -> tuple[ToolCall, ...]:
+    """Give every call an id unique in the conversation, keeping the model's id where it is.
+
+    Some providers send empty ids or reuse `call_0` every turn; the transcript keys results by id,
+    so a repeated or missing id is replaced by one derived from the message's seq.
+    """
+    taken = set(used_ids)
+    result = []
+    for index, call in enumerate(calls):
+        call_id = call.id.strip()
+        if not call_id or call_id in taken:
+            call_id = f"call_{seq}_{index}"
+            while call_id in taken:
+                call_id += "_"
+        taken.add(call_id)
+        result.append(ToolCall(call_id, call.name, call.arguments))
+    return tuple(result)
+
+
+def tool_call_ids(transcript: Iterable[Entry]) -> set[str]:
+    """Every tool call id used so far in the conversation."""
+    return {call.id for entry in transcript for call in entry.tool_calls}
+
+
+# --- checking a call before it runs --------------------------------------------------------------
+
+
+def check_call(
+    call: ToolCall, offered: Collection[str], known: Collection[str]
+) -> dict[str, Any] | str:
+    """The call's arguments as a JSON object, or the error result to feed back instead.
+
+    A tool that is not offered to this conversation never runs, even when the model names it.
+    """
+    if call.name not in offered:
+        if call.name in known:
+            return f"Tool {call.name} is not allowed in this conversation."
+        return f"Unknown tool: {call.name}. Use one of the tools you were given."
+    text = call.arguments.strip() or "{}"  # some models send "" for a tool without parameters
+    try:
+        arguments = json.loads(text)
+    except ValueError as exc:
+        return f"Invalid arguments for {call.name}: not valid JSON ({exc}). Send a JSON object."
+    if not isinstance(arguments, dict):
+        kind = type(arguments).__name__
+        return f"Invalid arguments for {call.name}: expected a JSON object, got {kind}."
+    return arguments
+
+
+# --- what the model is sent -------------------------------------------------------------------
+
+
+def provider_messages(
+    instructions: str | None, transcript: Sequence[Entry]
+) -> list[dict[str, Any]]:
+    """Chat-completions messages for the transcript, with every tool call answered.
+
+    Each assistant message is followed by one result per call, in call order: a call with no
+    committed result gets a synthetic error result, and results answering no call are dropped, so
+    providers never reject the history.
+    """
+    results = {e.tool_call_id: e for e in transcript if e.role == "tool"}
+    messages: list[dict[str, Any]] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for entry in transcript:
+        if entry.role in ("user", "system"):
+            messages.append({"role": entry.role, "content": entry.content or ""})
+        elif entry.role == "assistant":
+            messages.append(_assistant_message(entry))
+            messages.extend(
+                _result_message(call, results.get(call.id)) for call in entry.tool_calls
+            )
+    return messages
+
+
+def _assistant_message(entry: Entry) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": entry.content}
+    if entry.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _sendable_arguments(call.arguments)},
+            }
+            for call in entry.tool_calls
+        ]
+    return message
+
+
+def _result_message(call: ToolCall, result: Entry | None) -> dict[str, Any]:
+    content = INTERRUPTED_RESULT if result is None else (result.content or "")
+    return {"role": "tool", "tool_call_id": call.id, "content": content}
+
+
+def _sendable_arguments(arguments: str) -> str:
+    # Some providers re-parse the history's arguments and reject invalid JSON; the tool result
+    # already told the model what was wrong with them.
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return "{}"
+    return arguments
+
+
+__all__ = [
+    "EMPTY_REPLY_ERROR",
+    "INTERRUPTED_RESULT",
+    "MAX_ITERATIONS_ERROR",
+    "NO_USER_MESSAGE_ERROR",
+    "Action",
+    "CallModel",
+    "Entry",
+    "Fail",
+    "Finish",
+    "RunTools",
+    "ToolCall",
+    "check_call",
+    "current_turn",
+    "next_action",
+    "pending_calls",
+    "provider_messages",
+    "tool_call_ids",
+    "unique_tool_calls",
+]

@@ -1,0 +1,99 @@
+"""The two outside systems the loop talks to, as small interfaces: the model and the tools.
+
+The real adapters are `llm.LiteLLMClient` and `mcp.McpToolProvider`; tests and benchmarks plug in
+in-process implementations of these same protocols.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.errors import ChatWorkerError
+from app.worker.plan import ToolCall
+
+# --- the model --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """One chat-completions call: `tools` in the function-tool format, empty for none."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str = "auto"
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """What the model answered: text, tool calls (raw arguments), or both."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage = Usage()
+
+
+class ModelError(ChatWorkerError):
+    """The model call failed for good (not transient, or retries spent).
+
+    The message is readable and never contains a credential; it becomes the conversation's error.
+    """
+
+
+class ModelClient(Protocol):
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """Call the model; raise `ModelError` when the turn cannot go on."""
+        ...
+
+
+# --- the tools --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A tool as offered to the model. `name` is unique across servers."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    server: str = ""
+    original_name: str = ""
+
+    def as_function_tool(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+
+
+class ToolProvider(Protocol):
+    async def definitions(self) -> list[ToolDefinition]:
+        """Every tool available, with unique names (cached by the provider)."""
+        ...
+
+    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run a tool. Tool-level failures (unknown tool, tool error, timeout, dead server) come
+        back as `ToolResult(is_error=True)`; this never raises for them."""
+        ...
+
+    async def close(self) -> None:
+        """Stop every server this provider started."""
+        ...

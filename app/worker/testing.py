@@ -1,0 +1,114 @@
+"""In-process implementations of the model and tool ports, for tests, benchmarks and examples.
+
+`ScriptedModel` answers from a function of the request (or a list of replies); `InMemoryTools`
+runs plain Python callables. Both count what they were asked, so tests can assert on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from app.worker.plan import ToolCall
+from app.worker.ports import (
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    ToolDefinition,
+    ToolResult,
+    Usage,
+)
+
+Responder = Callable[[ModelRequest], ModelReply | Awaitable[ModelReply]]
+
+
+def text(content: str) -> ModelReply:
+    return ModelReply(content, (), "stop", Usage(10, 5))
+
+
+def calls(*tool_calls: tuple[str, str, dict[str, Any] | str]) -> ModelReply:
+    """A reply asking for tools: `calls(("c1", "add", {"a": 1, "b": 2}))`."""
+    made = tuple(
+        ToolCall(call_id, name, args if isinstance(args, str) else json.dumps(args))
+        for call_id, name, args in tool_calls
+    )
+    return ModelReply(None, made, "tool_calls", Usage(10, 5))
+
+
+def by_iteration(replies: Sequence[ModelReply | Exception]) -> Responder:
+    """Answer with reply N where N is the number of assistant messages since the last user one.
+
+    A pure function of the transcript, so a resumed run gets the same answers as a fresh one.
+    """
+
+    def respond(request: ModelRequest) -> ModelReply:
+        count = 0
+        for message in reversed(request.messages):
+            if message["role"] == "user":
+                break
+            count += message["role"] == "assistant"
+        reply = replies[min(count, len(replies) - 1)]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    return respond
+
+
+class ScriptedModel:
+    """A `ModelClient` whose answers come from a responder; it records every request."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        self.requests.append(request)
+        reply = self.responder(request)
+        if isinstance(reply, Awaitable):
+            reply = await reply
+        return reply
+
+
+class InMemoryTools:
+    """A `ToolProvider` of Python callables; a callable that raises gives an error result."""
+
+    def __init__(
+        self, tools: dict[str, Callable[..., Any]], descriptions: dict[str, str] | None = None
+    ):
+        self.tools = tools
+        self.descriptions = descriptions or {}
+        self.executed: list[tuple[str, dict[str, Any]]] = []
+        self.closed = False
+
+    async def definitions(self) -> list[ToolDefinition]:
+        return [
+            ToolDefinition(
+                name=name,
+                description=self.descriptions.get(name, name),
+                input_schema={"type": "object", "properties": {}},
+                server="memory",
+                original_name=name,
+            )
+            for name in self.tools
+        ]
+
+    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        self.executed.append((name, arguments))
+        tool = self.tools.get(name)
+        if tool is None:
+            return ToolResult(f"Unknown tool: {name}", is_error=True)
+        try:
+            value = tool(**arguments)
+            if isinstance(value, Awaitable):
+                value = await value
+        except Exception as exc:
+            return ToolResult(f"Tool {name} failed: {exc}", is_error=True)
+        return ToolResult(value if isinstance(value, str) else json.dumps(value))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+__all__ = ["InMemoryTools", "ModelError", "ScriptedModel", "by_iteration", "calls", "text"]

@@ -1,0 +1,524 @@
+"""The durable loop on a real database, with in-process model and tools (app.worker.testing).
+
+Crash points are reproduced by committing the state a dead worker would have left (through the
+store, under an expired lease) and running a fresh ChatService on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from app.client import ChatClient
+from app.config import load_settings
+from app.db import make_engine
+from app.migrate import upgrade
+from app.models import Conversation
+from app.worker import testing
+from app.worker.loop import GAVE_UP_ERROR, ChatService, LoopConfig, Outcome
+from app.worker.plan import INTERRUPTED_RESULT, MAX_ITERATIONS_ERROR, ToolCall
+from app.worker.ports import ModelError, ModelReply, Usage
+from app.worker.store import Store
+
+CONFIG = LoopConfig(max_iterations=20, lease_ttl=30, heartbeat_interval=10, max_attempts=3)
+
+
+@dataclass
+class World:
+    engine: Engine
+    store: Store
+    client: ChatClient
+    tools: testing.InMemoryTools
+    rung: list[uuid.UUID] = field(default_factory=list)
+
+    def service(
+        self,
+        model: testing.ScriptedModel,
+        owner: str = "worker-1",
+        config: LoopConfig = CONFIG,
+        store: Store | None = None,
+    ) -> ChatService:
+        return ChatService(
+            store or self.store, model=model, tools=self.tools, config=config, owner=owner
+        )
+
+    def conversation(self, text: str = "What is 1 + 2?", **options: Any) -> uuid.UUID:
+        options.setdefault("tools", ["add", "write_note", "explode", "secret"])
+        conversation_id = self.client.create_conversation(**options)
+        self.client.submit_message(conversation_id, text)
+        return conversation_id
+
+    def roles(self, conversation_id: uuid.UUID) -> list[str]:
+        return [m.role for m in self.client.get_conversation(conversation_id).messages]
+
+    def row(self, conversation_id: uuid.UUID) -> Conversation:
+        from sqlalchemy.orm import Session
+
+        with Session(self.engine) as session:
+            return session.get_one(Conversation, conversation_id)
+
+
+def make_tools() -> testing.InMemoryTools:
+    def explode() -> str:
+        raise RuntimeError("kaboom")
+
+    notes: list[str] = []
+
+    def write_note(text: str) -> str:
+        notes.append(text)
+        return f"saved {len(notes)}"
+
+    return testing.InMemoryTools(
+        {
+            "add": lambda a, b: str(a + b),
+            "write_note": write_note,
+            "explode": explode,
+            "secret": lambda: "classified",
+        }
+    )
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    if request.param == "postgresql":
+        url = str(request.getfixturevalue("database_url"))
+    else:
+        url = str(request.getfixturevalue("sqlite_url"))
+        upgrade(url)
+    engine = make_engine(url)
+    tools = make_tools()
+    store = Store(engine)
+    asyncio.run(_publish(store, tools))
+    rung: list[uuid.UUID] = []
+    client = ChatClient(load_settings(database_url=url), engine=engine, enqueue=rung.append)
+    yield World(engine, store, client, tools, rung)
+    engine.dispose()
+
+
+async def _publish(store: Store, tools: testing.InMemoryTools) -> None:
+    store.publish_catalog(await tools.definitions())
+
+
+def run(service: ChatService, conversation_id: uuid.UUID) -> Outcome:
+    return asyncio.run(service.run(conversation_id))
+
+
+def gap_free(world: World, conversation_id: uuid.UUID) -> bool:
+    seqs = [m.seq for m in world.client.get_conversation(conversation_id).messages]
+    return seqs == list(range(1, len(seqs) + 1))
+
+
+ADD_THEN_ANSWER = testing.by_iteration(
+    [testing.calls(("c1", "add", {"a": 1, "b": 2})), testing.text("It is 3.")]
+)
+
+
+# --- the paths --------------------------------------------------------------------------------
+
+
+def test_simple_path_is_one_model_call(world: World) -> None:
+    conversation_id = world.conversation("Hello", tools=[])
+    model = testing.ScriptedModel(lambda _: testing.text("Hi there"))
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert len(model.requests) == 1 and model.requests[0].tools == []
+    view = world.client.get_conversation(conversation_id)
+    assert (view.status, view.iterations, view.error) == ("idle", 1, None)
+    assert [(m.role, m.content) for m in view.messages] == [
+        ("user", "Hello"),
+        ("assistant", "Hi there"),
+    ]
+    assert (view.prompt_tokens, view.completion_tokens) == (10, 5)
+
+
+def test_tool_choice_none_takes_the_simple_path(world: World) -> None:
+    conversation_id = world.conversation(tool_choice="none")
+    model = testing.ScriptedModel(lambda _: testing.text("no tools"))
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert model.requests[0].tools == []
+
+
+def test_a_turn_with_a_tool_call(world: World) -> None:
+    conversation_id = world.conversation(instructions="Be exact.")
+    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    view = world.client.get_conversation(conversation_id)
+    assert view.status == "idle" and view.iterations == 2
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
+    assert view.messages[1].tool_calls == [
+        {"id": "c1", "name": "add", "arguments": '{"a": 1, "b": 2}'}
+    ]
+    assert (view.messages[2].tool_call_id, view.messages[2].content) == ("c1", "3")
+    assert view.messages[3].content == "It is 3."
+    assert world.tools.executed == [("add", {"a": 1, "b": 2})]
+    first, second = model.requests
+    assert first.messages[0] == {"role": "system", "content": "Be exact."}
+    assert {t["function"]["name"] for t in first.tools} == {
+        "add",
+        "write_note",
+        "explode",
+        "secret",
+    }
+    assert second.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "3"}
+    assert (view.prompt_tokens, view.completion_tokens) == (20, 10)
+    assert gap_free(world, conversation_id)
+
+
+def test_several_tool_calls_in_one_message_run_in_order(world: World) -> None:
+    conversation_id = world.conversation()
+    model = testing.ScriptedModel(
+        testing.by_iteration(
+            [
+                testing.calls(
+                    ("c1", "add", {"a": 1, "b": 1}),
+                    ("c2", "write_note", {"text": "x"}),
+                    ("c3", "add", {"a": 2, "b": 2}),
+                ),
+                testing.text("done"),
+            ]
+        )
+    )
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    view = world.client.get_conversation(conversation_id)
+    assert [(m.role, m.tool_call_id) for m in view.messages[2:5]] == [
+        ("tool", "c1"),
+        ("tool", "c2"),
+        ("tool", "c3"),
+    ]
+    assert [name for name, _ in world.tools.executed] == ["add", "write_note", "add"]
+    assert gap_free(world, conversation_id)
+
+
+def test_the_iteration_cap_fails_the_turn_after_20_model_calls(world: World) -> None:
+    conversation_id = world.conversation()
+    model = testing.ScriptedModel(lambda _: testing.calls(("", "add", {"a": 1, "b": 1})))
+    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    view = world.client.get_conversation(conversation_id)
+    assert (view.status, view.error, view.iterations) == ("failed", MAX_ITERATIONS_ERROR, 20)
+    assert len(model.requests) == 20
+    # every call the 20th reply asked for was still answered before failing
+    assert view.messages[-1].role == "tool"
+    ids = [c["id"] for m in view.messages for c in m.tool_calls]
+    assert len(ids) == len(set(ids)) == 20  # empty model ids were made unique
+    assert gap_free(world, conversation_id)
+
+
+# --- tool errors are results, fed back --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (ToolCall("c1", "nope", "{}"), "Unknown tool: nope"),
+        (ToolCall("c1", "add", '{"a": 1,'), "not valid JSON"),
+        (ToolCall("c1", "add", "[1, 2]"), "expected a JSON object"),
+        (ToolCall("c1", "explode", "{}"), "Tool explode failed: kaboom"),
+        (ToolCall("c1", "add", '{"a": 1}'), "Tool add failed"),
+    ],
+)
+def test_tool_errors_become_error_results_and_the_loop_goes_on(
+    world: World, call: ToolCall, expected: str
+) -> None:
+    conversation_id = world.conversation()
+    reply = ModelReply(None, (call,), "tool_calls", Usage())
+    model = testing.ScriptedModel(testing.by_iteration([reply, testing.text("sorry")]))
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    result = world.client.get_conversation(conversation_id).messages[2]
+    assert result.role == "tool" and result.is_error
+    assert expected in (result.content or "")
+    assert model.requests[1].messages[-1]["content"] == result.content
+
+
+def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
+    conversation_id = world.conversation(tools=["add"])
+    model = testing.ScriptedModel(
+        testing.by_iteration([testing.calls(("c1", "secret", {})), testing.text("ok")])
+    )
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert world.tools.executed == []
+    assert [t["function"]["name"] for t in model.requests[0].tools] == ["add"]
+    result = world.client.get_conversation(conversation_id).messages[2]
+    assert result.is_error and "not allowed" in (result.content or "")
+
+
+def test_a_model_error_fails_the_turn_with_its_message(world: World) -> None:
+    conversation_id = world.conversation()
+    model = testing.ScriptedModel(
+        testing.by_iteration([ModelError("LLM call failed (HTTP 400 BadRequestError): bad")])
+    )
+    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    view = world.client.get_conversation(conversation_id)
+    assert (
+        view.status == "failed" and view.error == "LLM call failed (HTTP 400 BadRequestError): bad"
+    )
+    assert world.row(conversation_id).lease_owner is None
+
+
+def test_an_empty_reply_fails_the_turn_clearly(world: World) -> None:
+    conversation_id = world.conversation()
+    model = testing.ScriptedModel(lambda _: testing.text("  "))
+    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    assert (
+        world.client.get_conversation(conversation_id).error
+        == "The model returned an empty message"
+    )
+
+
+# --- resume at each crash point -----------------------------------------------------------------
+
+
+def past_store(world: World, seconds: float = 120) -> Store:
+    """A store whose clock is in the past: its claims are already expired now."""
+    return Store(world.engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+THREE_CALLS = (
+    ToolCall("c1", "add", '{"a": 1, "b": 1}'),
+    ToolCall("c2", "write_note", '{"text": "once"}'),
+    ToolCall("c3", "add", '{"a": 2, "b": 2}'),
+)
+RESUME_MODEL = testing.by_iteration(
+    [ModelReply(None, THREE_CALLS, "tool_calls", Usage(10, 5)), testing.text("all done")]
+)
+
+
+def dead_worker_left(world: World, conversation_id: uuid.UUID, results: int, calls: bool) -> None:
+    """Commit what a worker that died at this point would have committed."""
+    dead = past_store(world)
+    snapshot = dead.claim(conversation_id, "dead-worker", ttl=30)
+    assert snapshot is not None
+    if not calls:
+        return
+    dead.record_tool_calls(
+        snapshot.claim, seq=2, content=None, calls=THREE_CALLS, usage=Usage(10, 5), ttl=30
+    )
+    for index in range(results):
+        dead.record_tool_result(
+            snapshot.claim,
+            seq=3 + index,
+            call=THREE_CALLS[index],
+            content="done",
+            is_error=False,
+            ttl=30,
+        )
+
+
+@pytest.mark.parametrize(
+    ("calls", "results", "expected_runs"),
+    [
+        (False, 0, ["add", "write_note", "add"]),  # claimed, died before/during the LLM call
+        (True, 0, ["add", "write_note", "add"]),  # tool calls committed, no tool started
+        (True, 1, ["write_note", "add"]),  # one result committed
+        (True, 2, ["add"]),  # two results committed
+        (True, 3, []),  # all results committed, died before the next LLM call
+    ],
+)
+def test_resume_runs_only_unanswered_tool_calls(
+    world: World, calls: bool, results: int, expected_runs: list[str]
+) -> None:
+    conversation_id = world.conversation()
+    dead_worker_left(world, conversation_id, results, calls)
+    model = testing.ScriptedModel(RESUME_MODEL)
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert [name for name, _ in world.tools.executed] == expected_runs
+    view = world.client.get_conversation(conversation_id)
+    assert view.status == "idle"
+    assert [m.role for m in view.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    assert [m.tool_call_id for m in view.messages[2:5]] == ["c1", "c2", "c3"]
+    assert gap_free(world, conversation_id)
+
+
+def test_resume_after_the_final_answer_does_nothing(world: World) -> None:
+    conversation_id = world.conversation()
+    run(world.service(testing.ScriptedModel(ADD_THEN_ANSWER)), conversation_id)
+    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.service(model, owner="redelivered"), conversation_id) is Outcome.NOT_CLAIMED
+    assert model.requests == []
+    assert world.roles(conversation_id) == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_live_lease_is_not_taken(world: World) -> None:
+    conversation_id = world.conversation()
+    assert world.store.claim(conversation_id, "alive", ttl=30) is not None
+    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.service(model, owner="other"), conversation_id) is Outcome.NOT_CLAIMED
+    assert model.requests == []
+
+
+# --- ownership -----------------------------------------------------------------------------------
+
+
+def test_two_workers_handed_the_same_job_run_it_once(world: World) -> None:
+    conversation_id = world.conversation()
+    release = threading.Event()
+
+    async def slow_model(_: Any) -> ModelReply:
+        await asyncio.to_thread(release.wait, 5)
+        return testing.calls(("c1", "write_note", {"text": "once"}))
+
+    calls_then_answer = testing.by_iteration(
+        [testing.calls(("c1", "write_note", {"text": "once"})), testing.text("ok")]
+    )
+
+    def responder(request: Any) -> Any:
+        if len(request.messages) == 1:
+            return slow_model(request)
+        return calls_then_answer(request)
+
+    first, second = testing.ScriptedModel(responder), testing.ScriptedModel(responder)
+
+    async def both() -> list[Outcome]:
+        tasks = [
+            asyncio.create_task(world.service(first, owner="a").run(conversation_id)),
+            asyncio.create_task(world.service(second, owner="b").run(conversation_id)),
+        ]
+        await asyncio.sleep(0.3)
+        release.set()
+        return list(await asyncio.gather(*tasks))
+
+    outcomes = asyncio.run(both())
+    assert sorted(o.value for o in outcomes) == ["idle", "not_claimed"]
+    assert world.tools.executed == [("write_note", {"text": "once"})]
+    assert world.roles(conversation_id) == ["user", "assistant", "tool", "assistant"]
+
+
+def test_a_worker_whose_lease_was_taken_over_writes_nothing_more(world: World) -> None:
+    conversation_id = world.conversation()
+    tool_started, finish_tool = threading.Event(), threading.Event()
+
+    async def blocking_note(text: str) -> str:
+        tool_started.set()
+        await asyncio.to_thread(finish_tool.wait, 5)
+        return "written late"
+
+    world.tools.tools["write_note"] = blocking_note
+    model = testing.ScriptedModel(
+        testing.by_iteration(
+            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
+        )
+    )
+    # The zombie's clock says its lease is long expired, so a second worker may claim at once.
+    zombie = world.service(model, owner="zombie", store=past_store(world))
+
+    async def scenario() -> Outcome:
+        task = asyncio.create_task(zombie.run(conversation_id))
+        await asyncio.to_thread(tool_started.wait, 5)
+        taken = await asyncio.to_thread(world.store.claim, conversation_id, "usurper", 30)
+        assert taken is not None
+        finish_tool.set()
+        return await task
+
+    assert asyncio.run(scenario()) is Outcome.LEASE_LOST
+    view = world.client.get_conversation(conversation_id)
+    assert [m.role for m in view.messages] == ["user", "assistant"]  # the late result was refused
+    assert world.row(conversation_id).lease_owner == "usurper"
+
+
+def test_the_heartbeat_renews_the_lease_while_a_tool_runs(world: World) -> None:
+    conversation_id = world.conversation()
+    beats: list[datetime] = []
+
+    async def slow_note(text: str) -> str:
+        for _ in range(4):
+            await asyncio.sleep(0.1)
+            beats.append(world.row(conversation_id).lease_expires_at)
+        return "ok"
+
+    world.tools.tools["write_note"] = slow_note
+    model = testing.ScriptedModel(
+        testing.by_iteration(
+            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
+        )
+    )
+    config = LoopConfig(lease_ttl=2, heartbeat_interval=0.05)
+    assert run(world.service(model, config=config), conversation_id) is Outcome.IDLE
+    assert len(set(beats)) >= 3, beats  # the expiry moved forward while the tool ran
+
+
+def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -> None:
+    conversation_id = world.conversation()
+
+    async def hang(text: str) -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    world.tools.tools["write_note"] = hang
+    model = testing.ScriptedModel(
+        testing.by_iteration(
+            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
+        )
+    )
+    config = LoopConfig(lease_ttl=30, heartbeat_interval=0.05)
+    zombie = world.service(model, owner="zombie", config=config, store=past_store(world))
+
+    async def scenario() -> Outcome:
+        task = asyncio.create_task(zombie.run(conversation_id))
+        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(world.store.claim, conversation_id, "usurper", 30)
+        return await asyncio.wait_for(task, timeout=5)
+
+    assert asyncio.run(scenario()) is Outcome.LEASE_LOST
+    assert world.roles(conversation_id) == ["user", "assistant"]
+
+
+def test_a_turn_that_keeps_killing_its_worker_gives_up_after_max_attempts(world: World) -> None:
+    conversation_id = world.conversation()
+    for attempt in range(CONFIG.max_attempts):  # each dead claim expired before the next
+        dead = past_store(world, seconds=100 * (CONFIG.max_attempts - attempt))
+        assert dead.claim(conversation_id, "dies-every-time", ttl=30) is not None
+    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    view = world.client.get_conversation(conversation_id)
+    assert view.error == GAVE_UP_ERROR.format(attempts=CONFIG.max_attempts)
+    assert model.requests == []
+
+
+def test_a_committed_step_resets_the_attempt_count(world: World) -> None:
+    conversation_id = world.conversation()
+    dead_worker_left(world, conversation_id, results=1, calls=True)
+    assert world.row(conversation_id).attempts == 0
+
+
+# --- history repair and retry -------------------------------------------------------------------
+
+
+def test_retry_runs_the_pending_calls_of_a_failed_turn_first(world: World) -> None:
+    conversation_id = world.conversation()
+    dead_worker_left(world, conversation_id, results=1, calls=True)
+    world.store.fail_stale(older_than=0, error="stuck")
+    assert world.client.get_conversation(conversation_id).status == "failed"
+    submitted = world.client.retry_conversation(conversation_id)
+    assert submitted.enqueued and world.rung[-1] == conversation_id
+    assert world.client.get_conversation(conversation_id).status == "processing"
+    model = testing.ScriptedModel(RESUME_MODEL)
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert [name for name, _ in world.tools.executed] == ["write_note", "add"]
+    assert len(model.requests) == 1
+
+
+def test_a_new_message_after_a_failed_turn_repairs_the_dangling_calls(world: World) -> None:
+    conversation_id = world.conversation()
+    dead_worker_left(world, conversation_id, results=1, calls=True)
+    world.store.fail_stale(older_than=0, error="stuck")
+    world.client.submit_message(conversation_id, "Forget it, just say hi")
+    model = testing.ScriptedModel(lambda _: testing.text("hi"))
+    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    sent = model.requests[0].messages
+    tool_messages = [m for m in sent if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["c1", "c2", "c3"]
+    assert [m["content"] for m in tool_messages] == ["done", INTERRUPTED_RESULT, INTERRUPTED_RESULT]
+    assert world.tools.executed == []
