@@ -1,40 +1,95 @@
-"""The `chatworker` command line.
+"""The `chatworker` command line: demo, worker, migrate, submit, status, cleanup, tools.
 
-Subcommands import what they need when they run, so `chatworker migrate` never pays for litellm.
+Subcommands import what they need when they run, so `status` or `cleanup` never pay for litellm.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
 import sys
+import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
 from app import __version__
 from app.errors import ChatWorkerError
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_MCP_SERVER = REPO_ROOT / "tests" / "servers" / "mcp_server.py"
+DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
+DEMO_TOOLS = ("search_docs", "calculate", "current_time")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.run(args))
     except ChatWorkerError as exc:
         print(f"chatworker: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chatworker", description=__doc__)
     parser.add_argument("--version", action="version", version=f"chatworker {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = commands.add_parser("demo", help="run one chat turn with tools end to end, offline")
+    demo.add_argument("message", nargs="?", default=DEMO_QUESTION, help="what the user asks")
+    demo.add_argument("--model", help="a litellm model string (default: CHATWORKER_MODEL)")
+    demo.add_argument("--timeout", type=float, default=120, help="seconds to wait for the answer")
+    demo.set_defaults(run=_demo)
+
+    worker = commands.add_parser("worker", help="run queue worker processes (needs REDIS_URL)")
+    worker.add_argument("--processes", type=int, default=1, help="worker processes (default 1)")
+    worker.add_argument("--threads", type=int, default=2, help="consumer threads per process")
+    worker.set_defaults(run=_worker)
 
     migrate = commands.add_parser("migrate", help="bring the database schema up to date")
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
     migrate.add_argument("--database-url", help="override DATABASE_URL for this run")
     migrate.set_defaults(run=_migrate)
+
+    submit = commands.add_parser("submit", help="send a user message (to a new conversation)")
+    submit.add_argument("text", help="the message")
+    submit.add_argument("--conversation", help="an existing conversation id (default: a new one)")
+    submit.add_argument("--model", help="model of a new conversation")
+    submit.add_argument("--instructions", help="system instructions of a new conversation")
+    submit.add_argument("--tools", default="", help="comma-separated tool names allowed")
+    submit.add_argument("--tool-choice", default="auto", choices=("auto", "none", "required"))
+    submit.set_defaults(run=_submit)
+
+    status = commands.add_parser("status", help="show a conversation's status and transcript")
+    status.add_argument("conversation", help="conversation id")
+    status.add_argument("--follow", action="store_true", help="keep printing until it rests")
+    status.add_argument("--json", action="store_true", help="print JSON instead of text")
+    status.set_defaults(run=_status)
+
+    cleanup = commands.add_parser("cleanup", help="fail conversations stuck without a heartbeat")
+    cleanup.add_argument("--older-than", type=float, help="seconds (default: the stale setting)")
+    cleanup.add_argument("--dry-run", action="store_true", help="list what would change")
+    cleanup.set_defaults(run=_cleanup)
+
+    tools = commands.add_parser("tools", help="list the tool catalogue")
+    tools.add_argument("--refresh", action="store_true", help="ask the MCP servers and publish")
+    tools.set_defaults(run=_tools)
     return parser
+
+
+# --- commands -----------------------------------------------------------------------------------
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -43,9 +98,200 @@ def _migrate(args: argparse.Namespace) -> int:
 
     url = args.database_url or load_settings().database_url
     upgrade(url, args.revision)
-    shown = make_url(url).render_as_string(hide_password=True)
-    print(f"database at {shown} is at revision {args.revision}")
+    print(f"database at {_shown(url)} is at revision {args.revision}")
     return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Migrate, start an in-process worker, run one turn, print it as it happens."""
+    _default_to_bundled_tools()
+    import dramatiq
+
+    from app.client import ChatClient
+    from app.config import get_settings
+    from app.follow import follow
+    from app.migrate import upgrade
+
+    settings = get_settings()
+    upgrade(settings.database_url)
+    from app.worker import actors
+
+    worker = dramatiq.Worker(actors.broker, worker_threads=2, worker_timeout=100)
+    worker.start()
+    client = ChatClient(settings)
+    try:
+        offered = {tool.name for tool in client.list_tools()}
+        tools = [name for name in DEMO_TOOLS if name in offered] or sorted(offered)
+        model = args.model or settings.model
+        print(f"model {model}; tools {', '.join(tools) or '(none)'}")
+        print(f"database {_shown(settings.database_url)}")
+        conversation_id = client.create_conversation(model=model, tools=tools)
+        client.submit_message(conversation_id, args.message)
+        print(f"conversation {conversation_id}")
+        view = follow(client, conversation_id, sys.stdout, timeout=args.timeout)
+    finally:
+        worker.stop()
+        actors.stop_engine()
+        client.close()
+    return 0 if view.status == "idle" else 1
+
+
+def _default_to_bundled_tools() -> None:
+    """The demo's embedded default: the MCP test server shipped in this checkout."""
+    if os.environ.get("CHATWORKER_MCP_SERVERS") or not BUNDLED_MCP_SERVER.is_file():
+        return
+    config = {
+        "mcpServers": {
+            "demo-tools": {
+                "command": sys.executable,
+                "args": ["-m", "tests.servers.mcp_server"],
+                "cwd": str(REPO_ROOT),
+            }
+        }
+    }
+    os.environ["CHATWORKER_MCP_SERVERS"] = json.dumps(config)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from app.config import load_settings
+
+    settings = load_settings()
+    if not settings.redis_url:
+        raise ChatWorkerError(
+            "REDIS_URL is not set: worker processes share work through Redis. Set REDIS_URL, or "
+            "run `chatworker demo` to see a turn with an in-process worker."
+        )
+    # Idle pickup latency follows the consumer's poll timeout (1 s by default).
+    os.environ.setdefault("dramatiq_worker_timeout", "100")
+    command = [
+        sys.executable,
+        "-m",
+        "dramatiq",
+        "app.worker.actors",
+        "--queues",
+        "chat",
+        "--processes",
+        str(args.processes),
+        "--threads",
+        str(args.threads),
+    ]
+    os.execv(sys.executable, command)
+    return 0  # not reached
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    client = ChatClient()
+    try:
+        if args.conversation:
+            conversation_id = uuid.UUID(args.conversation)
+        else:
+            tools = [name.strip() for name in args.tools.split(",") if name.strip()]
+            conversation_id = client.create_conversation(
+                model=args.model,
+                instructions=args.instructions,
+                tools=tools,
+                tool_choice=args.tool_choice,
+            )
+        submitted = client.submit_message(conversation_id, args.text)
+    finally:
+        client.close()
+    print(f"conversation {submitted.conversation_id} message {submitted.seq}")
+    if not submitted.enqueued:
+        print(f"warning: {submitted.detail}", file=sys.stderr)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+    from app.follow import follow, render_message
+
+    client = ChatClient()
+    try:
+        if args.follow:
+            view = follow(client, uuid.UUID(args.conversation), sys.stdout)
+        else:
+            view = client.get_conversation(args.conversation)
+            if args.json:
+                print(json.dumps(_as_json(view), indent=2, default=str))
+                return 0
+            print(f"[{view.status}]" + (f": {view.error}" if view.error else ""))
+            for message in view.messages:
+                print(render_message(message))
+            print(f"iterations {view.iterations}, tokens {view.total_tokens}")
+    finally:
+        client.close()
+    return 0 if view.status != "failed" else 1
+
+
+def _cleanup(args: argparse.Namespace) -> int:
+    from app.config import load_settings
+    from app.db import make_engine
+    from app.worker.janitor import clean_up
+    from app.worker.store import Store
+
+    settings = load_settings()
+    older_than = args.older_than if args.older_than is not None else settings.stale_after_seconds
+    engine = make_engine(settings.database_url)
+    try:
+        report = clean_up(Store(engine), older_than, dry_run=args.dry_run)
+    finally:
+        engine.dispose()
+    verb = "would fail" if report.dry_run else "failed"
+    for stale in report.conversations:
+        print(f"{verb} {stale.id} (was {stale.status}, last heartbeat {stale.heartbeat_at})")
+    print(f"{len(report.conversations)} conversation(s) {verb}; threshold {older_than:g} s")
+    return 0
+
+
+def _tools(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    if args.refresh:
+        _refresh_catalog()
+    client = ChatClient()
+    try:
+        for tool in client.list_tools():
+            summary = tool.description.splitlines()[0] if tool.description else ""
+            print(f"{tool.name:24} {tool.server:16} {summary}")
+    finally:
+        client.close()
+    return 0
+
+
+def _refresh_catalog() -> None:
+    import asyncio
+
+    from app.config import load_settings
+    from app.db import make_engine
+    from app.worker.runtime import tool_provider
+    from app.worker.store import Store
+
+    settings = load_settings()
+    provider = tool_provider(settings)
+    engine = make_engine(settings.database_url)
+
+    async def refresh() -> None:
+        try:
+            Store(engine).publish_catalog(await provider.definitions())
+        finally:
+            await provider.close()
+
+    try:
+        asyncio.run(refresh())
+    finally:
+        engine.dispose()
+
+
+def _as_json(view: object) -> object:
+    from dataclasses import asdict, is_dataclass
+
+    return asdict(view) if is_dataclass(view) and not isinstance(view, type) else view
+
+
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from app.db import make_engine
 from app.migrate import upgrade
 from tests import services
+from tests.servers.fake_llm import FakeLLMServer
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 
@@ -132,3 +133,19 @@ def redis_url(redis_server: str) -> Iterator[str]:
     services.flush_redis(redis_server)
     yield redis_server
     services.flush_redis(redis_server)
+
+
+# --- the fake LLM server --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fake_llm_server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_llm(fake_llm_server: FakeLLMServer) -> FakeLLMServer:
+    """The session's fake OpenAI-compatible server, with no script and no recorded requests."""
+    fake_llm_server.reset()
+    return fake_llm_server

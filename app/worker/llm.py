@@ -1,0 +1,291 @@
+"""The model adapter: one chat-completions call through litellm, under the one LLM retry policy.
+Failures become a `ModelError` whose one-line message is readable and never holds a credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_incrementing,
+)
+
+from app.worker.demo_model import DEMO_PROVIDER, demo_handler
+from app.worker.plan import ToolCall
+from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+MAX_ATTEMPTS = 3
+TRANSIENT_STATUSES = frozenset({429, 503})
+# "rate" must start a word: "Rate limit", "rate_limit_exceeded" and "ratelimit" are transient,
+# but a plain substring test would also retry "generate failed", "accurate" or "moderate".
+TRANSIENT_TEXT = re.compile(r"\brate|overloaded", re.IGNORECASE)
+NO_CHOICES_ERROR = "The model returned no choices"
+
+REDACTED = "[REDACTED]"
+MAX_MESSAGE_CHARS = 500
+SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD")
+MIN_ENV_SECRET_CHARS = 8
+MIN_GIVEN_SECRET_CHARS = 4
+SECRET_PATTERNS = (re.compile(r"sk-[A-Za-z0-9_\-]{8,}"), re.compile(r"Bearer\s+\S+"))
+# litellm prefixes its messages with "litellm.RateLimitError: RateLimitError: OpenAIException - ".
+LITELLM_PREFIX = re.compile(
+    r"^litellm\.\w+:\s+(?:\w+(?:Error|Exception):\s+)?(?:\w+Exception\s+-\s+)?"
+)
+
+
+# --- litellm, imported lazily -----------------------------------------------------------------
+
+
+def prepare_litellm() -> None:
+    """Import and configure litellm once, and register the offline demo provider.
+
+    The environment must be set before the first import: without it, importing litellm fetches
+    the model cost map over the network and runs `load_dotenv()` on the working directory.
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    if not any(item["provider"] == DEMO_PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map.append(
+            {"provider": DEMO_PROVIDER, "custom_handler": demo_handler()}
+        )
+
+
+# --- the retry policy -------------------------------------------------------------------------
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed LLM call is worth another attempt: HTTP 429/503, rate limits, overload.
+
+    Decided from the status code and the text, never from the exception class: litellm picks
+    some classes from the message wording (a 401 can arrive as a BadRequestError).
+    """
+    if _status_code(exc) in TRANSIENT_STATUSES:
+        return True
+    return TRANSIENT_TEXT.search(str(exc)) is not None
+
+
+async def call_with_retries(
+    call: Callable[[], Awaitable[T]],
+    *,
+    sleep: Sleep = asyncio.sleep,
+    timeout: float | None = None,
+    secrets: Iterable[str] = (),
+) -> T:
+    """Await `call()` under the policy: 3 attempts, waits of 3 s then 6 s, transient errors only.
+
+    Raises `ModelError` (chained from None, so no traceback carries the original text) once the
+    policy gives up; `timeout` only words the message of a timed-out call.
+    """
+    hidden = tuple(secrets)
+    attempts = 0
+    retrying = AsyncRetrying(
+        stop=stop_after_attempt(MAX_ATTEMPTS),
+        wait=wait_incrementing(start=3, increment=3),
+        retry=retry_if_exception(is_transient),
+        reraise=True,
+        sleep=sleep,
+        before_sleep=lambda state: _log_retry(state, hidden),
+    )
+    try:
+        async for attempt in retrying:
+            with attempt:
+                attempts = attempt.retry_state.attempt_number
+                return await call()
+    except Exception as exc:
+        raise ModelError(failure_message(exc, attempts, timeout=timeout, secrets=hidden)) from None
+    raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+
+def _log_retry(state: RetryCallState, secrets: tuple[str, ...]) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    wait = state.next_action.sleep if state.next_action is not None else 0.0
+    log.warning(
+        "LLM call attempt %d of %d failed (%s); retrying in %g s",
+        state.attempt_number,
+        MAX_ATTEMPTS,
+        redact(_reason(exc), secrets) if exc is not None else "unknown error",
+        wait,
+    )
+
+
+# --- readable, credential-free failures -------------------------------------------------------
+
+
+def failure_message(
+    exc: BaseException, attempts: int, *, timeout: float | None = None, secrets: Iterable[str] = ()
+) -> str:
+    """One line for the conversation's error: what failed, after how many attempts, and why."""
+    if _status_code(exc) == 408 or isinstance(exc, TimeoutError):
+        text = "LLM request timed out" + (f" after {timeout:g} s" if timeout is not None else "")
+    else:
+        after = f" after {attempts} attempts" if attempts > 1 else ""
+        detail = _provider_message(exc)
+        text = f"LLM call failed{after} ({_kind(exc)})" + (f": {detail}" if detail else "")
+    return redact(text, secrets)
+
+
+def _reason(exc: BaseException) -> str:
+    detail = _provider_message(exc)
+    return f"{_kind(exc)}: {detail}" if detail else _kind(exc)
+
+
+def _kind(exc: BaseException) -> str:
+    status = _status_code(exc)
+    return type(exc).__name__ if status is None else f"HTTP {status} {type(exc).__name__}"
+
+
+def _provider_message(exc: BaseException) -> str:
+    text = " ".join(str(getattr(exc, "message", None) or exc).split())
+    return LITELLM_PREFIX.sub("", text, count=1)
+
+
+def _status_code(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    try:
+        return int(status) if status is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """`text` without credentials, capped at about 500 characters.
+
+    Removed: the given secrets, the value of every environment variable named like a credential
+    (KEY, TOKEN, SECRET, PASSWORD; values of 8 characters or more), `sk-...` keys and bearer tokens.
+    """
+    given = [s for s in secrets if s and len(s) >= MIN_GIVEN_SECRET_CHARS]
+    from_env = [
+        value
+        for name, value in os.environ.items()
+        if SECRET_ENV_NAME.search(name.upper()) and len(value) >= MIN_ENV_SECRET_CHARS
+    ]
+    # Longest first, so a secret that contains another is removed whole.
+    for secret in sorted({*given, *from_env}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    for pattern in SECRET_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+# --- the client -------------------------------------------------------------------------------
+
+
+class LiteLLMClient:
+    """`ModelClient` over `litellm.acompletion`: any litellm model string, plus `demo/...`."""
+
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.timeout = timeout
+        self.api_base = api_base
+        self._api_key = api_key
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"LiteLLMClient(timeout={self.timeout!r}, api_base={self.api_base!r})"
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        prepare_litellm()
+        import litellm
+
+        options = self._call_options(request)
+        response = await call_with_retries(
+            lambda: litellm.acompletion(**options),
+            sleep=self._sleep,
+            timeout=self.timeout,
+            secrets=[self._api_key] if self._api_key else [],
+        )
+        return model_reply(response)
+
+    def _call_options(self, request: ModelRequest) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "model": request.model,
+            "messages": request.messages,
+            "tools": request.tools or None,
+            "tool_choice": request.tool_choice if request.tools else None,
+            "timeout": self.timeout,
+            # The policy above is the only retry: the OpenAI SDK underneath would retry twice more.
+            "max_retries": 0,
+        }
+        if self.api_base:
+            options["api_base"] = self.api_base
+        if self._api_key:
+            options["api_key"] = self._api_key
+        return options
+
+
+def model_reply(response: Any) -> ModelReply:
+    """Plain values from a litellm `ModelResponse`; raises `ModelError` when it has no choices."""
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        raise ModelError(NO_CHOICES_ERROR)
+    choice = choices[0]
+    message = choice.message
+    content = message.content
+    return ModelReply(
+        content=content if content is None or isinstance(content, str) else str(content),
+        tool_calls=tuple(_tool_call(call) for call in (message.tool_calls or ())),
+        finish_reason=str(choice.finish_reason) if choice.finish_reason is not None else None,
+        usage=_usage(getattr(response, "usage", None)),
+    )
+
+
+def _tool_call(call: Any) -> ToolCall:
+    function = call.function
+    return ToolCall(
+        id=str(call.id or ""),
+        name=str(function.name or ""),
+        arguments=_raw_arguments(function.arguments),
+    )
+
+
+def _raw_arguments(arguments: Any) -> str:
+    # Kept verbatim, even invalid JSON: the tool step reports bad arguments back to the model.
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps({} if arguments is None else arguments)
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", None) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", None) or 0),
+    )
+
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "NO_CHOICES_ERROR",
+    "LiteLLMClient",
+    "call_with_retries",
+    "failure_message",
+    "is_transient",
+    "model_reply",
+    "prepare_litellm",
+    "redact",
+]

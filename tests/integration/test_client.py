@@ -1,0 +1,268 @@
+"""The web-app client: what each request gets, and that a refused request writes nothing.
+
+| bad input                                   | outcome                                  |
+|---------------------------------------------|------------------------------------------|
+| message while `processing` / `tool_loop`     | ConversationBusy, nothing written        |
+| empty / whitespace / oversized / NUL / non-str text | InvalidMessage, nothing written   |
+| unknown or malformed conversation id        | ConversationNotFound                     |
+| unknown tool name (catalogue empty or not)  | UnknownTool naming it (and what exists)  |
+| bad tool_choice, 'required' without tools   | InvalidRequest                           |
+| context not a JSON object                   | InvalidRequest                           |
+| retry of a conversation that has not failed | NotRetryable                             |
+| queue unreachable after the commit          | Submitted(enqueued=False), message kept  |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine, func, select, update
+
+from app.client import AsyncChatClient, ChatClient
+from app.config import load_settings
+from app.db import make_engine
+from app.errors import (
+    ConversationBusy,
+    ConversationNotFound,
+    InvalidMessage,
+    InvalidRequest,
+    NotRetryable,
+    UnknownTool,
+)
+from app.models import Conversation, Message
+from app.worker.ports import ToolDefinition
+from app.worker.store import Store
+
+LIMIT = 1000
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    Store(engine).publish_catalog(
+        [ToolDefinition(n, f"{n} tool", {"type": "object"}, "srv", n) for n in ("add", "search")]
+    )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def rung() -> list[uuid.UUID]:
+    return []
+
+
+@pytest.fixture
+def client(engine: Engine, database_url: str, rung: list[uuid.UUID]) -> ChatClient:
+    settings = load_settings(database_url=database_url, max_message_chars=LIMIT)
+    return ChatClient(settings, engine=engine, enqueue=rung.append)
+
+
+def counts(engine: Engine) -> tuple[int, int]:
+    with engine.connect() as connection:
+        conversations = connection.execute(select(func.count()).select_from(Conversation)).scalar()
+        messages = connection.execute(select(func.count()).select_from(Message)).scalar()
+    return int(conversations or 0), int(messages or 0)
+
+
+def set_status(engine: Engine, conversation_id: uuid.UUID, status: str) -> None:
+    with engine.begin() as connection:
+        connection.execute(
+            update(Conversation).where(Conversation.id == conversation_id).values(status=status)
+        )
+
+
+def test_create_submit_and_poll(client: ChatClient, rung: list[uuid.UUID]) -> None:
+    conversation_id = client.create_conversation(
+        model="openai/gpt-4o-mini", instructions="Be brief.", tools=["add"], context={"user": 42}
+    )
+    view = client.get_conversation(conversation_id)
+    assert (view.status, view.model, view.messages) == ("idle", "openai/gpt-4o-mini", [])
+    submitted = client.submit_message(conversation_id, "hello")
+    assert (submitted.seq, submitted.enqueued, rung) == (1, True, [conversation_id])
+    view = client.get_conversation(str(conversation_id))
+    assert view.status == "processing" and view.is_running
+    assert [(m.seq, m.role, m.content) for m in view.messages] == [(1, "user", "hello")]
+    assert client.get_conversation(conversation_id, after_seq=1).messages == []
+    assert view.cursor() == 1
+
+
+def test_the_default_model_comes_from_the_settings(client: ChatClient) -> None:
+    conversation_id = client.create_conversation()
+    assert client.get_conversation(conversation_id).model == "demo/offline"
+
+
+@pytest.mark.parametrize("status", ["processing", "tool_loop"])
+def test_a_message_to_a_busy_conversation_is_refused_and_writes_nothing(
+    client: ChatClient, engine: Engine, rung: list[uuid.UUID], status: str
+) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "first")
+    set_status(engine, conversation_id, status)
+    before = counts(engine)
+    with pytest.raises(ConversationBusy, match=f"is {status}"):
+        client.submit_message(conversation_id, "second")
+    assert counts(engine) == before
+    assert len(rung) == 1
+    assert client.get_conversation(conversation_id).status == status
+
+
+def test_a_failed_conversation_accepts_a_new_message(client: ChatClient, engine: Engine) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "first")
+    set_status(engine, conversation_id, "failed")
+    assert client.submit_message(conversation_id, "again").seq == 2
+    assert client.get_conversation(conversation_id).error is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "is empty"),
+        ("   \n\t", "is empty"),
+        ("x" * (LIMIT + 1), f"the limit is {LIMIT}"),
+        ("a\x00b", "NUL"),
+        (b"bytes", "must be a string"),
+        (None, "must be a string"),
+    ],
+)
+def test_bad_message_text_is_refused_and_writes_nothing(
+    client: ChatClient, engine: Engine, text: object, message: str
+) -> None:
+    conversation_id = client.create_conversation()
+    before = counts(engine)
+    with pytest.raises(InvalidMessage, match=message):
+        client.submit_message(conversation_id, text)  # type: ignore[arg-type]
+    assert counts(engine) == before
+    assert client.get_conversation(conversation_id).status == "idle"
+
+
+def test_a_message_of_exactly_the_limit_is_accepted(client: ChatClient) -> None:
+    conversation_id = client.create_conversation()
+    assert client.submit_message(conversation_id, "x" * LIMIT).seq == 1
+
+
+@pytest.mark.parametrize("bad_id", [uuid.uuid4(), str(uuid.uuid4()), "not-a-uuid", ""])
+def test_unknown_conversation_ids(client: ChatClient, bad_id: object) -> None:
+    with pytest.raises(ConversationNotFound):
+        client.submit_message(bad_id, "hi")  # type: ignore[arg-type]
+    with pytest.raises(ConversationNotFound):
+        client.get_conversation(bad_id)  # type: ignore[arg-type]
+    with pytest.raises(ConversationNotFound):
+        client.retry_conversation(bad_id)  # type: ignore[arg-type]
+
+
+def test_an_unknown_tool_name_is_refused_naming_what_exists(
+    client: ChatClient, engine: Engine
+) -> None:
+    before = counts(engine)
+    with pytest.raises(UnknownTool, match=r"unknown tool.*nope.*available: add, search"):
+        client.create_conversation(tools=["add", "nope"])
+    assert counts(engine) == before
+
+
+def test_tool_names_are_checked_even_before_any_worker_published(
+    database_url: str, rung: list[uuid.UUID]
+) -> None:
+    engine = make_engine(database_url)  # a database whose catalogue is empty
+    client = ChatClient(
+        load_settings(database_url=database_url), engine=engine, enqueue=rung.append
+    )
+    with pytest.raises(UnknownTool, match="no worker has published its tools yet"):
+        client.create_conversation(tools=["add"])
+    engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tool_choice": "always"}, "tool_choice must be one of"),
+        ({"tool_choice": "required"}, "needs at least one tool"),
+        ({"tools": "add"}, "list of tool names"),
+        ({"tools": [""]}, "list of tool names"),
+        ({"model": ""}, "model must be"),
+        ({"model": "m" * 201}, "model must be"),
+        ({"context": ["not", "a", "dict"]}, "context must be a JSON object"),
+        ({"context": {"when": object()}}, "JSON-serializable"),
+        ({"instructions": "x" * (LIMIT + 1)}, "the limit is"),
+    ],
+)
+def test_bad_conversation_options_are_refused(
+    client: ChatClient, engine: Engine, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        client.create_conversation(**options)  # type: ignore[arg-type]
+    assert counts(engine) == (0, 0)
+
+
+@pytest.mark.parametrize("status", ["idle", "processing", "tool_loop"])
+def test_only_a_failed_conversation_can_be_retried(
+    client: ChatClient, engine: Engine, status: str
+) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "hi")
+    set_status(engine, conversation_id, status)
+    with pytest.raises(NotRetryable, match=f"is {status}"):
+        client.retry_conversation(conversation_id)
+    assert client.get_conversation(conversation_id).status == status
+
+
+def test_retry_of_a_failed_conversation_restarts_the_turn(
+    client: ChatClient, engine: Engine, rung: list[uuid.UUID]
+) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "hi")
+    set_status(engine, conversation_id, "failed")
+    submitted = client.retry_conversation(conversation_id)
+    assert (submitted.seq, submitted.enqueued) == (1, True)
+    assert rung == [conversation_id, conversation_id]
+    assert client.get_conversation(conversation_id).status == "processing"
+
+
+def test_an_unreachable_queue_keeps_the_message_and_says_so(
+    engine: Engine, database_url: str
+) -> None:
+    def broken_queue(_: uuid.UUID) -> None:
+        raise ConnectionError("Redis is down")
+
+    client = ChatClient(
+        load_settings(database_url=database_url), engine=engine, enqueue=broken_queue
+    )
+    conversation_id = client.create_conversation()
+    submitted = client.submit_message(conversation_id, "are you there?")
+    assert submitted.enqueued is False
+    assert "recovery sweep" in (submitted.detail or "")
+    view = client.get_conversation(conversation_id)
+    assert view.status == "processing"
+    assert [m.content for m in view.messages] == ["are you there?"]
+
+
+def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID]) -> None:
+    async def scenario() -> None:
+        async_client = AsyncChatClient(client)
+        conversation_id = await async_client.create_conversation(tools=["search"])
+        submitted = await async_client.submit_message(conversation_id, "hi")
+        assert submitted.enqueued
+        view = await async_client.get_conversation(conversation_id)
+        assert view.status == "processing"
+        with pytest.raises(ConversationBusy):
+            await async_client.submit_message(conversation_id, "again")
+        assert [t.name for t in await async_client.list_tools()] == ["add", "search"]
+
+    asyncio.run(scenario())
+    assert len(rung) == 1
+
+
+def test_the_client_module_does_not_import_litellm() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import app.client, app.queue, sys; print('litellm' in sys.modules, 'mcp' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "False False", result.stderr

@@ -1,0 +1,45 @@
+"""`chatworker demo`, the README's first command, runs offline on the embedded defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_runs_a_turn_with_a_tool_to_idle_offline(tmp_path: Path) -> None:
+    # Nothing configured: no DATABASE_URL, no REDIS_URL, no API key, no MCP servers.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "model demo/offline" in out
+    assert "assistant -> search_docs(" in out
+    assert "tool search_docs: 1. northwind-refund-policy.md" in out
+    assert "assistant: [demo model]" in out
+    assert out.rstrip().endswith("[idle]")
+    assert (tmp_path / "chatworker.db").exists()  # the embedded SQLite default
+
+
+def test_the_demo_fails_clearly_on_a_bad_setting(tmp_path: Path) -> None:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "demo"],
+        cwd=tmp_path,
+        env={**env, "CHATWORKER_MAX_ITERATIONS": "zero"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "CHATWORKER_MAX_ITERATIONS" in result.stderr

@@ -1,0 +1,197 @@
+"""The engine of a worker process: many conversations at once, recovery from the database, drain."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine
+
+from app.client import ChatClient
+from app.config import load_settings
+from app.db import make_engine
+from app.worker import testing
+from app.worker.engine import Engine as WorkerEngine
+from app.worker.engine import make_executor
+from app.worker.loop import ChatService, LoopConfig
+from app.worker.ports import ModelReply, ModelRequest
+from app.worker.store import Store
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url, pool_size=8, max_overflow=2)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def client(engine: Engine, database_url: str) -> ChatClient:
+    return ChatClient(
+        load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
+    )
+
+
+def make_engine_with(
+    engine: Engine,
+    model: testing.ScriptedModel,
+    tools: testing.InMemoryTools | None = None,
+    requeued: list[uuid.UUID] | None = None,
+    orphan_after: float = 30,
+) -> WorkerEngine:
+    store = Store(engine)
+    tools = tools or testing.InMemoryTools({})
+    service = ChatService(
+        store,
+        model=model,
+        tools=tools,
+        config=LoopConfig(lease_ttl=30, heartbeat_interval=5),
+        owner="engine-test",
+        executor=make_executor(8),
+    )
+
+    async def publish() -> None:
+        store.publish_catalog(await tools.definitions())
+
+    return WorkerEngine(
+        service,
+        store,
+        max_in_flight=500,
+        recovery_interval=0.2,
+        orphan_after=orphan_after,
+        requeue=None if requeued is None else requeued.append,
+        on_start=publish,
+    )
+
+
+def wait_for(predicate: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+def statuses(client: ChatClient, ids: list[uuid.UUID]) -> set[str]:
+    return {client.get_conversation(i).status for i in ids}
+
+
+def test_one_process_holds_many_conversations_waiting_on_the_model(
+    engine: Engine, client: ChatClient
+) -> None:
+    in_flight = 0
+    peak = 0
+    lock = threading.Lock()
+
+    async def slow_model(_: ModelRequest) -> ModelReply:
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        await asyncio.sleep(1.0)
+        with lock:
+            in_flight -= 1
+        return testing.text("done")
+
+    worker = make_engine_with(engine, testing.ScriptedModel(slow_model))
+    worker.start()
+    try:
+        ids = [client.create_conversation() for _ in range(150)]
+        for conversation_id in ids:
+            client.submit_message(conversation_id, "hi")
+            worker.ring(conversation_id)
+        wait_for(lambda: statuses(client, ids) == {"idle"}, timeout=60)
+    finally:
+        worker.stop()
+    assert peak >= 140, f"only {peak} conversations waited on the model at once"
+
+
+def test_the_sweep_revives_a_dead_worker_s_turn_without_anyone_ringing(
+    engine: Engine, client: ChatClient
+) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "hi")
+    dead = Store(engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=120))
+    assert dead.claim(conversation_id, "dead-worker", ttl=30) is not None  # expired long ago
+    model = testing.ScriptedModel(lambda _: testing.text("recovered"))
+    worker = make_engine_with(engine, model)
+    worker.start()
+    try:
+        wait_for(lambda: client.get_conversation(conversation_id).status == "idle")
+    finally:
+        worker.stop()
+    assert client.get_conversation(conversation_id).messages[-1].content == "recovered"
+
+
+def test_a_lost_doorbell_is_rung_again_by_the_sweep(engine: Engine, client: ChatClient) -> None:
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "nobody enqueued me")
+    requeued: list[uuid.UUID] = []
+    worker = make_engine_with(
+        engine,
+        testing.ScriptedModel(lambda _: testing.text("ok")),
+        requeued=requeued,
+        orphan_after=0.3,
+    )
+    worker.start()
+    try:
+        wait_for(lambda: conversation_id in requeued)
+        assert client.get_conversation(conversation_id).status == "processing"
+        worker.ring(conversation_id)  # the queue delivers the re-sent doorbell
+        wait_for(lambda: client.get_conversation(conversation_id).status == "idle")
+    finally:
+        worker.stop()
+
+
+def test_a_conversation_that_is_not_running_is_not_swept(
+    engine: Engine, client: ChatClient
+) -> None:
+    conversation_id = client.create_conversation()
+    requeued: list[uuid.UUID] = []
+    worker = make_engine_with(
+        engine,
+        testing.ScriptedModel(lambda _: testing.text("ok")),
+        requeued=requeued,
+        orphan_after=0,
+    )
+    worker.start()
+    time.sleep(0.6)
+    worker.stop()
+    assert requeued == []
+    assert client.get_conversation(conversation_id).status == "idle"
+
+
+def test_stopping_releases_unfinished_turns_and_re_enqueues_them(
+    engine: Engine, client: ChatClient
+) -> None:
+    started = threading.Event()
+
+    async def hang() -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    tools = testing.InMemoryTools({"hang": hang})
+    model = testing.ScriptedModel(
+        testing.by_iteration([testing.calls(("c1", "hang", {})), testing.text("ok")])
+    )
+    requeued: list[uuid.UUID] = []
+    worker = make_engine_with(engine, model, tools=tools, requeued=requeued)
+    worker.start()
+    conversation_id = client.create_conversation(tools=["hang"])
+    client.submit_message(conversation_id, "hang please")
+    worker.ring(conversation_id)
+    assert started.wait(10)
+    worker.stop(grace=0.2)
+    assert requeued == [conversation_id]
+    view = client.get_conversation(conversation_id)
+    assert view.status == "tool_loop"
+    row = Store(engine).claim(conversation_id, "next-worker", ttl=30)
+    assert row is not None, "the lease was not released"
+    assert tools.closed

@@ -1,0 +1,223 @@
+"""`LiteLLMClient` over real HTTP against the scriptable fake LLM server: replies become plain
+values, transient failures are retried by the one policy, and no error message leaks a key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.worker.llm import LiteLLMClient
+from app.worker.plan import ToolCall
+from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
+from tests.servers.fake_llm import FakeLLMServer
+
+API_KEY = "sk-test-canary-1234567890"
+ENV_CANARY = "sk-canary-abcdefgh12345"
+MODEL = "openai/fake-model"
+USER_HI = [{"role": "user", "content": "hi"}]
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+
+
+class RecordingSleep:
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def fresh_server(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.reset()
+    monkeypatch.setenv("CANARY_API_KEY", ENV_CANARY)
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+def complete(
+    server: FakeLLMServer,
+    sleep: RecordingSleep,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str = "auto",
+    timeout: float = 10,
+) -> ModelReply:
+    client = LiteLLMClient(timeout=timeout, api_base=server.api_base, api_key=API_KEY, sleep=sleep)
+    request = ModelRequest(MODEL, USER_HI, tools or [], tool_choice)
+    return asyncio.run(client.complete(request))
+
+
+def failure(server: FakeLLMServer, sleep: RecordingSleep, **kwargs: Any) -> str:
+    with pytest.raises(ModelError) as caught:
+        complete(server, sleep, **kwargs)
+    message = str(caught.value)
+    assert API_KEY not in message
+    assert ENV_CANARY not in message
+    return message
+
+
+# ---------------------------------------------------------------- replies
+
+
+def test_a_text_reply_becomes_content_finish_reason_and_usage(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"text": "hello there"}])
+
+    reply = complete(server, sleep)
+
+    assert reply.content == "hello there"
+    assert reply.tool_calls == ()
+    assert reply.finish_reason == "stop"
+    assert type(reply.usage) is Usage
+    assert reply.usage.prompt_tokens > 0
+    assert reply.usage.completion_tokens > 0
+    [request] = server.requests()
+    headers = {name.lower(): value for name, value in request["headers"].items()}
+    assert headers["authorization"] == f"Bearer {API_KEY}"
+    assert request["body"]["messages"] == USER_HI
+
+
+def test_several_tool_calls_keep_order_ids_and_raw_arguments(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    calls = [
+        {"id": "call_a", "name": "add", "arguments": '{"a": 1, "b": 2}'},
+        {"id": "call_b", "name": "add", "arguments": '{"a": 1,'},  # malformed, kept verbatim
+        {"id": "call_c", "name": "lookup", "arguments": {"q": "x"}},
+    ]
+    server.script([{"tool_calls": calls, "text": "let me check"}])
+
+    reply = complete(server, sleep, tools=[ADD_TOOL])
+
+    assert reply.content == "let me check"
+    assert reply.finish_reason == "tool_calls"
+    assert reply.tool_calls == (
+        ToolCall("call_a", "add", '{"a": 1, "b": 2}'),
+        ToolCall("call_b", "add", '{"a": 1,'),
+        ToolCall("call_c", "lookup", '{"q": "x"}'),
+    )
+    assert all(type(call) is ToolCall for call in reply.tool_calls)
+
+
+def test_tools_and_tool_choice_reach_the_server(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    complete(server, sleep, tools=[ADD_TOOL], tool_choice="required")
+
+    [request] = server.requests()
+    assert request["body"]["tools"] == [ADD_TOOL]
+    assert request["body"]["tool_choice"] == "required"
+
+
+def test_no_tools_sends_neither_tools_nor_tool_choice(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    complete(server, sleep, tools=[])
+
+    [request] = server.requests()
+    assert "tools" not in request["body"]
+    assert "tool_choice" not in request["body"]
+
+
+# ---------------------------------------------------------------- the retry policy
+
+
+def test_two_rate_limits_then_success_is_one_reply_after_waits_of_3_and_6(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    rate_limited = {"error": 429, "message": "Rate limit reached"}
+    server.script([rate_limited, rate_limited, {"text": "finally"}])
+
+    reply = complete(server, sleep)
+
+    assert reply.content == "finally"
+    assert sleep.waits == [3, 6]
+    assert len(server.requests()) == 3
+
+
+def test_three_unavailable_answers_fail_after_exactly_three_requests(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"error": 503, "message": "upstream down"}] * 3)
+
+    message = failure(server, sleep)
+
+    assert message == (
+        "LLM call failed after 3 attempts (HTTP 503 ServiceUnavailableError): upstream down"
+    )
+    assert sleep.waits == [3, 6]
+    assert len(server.requests()) == 3
+
+
+def test_a_bad_request_fails_at_once(server: FakeLLMServer, sleep: RecordingSleep) -> None:
+    server.script([{"error": 400, "message": "messages: field required"}])
+
+    message = failure(server, sleep)
+
+    assert message == "LLM call failed (HTTP 400 BadRequestError): messages: field required"
+    assert sleep.waits == []
+    assert len(server.requests()) == 1
+
+
+def test_a_rejected_key_fails_at_once_with_every_key_redacted(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script(
+        [{"error": 401, "message": f"Incorrect API key provided: {ENV_CANARY} ({API_KEY})"}]
+    )
+
+    message = failure(server, sleep)
+
+    assert message == (
+        "LLM call failed (HTTP 401 AuthenticationError): "
+        "Incorrect API key provided: [REDACTED] ([REDACTED])"
+    )
+    assert sleep.waits == []
+    assert len(server.requests()) == 1
+
+
+def test_a_hanging_model_times_out_quickly_and_is_not_retried(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"hang": 5}])
+    started = time.monotonic()
+
+    message = failure(server, sleep, timeout=1)
+
+    assert message == "LLM request timed out after 1 s"
+    assert time.monotonic() - started < 3
+    assert sleep.waits == []
+    assert len(server.requests()) == 1
+
+
+def test_empty_choices_are_a_model_error(server: FakeLLMServer, sleep: RecordingSleep) -> None:
+    server.script([{"empty_choices": True}])
+
+    assert failure(server, sleep) == "The model returned no choices"
+    assert len(server.requests()) == 1

@@ -1,0 +1,582 @@
+"""`McpToolProvider` against the real test MCP server: stdio subprocesses, and streamable HTTP
+served in-process by uvicorn.
+
+Every scenario runs on its own event loop (`asyncio.run`) and closes its provider, so no server
+outlives a test; the ledger (one JSON line per tool run, with the server's pid) is the witness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import uvicorn
+from mcp.types import Tool
+from starlette.types import Receive, Scope, Send
+
+from app.config import McpServerConfig
+from app.worker.mcp import McpToolProvider, expose_tools
+from app.worker.ports import ToolResult
+from tests.servers.mcp_server import (
+    LEDGER_ENV,
+    REPO_ROOT,
+    SERVER_MODULE,
+    huge_text,
+    read_ledger,
+)
+from tests.servers.mcp_server import server as test_server
+
+T = TypeVar("T")
+
+SCENARIO_TIMEOUT_S = 60.0
+TOOL_NAMES = {
+    "search_docs",
+    "calculate",
+    "add",
+    "current_time",
+    "write_note",
+    "env_keys",
+    "fail",
+    "raise_unexpected",
+    "hang",
+    "exit_process",
+    "huge_output",
+}
+
+
+def stdio_server(name: str, ledger: Path, **overrides: Any) -> McpServerConfig:
+    fields: dict[str, Any] = {
+        "name": name,
+        "command": sys.executable,
+        "args": ("-m", SERVER_MODULE),
+        "env": {LEDGER_ENV: str(ledger)},
+        "cwd": str(REPO_ROOT),
+    }
+    return McpServerConfig(**(fields | overrides))
+
+
+def with_provider(
+    servers: list[McpServerConfig],
+    scenario: Callable[[McpToolProvider], Awaitable[T]],
+    **options: Any,
+) -> T:
+    """Run `scenario` against a fresh provider on a fresh event loop, then close the provider."""
+
+    async def main() -> T:
+        provider = McpToolProvider(servers, **({"call_timeout": 10.0} | options))
+        try:
+            return await asyncio.wait_for(scenario(provider), SCENARIO_TIMEOUT_S)
+        finally:
+            await provider.close()
+
+    return asyncio.run(main())
+
+
+def pids(ledger: Path) -> list[int]:
+    return [entry["pid"] for entry in read_ledger(ledger)]
+
+
+def is_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def ok(content: str) -> ToolResult:
+    return ToolResult(content=content, is_error=False)
+
+
+def error(content: str) -> ToolResult:
+    return ToolResult(content=content, is_error=True)
+
+
+# --- definitions --------------------------------------------------------------------------------
+
+
+def test_definitions_list_every_tool_with_its_schema_in_function_format(tmp_path: Path) -> None:
+    async def scenario(tools: McpToolProvider) -> dict[str, Any]:
+        return {definition.name: definition for definition in await tools.definitions()}
+
+    definitions = with_provider([stdio_server("tools", tmp_path / "ledger")], scenario)
+
+    assert set(definitions) == TOOL_NAMES
+    add = definitions["add"]
+    assert (add.server, add.original_name) == ("tools", "add")
+    assert add.as_function_tool() == {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers and return the sum.",
+            "parameters": add.input_schema,
+        },
+    }
+    assert add.input_schema["type"] == "object"
+    assert sorted(add.input_schema["required"]) == ["a", "b"]
+    assert definitions["calculate"].input_schema["properties"]["expression"]["type"] == "string"
+
+
+def test_definitions_are_cached_and_a_server_killed_while_idle_restarts_on_a_later_call(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+
+    async def scenario(tools: McpToolProvider) -> tuple[list[Any], list[Any], float, list[Any]]:
+        first = await tools.definitions()
+        await tools.execute("add", {"a": 1, "b": 1})
+        os.kill(pids(ledger)[0], signal.SIGKILL)  # a listing that hit the server would fail
+        started = time.monotonic()
+        cached = await tools.definitions()
+        elapsed = time.monotonic() - started
+        # The death is only seen by the next call (it cannot know whether the request ran).
+        after = [await tools.execute("add", {"a": 1, "b": 2}) for _ in range(2)]
+        return first, cached, elapsed, after
+
+    first, cached, elapsed, after = with_provider([stdio_server("tools", ledger)], scenario)
+
+    assert cached == first
+    assert elapsed < 0.05
+    assert after == [
+        error("Tool add failed: the tool server 'tools' stopped (Connection closed)"),
+        ok("3.0"),
+    ]
+    assert len(set(pids(ledger))) == 2
+
+
+def test_a_tool_offered_by_several_servers_is_prefixed_with_each_server_name(
+    tmp_path: Path,
+) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+
+    async def scenario(tools: McpToolProvider) -> tuple[set[str], list[ToolResult]]:
+        names = {definition.name for definition in await tools.definitions()}
+        results = [
+            await tools.execute("one__add", {"a": 1, "b": 2}),
+            await tools.execute("two__calculate", {"expression": "6*7"}),
+            await tools.execute("add", {"a": 1, "b": 2}),
+        ]
+        return names, results
+
+    names, results = with_provider([stdio_server("one", one), stdio_server("two", two)], scenario)
+
+    assert names == {f"{server}__{tool}" for server in ("one", "two") for tool in TOOL_NAMES}
+    assert results == [ok("3.0"), ok("42"), error("Unknown tool: add")]
+    assert [entry["tool"] for entry in read_ledger(one)] == ["add"]
+    assert [entry["tool"] for entry in read_ledger(two)] == ["calculate"]
+
+
+def test_exposed_names_stay_unique_and_valid_for_any_tool_names() -> None:
+    def tool(name: str) -> Tool:
+        return Tool(name=name, input_schema={"type": "object"})
+
+    long = "x" * 70
+    catalog = expose_tools(
+        [
+            ("a", [tool("only_here"), tool("shared"), tool("has.dot"), tool(long)]),
+            ("b", [tool("shared"), tool("has_dot"), tool(long + "y")]),
+            ("c.d", [tool("shared")]),
+        ]
+    )
+
+    assert {name: (d.server, d.original_name) for name, d in catalog.items()} == {
+        "only_here": ("a", "only_here"),
+        "a__shared": ("a", "shared"),
+        "b__shared": ("b", "shared"),
+        "c_d__shared": ("c.d", "shared"),
+        "has_dot": ("b", "has_dot"),  # already valid: keeps its name
+        "has_dot_2": ("a", "has.dot"),  # sanitized into a taken name: suffixed
+        "x" * 64: ("a", long),
+        "x" * 62 + "_2": ("b", long + "y"),
+    }
+
+
+# --- execute ------------------------------------------------------------------------------------
+
+
+def test_execute_returns_the_text_of_successful_calls(tmp_path: Path) -> None:
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        # No definitions() first: a resumed turn may execute pending calls straight away.
+        return [
+            await tools.execute("add", {"a": 2, "b": 0.5}),
+            await tools.execute("calculate", {"expression": "2*(3+4)"}),
+            await tools.execute("search_docs", {"query": "redis appendfsync AOF", "limit": 1}),
+        ]
+
+    add, calculate, search = with_provider([stdio_server("tools", tmp_path / "l")], scenario)
+
+    assert add == ok("2.5")
+    assert calculate == ok("14")
+    assert not search.is_error
+    assert search.content.startswith("1. redis-persistence.md ")
+
+
+def test_tool_errors_and_unknown_tools_are_error_results(tmp_path: Path) -> None:
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        return [
+            await tools.execute("fail", {"message": "disk on fire"}),
+            await tools.execute("raise_unexpected", {}),
+            await tools.execute("add", {"a": "x", "b": 1}),
+            await tools.execute("no_such_tool", {}),
+        ]
+
+    fail, unexpected, invalid, unknown = with_provider(
+        [stdio_server("tools", tmp_path / "l")], scenario
+    )
+
+    assert fail == error("Error executing tool fail: disk on fire")
+    assert unexpected == error("Error executing tool raise_unexpected")
+    assert invalid.is_error
+    assert "validation error" in invalid.content
+    assert unknown == error("Unknown tool: no_such_tool")
+
+
+def test_a_hanging_tool_times_out_and_the_same_server_keeps_serving(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+
+    async def scenario(tools: McpToolProvider) -> tuple[ToolResult, float, ToolResult]:
+        await tools.start()
+        started = time.monotonic()
+        hung = await tools.execute("hang", {"seconds": 60})
+        elapsed = time.monotonic() - started
+        return hung, elapsed, await tools.execute("add", {"a": 1, "b": 1})
+
+    hung, elapsed, after = with_provider(
+        [stdio_server("tools", ledger)], scenario, call_timeout=0.5
+    )
+
+    assert hung == error("Tool hang timed out after 0.5 s")
+    assert 0.5 <= elapsed < 1.5
+    assert after == ok("2.0")
+    assert len(set(pids(ledger))) == 1
+
+
+def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        return [
+            await tools.execute("add", {"a": 1, "b": 2}),
+            await tools.execute("exit_process", {"code": 3}),
+            await tools.execute("calculate", {"expression": "6*7"}),
+        ]
+
+    results = with_provider([stdio_server("tools", ledger)], scenario)
+
+    assert results == [
+        ok("3.0"),
+        error("Tool exit_process failed: the tool server 'tools' stopped (Connection closed)"),
+        ok("42"),
+    ]
+    entries = read_ledger(ledger)
+    assert [entry["tool"] for entry in entries] == ["add", "exit_process", "calculate"]
+    assert entries[0]["pid"] == entries[1]["pid"] != entries[2]["pid"]
+    assert not is_running(entries[0]["pid"])
+
+
+def test_concurrent_callers_share_one_server_and_a_restart_happens_once(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+
+    async def scenario(tools: McpToolProvider) -> tuple[list[ToolResult], float, list[ToolResult]]:
+        sums = await asyncio.gather(*(tools.execute("add", {"a": i, "b": 1}) for i in range(50)))
+        started = time.monotonic()
+        await asyncio.gather(*(tools.execute("hang", {"seconds": 0.5}) for _ in range(20)))
+        elapsed = time.monotonic() - started
+        await tools.execute("exit_process", {})
+        after = await asyncio.gather(*(tools.execute("add", {"a": i, "b": 0}) for i in range(10)))
+        return sums, elapsed, after
+
+    sums, elapsed, after = with_provider([stdio_server("tools", ledger)], scenario)
+
+    assert sums == [ok(f"{i + 1}.0") for i in range(50)]
+    assert elapsed < 2.0  # 20 x 0.5 s one after the other would be 10 s
+    assert after == [ok(f"{i}.0") for i in range(10)]
+    assert len(set(pids(ledger))) == 2  # the first server, and exactly one restart
+
+
+def test_huge_output_is_truncated_with_a_visible_marker(tmp_path: Path) -> None:
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        return [
+            await tools.execute("huge_output", {"size": 5000}),
+            await tools.execute("huge_output", {"size": 1000}),
+        ]
+
+    clipped, exact = with_provider(
+        [stdio_server("tools", tmp_path / "l")], scenario, max_output_chars=1000
+    )
+
+    marker = "\n[... output truncated: 1000 of 5000 characters shown]"
+    assert clipped == ok(huge_text(5000)[:1000] + marker)
+    assert exact == ok(huge_text(1000))
+
+
+def test_a_server_sees_only_its_configured_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CANARY_SECRET", "do-not-leak")
+    config = stdio_server(
+        "tools", tmp_path / "l", env={LEDGER_ENV: str(tmp_path / "l"), "CHATWORKER_EXTRA": "1"}
+    )
+
+    async def scenario(tools: McpToolProvider) -> ToolResult:
+        return await tools.execute("env_keys", {})
+
+    result = with_provider([config], scenario)
+
+    assert not result.is_error
+    assert "CANARY_SECRET" not in result.content
+    assert {"CHATWORKER_EXTRA", LEDGER_ENV, "PATH"} <= set(result.content.split("\n"))
+
+
+RAW_SERVER = r"""
+import json, sys
+
+def reply(request_id, result):
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+
+for line in sys.stdin.buffer:
+    message = json.loads(line)
+    method, request_id = message.get("method"), message.get("id")
+    if request_id is None:
+        continue
+    if method == "initialize":
+        version = message["params"]["protocolVersion"]
+        info = {"name": "raw", "version": "0"}
+        out = reply(request_id, {"protocolVersion": version, "capabilities": {"tools": {}},
+                                 "serverInfo": info})
+    elif method == "tools/list":
+        out = reply(request_id, {"tools": [{"name": "latin1", "inputSchema": {"type": "object"}}]})
+    elif method == "tools/call":
+        out = reply(request_id, {"content": [{"type": "text", "text": "caf@"}]})
+        out = out.replace(b"@", b"\xe9")  # latin-1, not UTF-8
+    else:
+        out = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                          "error": {"code": -32601, "message": "Method not found"}}).encode()
+    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.buffer.flush()
+"""
+
+
+def test_text_that_is_not_utf8_is_replaced_and_the_session_survives(tmp_path: Path) -> None:
+    # A hand-written legacy stdio server: the SDK's own servers only ever write valid UTF-8.
+    script = tmp_path / "raw_server.py"
+    script.write_text(RAW_SERVER)
+    config = McpServerConfig(name="raw", command=sys.executable, args=(str(script),))
+
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        return [await tools.execute("latin1", {}) for _ in range(2)]
+
+    results = with_provider([config], scenario)
+
+    assert results == [ok("caf\ufffd")] * 2
+
+
+# --- servers that cannot start ------------------------------------------------------------------
+
+
+def test_a_server_that_cannot_start_leaves_the_others_working(tmp_path: Path) -> None:
+    broken = McpServerConfig(name="broken", command=str(tmp_path / "no-such-server"))
+
+    async def scenario(tools: McpToolProvider) -> tuple[set[str], float, list[ToolResult]]:
+        names = {definition.name for definition in await tools.definitions()}
+        started = time.monotonic()
+        await tools.definitions()  # backing off: no new spawn attempt in a hot loop
+        elapsed = time.monotonic() - started
+        results = [
+            await tools.execute("broken__add", {"a": 1, "b": 2}),
+            await tools.execute("add", {"a": 1, "b": 2}),
+        ]
+        return names, elapsed, results
+
+    names, elapsed, results = with_provider(
+        [broken, stdio_server("good", tmp_path / "l")], scenario
+    )
+
+    assert names == TOOL_NAMES  # only the good server's tools: no collision, plain names
+    assert elapsed < 0.05
+    assert results == [error("Unknown tool: broken__add"), ok("3.0")]
+
+
+def test_a_failed_server_is_retried_after_a_back_off_and_then_serves(tmp_path: Path) -> None:
+    attempts, fixed = tmp_path / "attempts", tmp_path / "fixed"
+    script = (
+        f'echo start >> "{attempts}"; '
+        f'[ -e "{fixed}" ] && exec "{sys.executable}" -m {SERVER_MODULE}; exit 1'
+    )
+    config = stdio_server("flaky", tmp_path / "l", command="/bin/sh", args=("-c", script))
+
+    def starts() -> int:
+        return len(attempts.read_text().splitlines())
+
+    async def scenario(tools: McpToolProvider) -> tuple[int, int, set[str], int]:
+        await tools.definitions()
+        await tools.definitions()  # within the back-off: no new attempt
+        early = starts()
+        fixed.touch()
+        await asyncio.sleep(1.1)  # the first back-off is 1 s
+        waiting = len(await tools.definitions())  # starts the retry in the background
+        deadline = time.monotonic() + 10
+        while not (names := {d.name for d in await tools.definitions()}):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        return early, waiting, names, starts()
+
+    early, waiting, names, final = with_provider([config], scenario)
+
+    assert (early, waiting) == (1, 0)
+    assert names == TOOL_NAMES
+    assert final == 2
+
+
+def test_a_server_that_cannot_restart_is_an_error_result_and_is_not_respawned_at_once(
+    tmp_path: Path,
+) -> None:
+    ledger, workdir = tmp_path / "ledger", tmp_path / "workdir"
+    workdir.mkdir()
+    config = stdio_server(
+        "tools",
+        ledger,
+        cwd=str(workdir),
+        env={LEDGER_ENV: str(ledger), "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+    async def scenario(tools: McpToolProvider) -> tuple[list[ToolResult], float]:
+        await tools.execute("exit_process", {})
+        workdir.rmdir()  # the next spawn fails: its working directory is gone
+        failed = await tools.execute("add", {"a": 1, "b": 2})
+        started = time.monotonic()
+        again = await tools.execute("add", {"a": 1, "b": 2})
+        return [failed, again], time.monotonic() - started
+
+    (failed, again), elapsed = with_provider([config], scenario)
+
+    assert failed.is_error
+    assert failed.content.startswith(
+        "Tool add failed: the tool server 'tools' is unavailable (FileNotFoundError: "
+    )
+    assert again.is_error
+    assert "next start attempt in" in again.content
+    assert elapsed < 0.05
+    assert [entry["tool"] for entry in read_ledger(ledger)] == ["exit_process"]
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+
+
+def test_close_stops_every_server_and_is_idempotent(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+
+    async def scenario() -> ToolResult:
+        tools = McpToolProvider(
+            [stdio_server("one", one), stdio_server("two", two)], call_timeout=10.0
+        )
+        await tools.start()
+        await asyncio.gather(
+            tools.execute("one__add", {"a": 1, "b": 2}),
+            tools.execute("two__add", {"a": 1, "b": 2}),
+        )
+        await tools.close()
+        await tools.close()
+        return await tools.execute("one__add", {"a": 1, "b": 2})
+
+    after_close = asyncio.run(scenario())
+
+    server_pids = pids(one) + pids(two)
+    assert len(set(server_pids)) == 2
+    assert not any(is_running(pid) for pid in server_pids)
+    assert after_close == error("Tool one__add failed: the tool provider is closed")
+
+
+# --- streamable HTTP ----------------------------------------------------------------------------
+
+
+class HttpServer:
+    """The test MCP server over streamable HTTP on 127.0.0.1, in a thread, recording headers."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.headers: list[dict[str, str]] = []
+        self._app = test_server.streamable_http_app()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        self.port: int = sock.getsockname()[1]
+        config = uvicorn.Config(self._record, interface="asgi3", log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            assert self._thread.is_alive(), "uvicorn failed to start"
+            assert time.monotonic() < deadline, "uvicorn did not start in time"
+            time.sleep(0.01)
+
+    async def _record(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        await self._app(scope, receive, send)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[HttpServer]:
+    server = HttpServer()
+    yield server
+    server.stop()
+
+
+def test_a_remote_server_is_reached_over_streamable_http_with_its_headers(
+    http_server: HttpServer,
+) -> None:
+    config = McpServerConfig(
+        name="remote", url=http_server.url, headers={"Authorization": "Bearer s3cret"}
+    )
+    restarted: list[HttpServer] = []
+
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
+        names = {definition.name for definition in await tools.definitions()}
+        assert names == TOOL_NAMES
+        results = [
+            await tools.execute("add", {"a": 1, "b": 2}),
+            await tools.execute("hang", {"seconds": 60}),
+            await tools.execute("fail", {"message": "nope"}),
+        ]
+        await asyncio.to_thread(http_server.stop)
+        results.append(await tools.execute("add", {"a": 1, "b": 2}))
+        restarted.append(await asyncio.to_thread(HttpServer, http_server.port))
+        results.append(await tools.execute("add", {"a": 2, "b": 2}))
+        return results
+
+    try:
+        results = with_provider([config], scenario, call_timeout=0.5)
+    finally:
+        for server in restarted:
+            server.stop()
+
+    assert results == [
+        ok("3.0"),
+        error("Tool hang timed out after 0.5 s"),
+        error("Error executing tool fail: nope"),
+        error("Tool add failed: the tool server 'remote' stopped (Connection closed)"),
+        ok("4.0"),
+    ]
+    assert http_server.headers
+    assert all(h.get("authorization") == "Bearer s3cret" for h in http_server.headers)
+    assert all(h.get("authorization") == "Bearer s3cret" for h in restarted[0].headers)

@@ -1,0 +1,171 @@
+"""End to end through real processes: a dramatiq worker on Redis, Postgres, the fake LLM over HTTP,
+and the MCP test server as the worker's subprocess (its ledger counts every real tool run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.client import ChatClient, ConversationView
+from app.config import load_settings
+from app.db import make_engine
+from app.queue import make_broker, ring
+from tests.servers.fake_llm import FakeLLMServer
+from tests.servers.mcp_server import read_ledger
+from tests.worker_process import FAKE_KEY, FAKE_MODEL, WorkerProcess, worker_environment
+
+
+class Deployment:
+    """A web app's view (the client) of a running worker deployment."""
+
+    def __init__(self, database_url: str, redis_url: str, tmp_path: Path, llm: FakeLLMServer):
+        self.database_url = database_url
+        self.ledger = tmp_path / "ledger.jsonl"
+        self.llm = llm
+        self.env = worker_environment(
+            database_url, redis_url, llm.api_base, self.ledger, tmp_path / "notes.txt"
+        )
+        self.tmp_path = tmp_path
+        settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
+        broker = make_broker(settings)
+        self.engine = make_engine(database_url)
+        self.client = ChatClient(
+            settings, engine=self.engine, enqueue=lambda cid: ring(cid, broker)
+        )
+        self.workers: list[WorkerProcess] = []
+
+    def start_worker(self, name: str = "worker") -> WorkerProcess:
+        worker = WorkerProcess(self.env, self.tmp_path / f"{name}.log")
+        self.workers.append(worker.start(self.database_url))
+        return worker
+
+    def chat(self, text: str, tools: list[str] | None = None) -> uuid.UUID:
+        conversation_id = self.client.create_conversation(tools=tools or [])
+        assert self.client.submit_message(conversation_id, text).enqueued
+        return conversation_id
+
+    def wait(self, conversation_id: uuid.UUID, timeout: float = 60) -> ConversationView:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            view = self.client.get_conversation(conversation_id)
+            if not view.is_running:
+                return view
+            time.sleep(0.1)
+        logs = "\n".join(w.log() for w in self.workers)
+        raise AssertionError(f"{conversation_id} still {view.status} after {timeout} s\n{logs}")
+
+    def tool_runs(self) -> Counter[str]:
+        return Counter(entry["tool"] for entry in read_ledger(self.ledger))
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        self.engine.dispose()
+
+
+@pytest.fixture
+def deployment(
+    database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
+) -> Iterator[Deployment]:
+    deployment = Deployment(database_url, redis_url, tmp_path, fake_llm)
+    yield deployment
+    deployment.close()
+
+
+def test_a_turn_with_two_tool_calls_through_a_real_worker(deployment: Deployment) -> None:
+    deployment.llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "call_add", "name": "add", "arguments": {"a": 2, "b": 3}},
+                    {"id": "call_doc", "name": "search_docs", "arguments": {"query": "refund"}},
+                ]
+            },
+            {"text": "2 + 3 = 5, and refunds take 30 days."},
+        ],
+        mode="by_iteration",
+    )
+    deployment.start_worker()
+    conversation_id = deployment.chat(
+        "Add 2 and 3, then find the refund policy", ["add", "search_docs"]
+    )
+    view = deployment.wait(conversation_id)
+    assert (view.status, view.error, view.iterations) == ("idle", None, 2)
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [m.tool_call_id for m in view.messages[2:4]] == ["call_add", "call_doc"]
+    assert view.messages[2].content == "5.0" and not view.messages[2].is_error
+    assert "northwind-refund-policy.md" in (view.messages[3].content or "")
+    assert view.messages[-1].content == "2 + 3 = 5, and refunds take 30 days."
+    assert deployment.tool_runs() == Counter({"add": 1, "search_docs": 1})
+    first, second = deployment.llm.requests()
+    assert {t["function"]["name"] for t in first["body"]["tools"]} == {"add", "search_docs"}
+    assert [m["role"] for m in second["body"]["messages"]][-2:] == ["tool", "tool"]
+    headers = {k.lower(): v for k, v in first["headers"].items()}
+    assert headers["authorization"] == f"Bearer {FAKE_KEY}"
+    assert view.total_tokens > 0
+
+
+def test_the_simple_path_makes_one_call_without_tools(deployment: Deployment) -> None:
+    deployment.llm.script([{"text": "Hello!"}])
+    deployment.start_worker()
+    view = deployment.wait(deployment.chat("Hi"))
+    assert (view.status, [m.role for m in view.messages]) == ("idle", ["user", "assistant"])
+    (request,) = deployment.llm.requests()
+    assert "tools" not in request["body"]
+    assert deployment.tool_runs() == Counter()
+
+
+def test_the_iteration_cap_through_a_real_worker(deployment: Deployment) -> None:
+    always_add = {"tool_calls": [{"id": "", "name": "add", "arguments": {"a": 1, "b": 1}}]}
+    deployment.llm.script([], default=always_add)
+    deployment.start_worker()
+    view = deployment.wait(deployment.chat("Loop forever", ["add"]))
+    assert (view.status, view.error, view.iterations) == (
+        "failed",
+        "Max tool iterations reached",
+        20,
+    )
+    assert len(deployment.llm.requests()) == 20
+    assert deployment.tool_runs() == Counter({"add": 20})
+    ids = [call["id"] for m in view.messages for call in m.tool_calls]
+    assert len(set(ids)) == 20
+
+
+def test_a_killed_worker_s_turn_is_finished_by_another_without_anyone_retrying(
+    deployment: Deployment,
+) -> None:
+    # The first LLM answer takes 3 s: long enough to SIGKILL the worker while it waits.
+    deployment.llm.script(
+        [
+            {
+                "delay": 3,
+                "tool_calls": [{"id": "c1", "name": "write_note", "arguments": {"text": "x"}}],
+            },
+            {"text": "Noted."},
+        ],
+        mode="by_iteration",
+    )
+    first = deployment.start_worker("first")
+    conversation_id = deployment.chat("Write a note", ["write_note"])
+    deadline = time.monotonic() + 20
+    while not deployment.llm.requests() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert deployment.llm.requests(), first.log()
+    first.kill()
+    deployment.start_worker("second")
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", view.error
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
+    assert deployment.tool_runs() == Counter({"write_note": 1})
+    # the dead worker's model call was repeated by the second worker: 2 first-step requests
+    steps = [
+        json.dumps(r["body"]["messages"]).count('"assistant"') for r in deployment.llm.requests()
+    ]
+    assert steps.count(0) == 2 and steps.count(1) == 1

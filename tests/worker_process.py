@@ -1,0 +1,121 @@
+"""Real worker processes for tests: `dramatiq app.worker.actors` started with a test environment.
+
+The environment points the worker at the test database, Redis, the fake LLM server and the MCP
+test server (with a side-effect ledger), with short leases so recovery is quick to observe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_MODEL = "openai/fake-model"
+FAKE_KEY = "sk-test-worker-key-0123456789"
+
+
+def mcp_servers_json(ledger: Path, notes: Path) -> str:
+    return json.dumps(
+        {
+            "mcpServers": {
+                "tools": {
+                    "command": sys.executable,
+                    "args": ["-m", "tests.servers.mcp_server"],
+                    "cwd": str(REPO),
+                    "env": {"MCP_LEDGER_PATH": str(ledger), "MCP_NOTES_PATH": str(notes)},
+                }
+            }
+        }
+    )
+
+
+def worker_environment(
+    database_url: str, redis_url: str, api_base: str, ledger: Path, notes: Path, **extra: str
+) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONPATH": str(REPO),
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "CHATWORKER_MODEL": FAKE_MODEL,
+        "CHATWORKER_LLM_API_BASE": api_base,
+        "CHATWORKER_LLM_API_KEY": FAKE_KEY,
+        "CHATWORKER_LLM_TIMEOUT_SECONDS": "20",
+        "CHATWORKER_TOOL_TIMEOUT_SECONDS": "10",
+        "CHATWORKER_LEASE_TTL_SECONDS": "3",
+        "CHATWORKER_HEARTBEAT_SECONDS": "1",
+        "CHATWORKER_RECOVERY_INTERVAL_SECONDS": "1",
+        "CHATWORKER_MCP_SERVERS": mcp_servers_json(ledger, notes),
+        "dramatiq_worker_timeout": "100",
+    }
+    env.update(extra)
+    return env
+
+
+@dataclass
+class WorkerProcess:
+    """One `dramatiq` worker (a main process and one child) with its own log file."""
+
+    env: dict[str, str]
+    log_path: Path
+    threads: int = 2
+    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+
+    def start(self, database_url: str | None = None, timeout: float = 60) -> WorkerProcess:
+        command = [
+            sys.executable, "-m", "dramatiq", "app.worker.actors",
+            "--queues", "chat", "--processes", "1", "--threads", str(self.threads),
+        ]  # fmt: skip
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        if database_url is not None:
+            self.wait_until_ready(database_url, timeout)
+        return self
+
+    def wait_until_ready(self, database_url: str, timeout: float) -> None:
+        """Ready once the engine has published its tools (it does that when it boots)."""
+        engine = create_engine(database_url)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"worker exited early:\n{self.log()}")
+                with engine.connect() as connection:
+                    count = connection.execute(text("SELECT count(*) FROM tool_catalog")).scalar()
+                if count:
+                    return
+                time.sleep(0.1)
+        finally:
+            engine.dispose()
+        raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the dramatiq main process and its children)."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
