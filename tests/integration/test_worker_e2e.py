@@ -169,3 +169,60 @@ def test_a_killed_worker_s_turn_is_finished_by_another_without_anyone_retrying(
         json.dumps(r["body"]["messages"]).count('"assistant"') for r in deployment.llm.requests()
     ]
     assert steps.count(0) == 2 and steps.count(1) == 1
+
+
+def test_tool_failures_are_fed_back_and_the_turn_goes_on(deployment: Deployment) -> None:
+    deployment.env["CHATWORKER_TOOL_TIMEOUT_SECONDS"] = "1"
+    deployment.llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c_fail", "name": "fail", "arguments": {"message": "disk full"}},
+                    {"id": "c_hang", "name": "hang", "arguments": {"seconds": 30}},
+                    {"id": "c_exit", "name": "exit_process", "arguments": {}},
+                    {"id": "c_bad", "name": "add", "arguments": '{"a": 1,'},
+                    {"id": "c_deny", "name": "write_note", "arguments": {"text": "no"}},
+                    {"id": "c_add", "name": "add", "arguments": {"a": 1, "b": 1}},
+                ]
+            },
+            {"text": "Some tools failed, but 1 + 1 = 2."},
+        ],
+        mode="by_iteration",
+    )
+    deployment.start_worker()
+    allowed = ["fail", "hang", "exit_process", "add"]
+    view = deployment.wait(deployment.chat("Try everything", allowed))
+    assert view.status == "idle", view.error
+    results = {m.tool_call_id: m for m in view.messages if m.role == "tool"}
+    assert all(results[i].is_error for i in ("c_fail", "c_hang", "c_exit", "c_bad", "c_deny"))
+    assert "disk full" in (results["c_fail"].content or "")
+    assert "timed out after 1 s" in (results["c_hang"].content or "")
+    assert "stopped" in (results["c_exit"].content or "")
+    assert "not valid JSON" in (results["c_bad"].content or "")
+    assert "not allowed" in (results["c_deny"].content or "")
+    assert (results["c_add"].content, results["c_add"].is_error) == ("2.0", False)
+    runs = read_ledger(deployment.ledger)
+    assert [r["tool"] for r in runs] == ["fail", "hang", "exit_process", "add"]
+    assert runs[-1]["pid"] != runs[0]["pid"]  # the crashed server was restarted for `add`
+    assert view.messages[-1].content == "Some tools failed, but 1 + 1 = 2."
+
+
+def test_two_workers_given_the_same_job_run_it_once(deployment: Deployment) -> None:
+    deployment.llm.script(
+        [
+            {
+                "delay": 1,
+                "tool_calls": [{"id": "c1", "name": "write_note", "arguments": {"text": "once"}}],
+            },
+            {"text": "Written once."},
+        ],
+        mode="by_iteration",
+    )
+    deployment.start_worker("a")
+    deployment.start_worker("b")
+    conversation_id = deployment.chat("Write one note", ["write_note"])
+    deployment.client._ring(conversation_id, 1)  # the same doorbell delivered a second time
+    view = deployment.wait(conversation_id)
+    assert view.status == "idle"
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
+    assert deployment.tool_runs() == Counter({"write_note": 1})

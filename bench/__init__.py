@@ -1,0 +1,1 @@
+"""Benchmarks of the durable worker, each measured beside its floor in the same run."""
