@@ -51,9 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append((result.name, result.median, result.p95, "ms/iteration"))
     ratio = loop.median / floor.median
     ratio_piped = loop.median / piped.median
-    with throwaway_database(postgres.url) as url, services.claimed_redis_db(redis.url) as redis_db:
-        with tempfile.TemporaryDirectory() as workdir:
-            pickup = measure_pickup(url, redis_db, Path(workdir), trials)
+    with (
+        throwaway_database(postgres.url) as url,
+        services.claimed_redis_db(redis.url) as redis_db,
+        tempfile.TemporaryDirectory() as workdir,
+    ):
+        pickup = measure_pickup(url, redis_db, Path(workdir), trials)
     rows.append(("idle pickup: enqueue -> first LLM request", median(pickup), p95(pickup), "ms"))
 
     print(f"machine: {platform.node()} {platform.machine()} python {platform.python_version()}")

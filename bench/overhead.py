@@ -42,6 +42,10 @@ class Result:
         return p95(self.per_iteration_ms)
 
 
+def _echo(n: int) -> str:
+    return str(n)
+
+
 def _model(request: ModelRequest) -> ModelReply:
     rounds = sum(1 for m in request.messages if m["role"] == "assistant")
     if rounds < ITERATIONS_PER_TURN - 1:
@@ -62,7 +66,7 @@ def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
 
 def measure_loop(database_url: str, conversations: int) -> Result:
     engine = make_engine(database_url)
-    tools = testing.InMemoryTools({"echo": lambda n: str(n)})
+    tools = testing.InMemoryTools({"echo": _echo})
     store = Store(engine)
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
@@ -130,10 +134,19 @@ def _floor_turn(conn: psycopg.Connection, conversation_id: uuid.UUID, pipeline: 
         if pipeline:
             with conn.pipeline():
                 seq = _floor_iteration(
-                    conn, fence, insert, conversation_id, epoch, seq, step, final
+                    conn,
+                    fence,
+                    insert,
+                    conversation_id,
+                    epoch=epoch,
+                    seq=seq,
+                    step=step,
+                    final=final,
                 )
         else:
-            seq = _floor_iteration(conn, fence, insert, conversation_id, epoch, seq, step, final)
+            seq = _floor_iteration(
+                conn, fence, insert, conversation_id, epoch=epoch, seq=seq, step=step, final=final
+            )
 
 
 def _floor_iteration(
@@ -141,6 +154,7 @@ def _floor_iteration(
     fence: str,
     insert: str,
     conversation_id: uuid.UUID,
+    *,
     epoch: int,
     seq: int,
     step: int,

@@ -1,0 +1,32 @@
+"""The benchmark runs (a smoke test of `python -m bench --quick`; its times are not checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_benchmark_prints_its_table_and_writes_json(
+    postgres_server: str, redis_server: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "bench.json"
+    env = {**os.environ, "TEST_DATABASE_URL": postgres_server, "TEST_REDIS_URL": redis_server}
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--json", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "durable loop / raw psycopg floor" in result.stdout
+    report = json.loads(out.read_text())
+    names = [row["name"] for row in report["rows"]]
+    assert "durable loop (ChatService)" in names and "floor: raw psycopg" in names
+    assert all(row["median"] > 0 for row in report["rows"])
