@@ -163,26 +163,8 @@ class ChatClient:
         """Append the user's message and start a turn; refused while a turn is running."""
         conversation_id = _as_uuid(conversation_id)
         self._check_text(text, "message")
-        now = datetime.now(UTC)
         with self.engine.begin() as connection:
-            started = connection.execute(
-                update(conversations)
-                .where(
-                    conversations.c.id == conversation_id,
-                    conversations.c.status.in_((IDLE, FAILED)),
-                )
-                .values(
-                    status=PROCESSING,
-                    error=None,
-                    iterations=0,
-                    attempts=0,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    heartbeat_at=now,
-                    updated_at=now,
-                )
-            )
-            if started.rowcount != 1:
+            if not _start_turn(connection, conversation_id, from_statuses=(IDLE, FAILED)):
                 self._raise_not_startable(connection, conversation_id, "a new message")
             seq = connection.execute(
                 select(func.coalesce(func.max(messages.c.seq), 0) + 1).where(
@@ -199,21 +181,8 @@ class ChatClient:
     def retry_conversation(self, conversation_id: uuid.UUID | str) -> Submitted:
         """Continue a failed turn from its transcript (pending tool calls run first)."""
         conversation_id = _as_uuid(conversation_id)
-        now = datetime.now(UTC)
         with self.engine.begin() as connection:
-            started = connection.execute(
-                update(conversations)
-                .where(conversations.c.id == conversation_id, conversations.c.status == FAILED)
-                .values(
-                    status=PROCESSING,
-                    error=None,
-                    iterations=0,
-                    attempts=0,
-                    heartbeat_at=now,
-                    updated_at=now,
-                )
-            )
-            if started.rowcount != 1:
+            if not _start_turn(connection, conversation_id, from_statuses=(FAILED,)):
                 self._raise_not_retryable(connection, conversation_id)
             seq = connection.execute(
                 select(func.coalesce(func.max(messages.c.seq), 0)).where(
@@ -348,6 +317,28 @@ class AsyncChatClient:
 
     async def close(self) -> None:
         await asyncio.to_thread(self.sync.close)
+
+
+def _start_turn(
+    connection: Any, conversation_id: uuid.UUID, from_statuses: tuple[str, ...]
+) -> bool:
+    """Set a resting conversation `processing` with a fresh turn budget; False if it is not."""
+    now = datetime.now(UTC)
+    started = connection.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id, conversations.c.status.in_(from_statuses))
+        .values(
+            status=PROCESSING,
+            error=None,
+            iterations=0,
+            attempts=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            heartbeat_at=now,
+            updated_at=now,
+        )
+    )
+    return bool(started.rowcount == 1)
 
 
 def _default_enqueue(conversation_id: uuid.UUID) -> None:

@@ -116,6 +116,16 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'chatworker.db'}"
 
 
+@pytest.fixture(params=["postgresql", "sqlite"])
+def any_database_url(request: pytest.FixtureRequest) -> str:
+    """A fresh database at the head migration, once on PostgreSQL and once on SQLite."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("database_url"))
+    url = str(request.getfixturevalue("sqlite_url"))
+    upgrade(url)
+    return url
+
+
 # --- Redis --------------------------------------------------------------------------------------
 
 

@@ -63,6 +63,7 @@ class Engine:
         self._accepting = False
         self._slots: asyncio.Semaphore | None = None
         self._start_error: BaseException | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     # --- thread-safe API -------------------------------------------------------------------------
 
@@ -186,9 +187,8 @@ class Engine:
 
     async def _drain(self, grace: float) -> None:
         self._accepting = False
-        sweeper = getattr(self, "_sweeper", None)
-        if sweeper is not None:
-            sweeper.cancel()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         pending = list(self._running.values())
         if pending:
             _done, still = await asyncio.wait(pending, timeout=grace)

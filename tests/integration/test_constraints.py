@@ -15,18 +15,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db import make_engine
-from app.migrate import upgrade
 from app.models import Conversation, Message
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def db(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    if request.param == "postgresql":
-        url = str(request.getfixturevalue("database_url"))
-    else:
-        url = str(request.getfixturevalue("sqlite_url"))
-        upgrade(url)
-    engine = make_engine(url)
+@pytest.fixture
+def db(any_database_url: str) -> Iterator[Engine]:
+    engine = make_engine(any_database_url)
     yield engine
     engine.dispose()
 

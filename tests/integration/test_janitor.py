@@ -6,7 +6,6 @@ import asyncio
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from sqlalchemy import Engine, text, update
 
 from app.client import ChatClient
 from app.config import load_settings
-from app.db import make_engine
 from app.models import Conversation
 from app.worker import testing
 from app.worker.janitor import clean_up, stale_error
@@ -23,13 +21,6 @@ from app.worker.loop import ChatService, LoopConfig, Outcome
 from app.worker.store import LeaseLost, Store
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:
-    engine = make_engine(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

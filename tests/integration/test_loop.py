@@ -20,7 +20,6 @@ from sqlalchemy import Engine
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.migrate import upgrade
 from app.models import Conversation
 from app.worker import testing
 from app.worker.loop import GAVE_UP_ERROR, ChatService, LoopConfig, Outcome
@@ -86,13 +85,9 @@ def make_tools() -> testing.InMemoryTools:
     )
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
-def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    if request.param == "postgresql":
-        url = str(request.getfixturevalue("database_url"))
-    else:
-        url = str(request.getfixturevalue("sqlite_url"))
-        upgrade(url)
+@pytest.fixture
+def world(any_database_url: str) -> Iterator[World]:
+    url = any_database_url
     engine = make_engine(url)
     tools = make_tools()
     store = Store(engine)
