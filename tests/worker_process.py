@@ -1,4 +1,4 @@
-"""Real worker processes for tests: `dramatiq app.worker.actors` started with a test environment.
+"""Real worker processes for tests: `chatworker worker` started with a test environment.
 
 The environment points the worker at the test database, Redis, the fake LLM server and the MCP
 test server (with a side-effect ledger), with short leases so recovery is quick to observe.
@@ -71,9 +71,10 @@ class WorkerProcess:
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self, database_url: str | None = None, timeout: float = 60) -> WorkerProcess:
+        # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
         command = [
-            sys.executable, "-m", "dramatiq", "app.worker.actors",
-            "--queues", "chat", "--processes", "1", "--threads", str(self.threads),
+            sys.executable, "-m", "app.cli", "worker", "--processes", "1",
+            "--threads", str(self.threads),
         ]  # fmt: skip
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(

@@ -19,7 +19,7 @@ from app.db import make_engine
 from app.queue import make_broker, ring
 from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
-from tests.worker_process import FAKE_KEY, FAKE_MODEL, WorkerProcess, worker_environment
+from tests.worker_process import FAKE_KEY, FAKE_MODEL, REPO, WorkerProcess, worker_environment
 
 
 class Deployment:
@@ -226,3 +226,43 @@ def test_two_workers_given_the_same_job_run_it_once(deployment: Deployment) -> N
     assert view.status == "idle"
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
     assert deployment.tool_runs() == Counter({"write_note": 1})
+
+
+def test_the_cli_submits_and_follows_a_turn(deployment: Deployment) -> None:
+    import subprocess
+    import sys
+
+    deployment.llm.script([{"text": "Hello from the worker."}])
+    deployment.start_worker()
+    env = {**deployment.env}
+
+    def chatworker(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", *args],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    submitted = chatworker("submit", "Hi there")
+    assert submitted.returncode == 0, submitted.stderr
+    conversation_id = submitted.stdout.split()[1]
+    followed = chatworker("status", conversation_id, "--follow")
+    assert followed.returncode == 0, followed.stderr
+    assert "  user: Hi there" in followed.stdout
+    assert "  assistant: Hello from the worker." in followed.stdout
+    assert followed.stdout.rstrip().endswith("[idle]")
+    as_json = json.loads(chatworker("status", conversation_id, "--json").stdout)
+    assert as_json["status"] == "idle" and len(as_json["messages"]) == 2
+
+
+def test_the_worker_command_needs_redis(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "worker"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "REDIS_URL is not set" in result.stderr
