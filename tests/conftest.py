@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from app.db import make_engine
 from app.migrate import upgrade
 from tests import services
+from tests.invariants import violations
 from tests.servers.fake_llm import FakeLLMServer
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
@@ -86,12 +87,24 @@ def migrated_template(postgres_server: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def database_url(postgres_server: str, migrated_template: str) -> Iterator[str]:
-    """A fresh PostgreSQL database at the head migration, for this test only."""
+def database_url(
+    postgres_server: str, migrated_template: str, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh PostgreSQL database at the head migration, for this test only.
+
+    After the test, the structural invariants (tests/invariants.py) must hold in it, unless the
+    test is marked `raw_rows` (it writes rows by hand to test the constraints themselves).
+    """
     name = services.unique_name("db")
     url = services.create_database(postgres_server, name, template=migrated_template)
     yield url
-    services.drop_database(postgres_server, name)
+    try:
+        if request.node.get_closest_marker("raw_rows") is None:
+            problems = violations(url, at_rest=False, live_within=24 * 3600)
+            if problems:
+                pytest.fail("invariants violated after the test:\n  " + "\n  ".join(problems))
+    finally:
+        services.drop_database(postgres_server, name)
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session
 from app.db import make_engine
 from app.models import Conversation, Message
 
+pytestmark = pytest.mark.raw_rows  # these tests build invalid transcripts on purpose
+
 
 @pytest.fixture
 def db(any_database_url: str) -> Iterator[Engine]:

@@ -1,0 +1,151 @@
+"""The invariants of the product, checked by one function after every test and every soak.
+
+`violations(database_url, at_rest=...)` returns a readable list (empty when all hold):
+
+- seq is gap-free (1..n) in every conversation;
+- tool call ids are unique per conversation, every result answers an earlier call, and every call
+  has exactly one result (a failed turn may leave the calls of its last assistant message open);
+- at most one final answer per user turn, and it ends the turn;
+- a conversation at rest has a released lease; a failed one says why;
+- with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
+  heartbeat otherwise);
+- no session of the database is left "idle in transaction";
+- no MCP test server process is left orphaned.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from tests.services import libpq_dsn
+
+MCP_SERVER_MARK = "tests.servers.mcp_server"
+
+
+def violations(database_url: str, *, at_rest: bool = True, live_within: float = 60.0) -> list[str]:
+    """Every broken invariant of the database at `database_url`, as sentences."""
+    problems: list[str] = []
+    with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
+        conversations = conn.execute(
+            "SELECT id, status, error, lease_owner, heartbeat_at FROM conversations"
+        ).fetchall()
+        rows = conn.execute(
+            "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
+            "FROM messages ORDER BY conversation_id, seq"
+        ).fetchall()
+        problems += _idle_in_transaction(conn, make_url(database_url).database or "")
+    transcripts: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        transcripts[row[0]].append(row[1:])
+    now = datetime.now(UTC)
+    for conversation_id, status, error, lease_owner, heartbeat_at in conversations:
+        where = f"conversation {conversation_id} ({status})"
+        messages = transcripts.get(conversation_id, [])
+        checked = transcript_violations(messages, status, complete=at_rest)
+        problems += [f"{where}: {p}" for p in checked]
+        if status in ("idle", "failed") and lease_owner is not None:
+            problems.append(f"{where}: at rest but still leased to {lease_owner}")
+        if status == "failed" and not (error or "").strip():
+            problems.append(f"{where}: failed without an error")
+        if status in ("processing", "tool_loop") and at_rest:
+            problems.append(f"{where}: still running at the end")
+        running = status in ("processing", "tool_loop") and lease_owner is not None
+        if running and heartbeat_at < now - timedelta(seconds=live_within):
+            problems.append(f"{where}: leased without a live heartbeat ({heartbeat_at})")
+    problems += orphaned_mcp_servers()
+    return problems
+
+
+def transcript_violations(
+    messages: list[tuple[Any, ...]], status: str, complete: bool = True
+) -> list[str]:
+    """Violations within one transcript of (seq, role, content, tool_calls, tool_call_id) rows.
+
+    `complete`: the conversation is at rest, so every call but a failed turn's last is answered
+    and an idle transcript ends with an answer.
+    """
+    problems = []
+    seqs = [m[0] for m in messages]
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"seq is not gap-free: {seqs}")
+    asked, answered, last_calls = _calls_and_results(messages, problems)
+    if len(asked) != len(set(asked)):
+        problems.append("tool call ids are not unique")
+    may_be_open = set(last_calls) if status != "idle" or not complete else set()
+    for call_id in asked:
+        if answered[call_id] > 1:
+            problems.append(f"tool call {call_id} has {answered[call_id]} results")
+        elif answered[call_id] == 0 and call_id not in may_be_open:
+            problems.append(f"tool call {call_id} has no result")
+    ends_open = bool(messages) and (messages[-1][1] != "assistant" or bool(messages[-1][3]))
+    if complete and status == "idle" and ends_open:
+        problems.append("idle, but the transcript does not end with an answer")
+    return problems
+
+
+def _calls_and_results(
+    messages: list[tuple[Any, ...]], problems: list[str]
+) -> tuple[list[str], dict[str, int], list[str]]:
+    """Walk the transcript: calls asked, results per call, the last message's calls; note
+    results that answer nothing and turns with more than one final answer."""
+    asked: list[str] = []
+    answered: dict[str, int] = defaultdict(int)
+    last_calls: list[str] = []
+    finals_in_turn = 0
+    for index, (seq, role, _content, tool_calls, tool_call_id) in enumerate(messages):
+        if role == "user":
+            finals_in_turn = 0
+        elif role == "assistant" and tool_calls:
+            last_calls = [call["id"] for call in tool_calls]
+            asked += last_calls
+        elif role == "assistant":
+            finals_in_turn += 1
+            following = messages[index + 1] if index + 1 < len(messages) else None
+            if finals_in_turn > 1:
+                problems.append(f"more than one final answer in one turn (seq {seq})")
+            if following is not None and following[1] != "user":
+                problems.append(f"the final answer at seq {seq} is followed by a {following[1]}")
+        elif role == "tool":
+            if tool_call_id not in asked:
+                problems.append(f"result at seq {seq} answers no earlier call ({tool_call_id})")
+            answered[tool_call_id] += 1
+    return asked, answered, last_calls
+
+
+def _idle_in_transaction(conn: psycopg.Connection[Any], database: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT pid, application_name, state_change FROM pg_stat_activity "
+        "WHERE datname = %s AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()",
+        (database,),
+    ).fetchall()
+    return [f"session {pid} ({app}) idle in transaction since {since}" for pid, app, since in rows]
+
+
+def orphaned_mcp_servers() -> list[str]:
+    """MCP test servers whose parent is gone (a leak: nobody will ever stop them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if MCP_SERVER_MARK in cmdline and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
+            found.append(f"orphaned MCP server process {proc.name}: {cmdline.strip()}")
+    return found
+
+
+def assert_invariants(database_url: str, *, at_rest: bool = True) -> None:
+    problems = violations(database_url, at_rest=at_rest)
+    assert not problems, "invariants violated:\n  " + "\n  ".join(problems)
+
+
+__all__ = ["assert_invariants", "orphaned_mcp_servers", "transcript_violations", "violations"]

@@ -1,0 +1,73 @@
+"""The invariant checker catches each kind of broken transcript (a checker that cannot fail
+proves nothing)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.invariants import transcript_violations
+
+
+def user(seq: int) -> tuple[Any, ...]:
+    return (seq, "user", "q", None, None)
+
+
+def calls(seq: int, *ids: str) -> tuple[Any, ...]:
+    return (seq, "assistant", None, [{"id": i, "name": "t", "arguments": "{}"} for i in ids], None)
+
+
+def result(seq: int, call_id: str) -> tuple[Any, ...]:
+    return (seq, "tool", "ok", None, call_id)
+
+
+def answer(seq: int) -> tuple[Any, ...]:
+    return (seq, "assistant", "a", None, None)
+
+
+def test_a_clean_transcript_has_no_violations() -> None:
+    transcript = [
+        user(1),
+        calls(2, "a", "b"),
+        result(3, "a"),
+        result(4, "b"),
+        answer(5),
+        user(6),
+        answer(7),
+    ]
+    assert transcript_violations(transcript, "idle") == []
+
+
+@pytest.mark.parametrize(
+    ("transcript", "status", "expected"),
+    [
+        ([user(1), answer(3)], "idle", "not gap-free"),
+        ([user(1), calls(2, "a"), answer(3)], "idle", "has no result"),
+        ([user(1), calls(2, "a"), result(3, "a"), result(4, "a"), answer(5)], "idle", "2 results"),
+        (
+            [user(1), calls(2, "a"), result(3, "a"), calls(4, "a"), result(5, "a"), answer(6)],
+            "idle",
+            "not unique",
+        ),
+        ([user(1), result(2, "zz"), answer(3)], "idle", "answers no earlier call"),
+        ([user(1), answer(2), answer(3)], "idle", "more than one final answer"),
+        ([user(1), answer(2), calls(3, "a"), result(4, "a")], "failed", "followed by a assistant"),
+        ([user(1), calls(2, "a"), result(3, "a")], "idle", "does not end with an answer"),
+    ],
+)
+def test_each_violation_is_reported(
+    transcript: list[tuple[Any, ...]], status: str, expected: str
+) -> None:
+    problems = transcript_violations(transcript, status)
+    assert any(expected in p for p in problems), problems
+
+
+def test_a_failed_turn_may_leave_its_last_calls_open() -> None:
+    assert transcript_violations([user(1), calls(2, "a", "b"), result(3, "a")], "failed") == []
+    assert (
+        transcript_violations([user(1), calls(2, "a"), result(3, "a"), calls(4, "b")], "failed")
+        == []
+    )
+    problems = transcript_violations([user(1), calls(2, "a"), calls(3, "b")], "failed")
+    assert any("a has no result" in p for p in problems)
