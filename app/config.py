@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         500, ge=1, le=10_000, description="conversations one worker process runs at once"
     )
+    shutdown_grace_seconds: float = Field(
+        10, ge=0, description="on SIGTERM, how long running turns may finish before release"
+    )
     recovery_interval_seconds: float = Field(
         15, gt=0, description="how often a worker re-enqueues conversations whose lease expired"
     )

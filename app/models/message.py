@@ -58,6 +58,8 @@ class Message(Base):
     tool_call_id: Mapped[str | None] = mapped_column(String(200))
     tool_name: Mapped[str | None] = mapped_column(String(200))
     is_error: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sql_text("false"))
+    # Why the model stopped (assistant messages): "length" marks tool calls cut off mid-way.
+    finish_reason: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )

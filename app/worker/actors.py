@@ -15,11 +15,10 @@ import dramatiq
 
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
+from app.worker import failpoints
 from app.worker.engine import Engine
 
 log = logging.getLogger(__name__)
-
-SHUTDOWN_GRACE_SECONDS = 10.0
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -38,12 +37,13 @@ def current_engine() -> Engine:
         return _engine
 
 
-def stop_engine(grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+def stop_engine(grace: float | None = None) -> None:
+    """Drain this process's engine: `grace` seconds (default: the setting) for running turns."""
     global _engine
     with _lock:
         engine, _engine = _engine, None
     if engine is not None:
-        engine.stop(grace)
+        engine.stop(get_settings().shutdown_grace_seconds if grace is None else grace)
 
 
 class EngineLifecycle(dramatiq.Middleware):
@@ -73,4 +73,6 @@ def chat_turn(conversation_id: str) -> None:
     except (ValueError, TypeError):
         log.error("dropping a chat message with an invalid conversation id: %r", conversation_id)
         return
+    failpoints.hit("job_received")
     current_engine().ring(parsed)
+    failpoints.hit("before_ack")

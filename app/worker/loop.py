@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
-from app.worker import plan
+from app.worker import failpoints, plan
 from app.worker.plan import CallModel, Entry, Fail, Finish, RunTools, ToolCall
 from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolDefinition, ToolProvider
 from app.worker.store import Claim, LeaseLost, Snapshot, Store
@@ -47,6 +47,7 @@ class LoopConfig:
     lease_ttl: float = 30.0
     heartbeat_interval: float = 10.0
     max_attempts: int = 3
+    max_error_rounds: int = plan.MAX_ERROR_ROUNDS
 
 
 class ChatService:
@@ -82,6 +83,7 @@ class ChatService:
                 self.store.fail, claim, GAVE_UP_ERROR.format(attempts=snapshot.attempts - 1)
             )
             return Outcome.FAILED
+        failpoints.hit("after_claim")
         lost = asyncio.Event()
         beating = asyncio.create_task(self._heartbeat(claim, asyncio.current_task(), lost))
         try:
@@ -143,9 +145,13 @@ class _Turn:
         await self._load_tools()
         config = self.service.config
         while True:
-            action = plan.next_action(self.transcript, self.iterations, config.max_iterations)
+            action = plan.next_action(
+                self.transcript, self.iterations, config.max_iterations, config.max_error_rounds
+            )
             match action:
                 case CallModel():
+                    if self.transcript[-1].role == "tool":
+                        failpoints.hit("results_committed")
                     outcome = await self._call_model()
                     if outcome is not None:
                         return outcome
@@ -181,7 +187,11 @@ class _Turn:
         except ModelError as exc:
             await self.db(self.service.store.fail, self.claim, str(exc))
             return Outcome.FAILED
+        failpoints.hit("llm_answered")
         store, seq = self.service.store, self._next_seq()
+        if reply.finish_reason == "content_filter":
+            await self.db(store.fail, self.claim, plan.CONTENT_FILTER_ERROR, reply.usage)
+            return Outcome.FAILED
         if reply.tool_calls:
             calls = plan.unique_tool_calls(
                 reply.tool_calls, plan.tool_call_ids(self.transcript), seq
@@ -194,26 +204,37 @@ class _Turn:
                 calls=calls,
                 usage=reply.usage,
                 ttl=self.service.config.lease_ttl,
+                finish_reason=reply.finish_reason,
             )
             self.transcript.append(entry)
             self.iterations += 1
+            failpoints.hit("tool_calls_committed")
             return None
         if not (reply.content or "").strip():
             await self.db(store.fail, self.claim, plan.EMPTY_REPLY_ERROR, reply.usage)
             return Outcome.FAILED
         entry = await self.db(
-            store.record_answer, self.claim, seq, reply.content or "", reply.usage
+            store.record_answer,
+            self.claim,
+            seq,
+            reply.content or "",
+            reply.usage,
+            reply.finish_reason,
         )
         self.transcript.append(entry)
+        failpoints.hit("final_committed")
         return Outcome.IDLE
 
     async def _run_tool(self, call: ToolCall) -> None:
-        checked = plan.check_call(call, self.offered, self.known)
+        asked_by = next(e for e in reversed(self.transcript) if e.role == "assistant")
+        cut_off = asked_by.finish_reason == "length"
+        checked = plan.check_call(call, self.offered, self.known, cut_off)
         if isinstance(checked, str):
             content, is_error = checked, True
         else:
             result = await self.service.tools.execute(call.name, checked)
             content, is_error = result.content, result.is_error
+            failpoints.hit("tool_ran", call.name)
         entry = await self.db(
             self.service.store.record_tool_result,
             self.claim,

@@ -24,6 +24,15 @@ from typing import Any
 
 MAX_ITERATIONS_ERROR = "Max tool iterations reached"
 EMPTY_REPLY_ERROR = "The model returned an empty message"
+CONTENT_FILTER_ERROR = "The provider's content filter blocked the model's answer"
+ERROR_ROUNDS_ERROR = (
+    "The model's tool calls failed {rounds} rounds in a row; the last error: {last}"
+)
+CUT_OFF_RESULT = (
+    "Error: your reply was cut off by the output length limit before this tool call was "
+    "complete, so it was not run. Make a shorter call."
+)
+MAX_ERROR_ROUNDS = 3
 NO_USER_MESSAGE_ERROR = "Nothing to answer: the conversation has no user message"
 INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
 
@@ -55,6 +64,7 @@ class Entry:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    finish_reason: str | None = None
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -87,8 +97,17 @@ class Fail:
 Action = CallModel | RunTools | Finish | Fail
 
 
-def next_action(transcript: Sequence[Entry], iterations: int, max_iterations: int) -> Action:
-    """The next step of the turn, from what is committed and the turn's LLM call count."""
+def next_action(
+    transcript: Sequence[Entry],
+    iterations: int,
+    max_iterations: int,
+    max_error_rounds: int = MAX_ERROR_ROUNDS,
+) -> Action:
+    """The next step of the turn, from what is committed and the turn's LLM call count.
+
+    Failed tool calls go back to the model so it can fix them, but only `max_error_rounds`
+    rounds in a row whose every result is an error: then the turn fails instead of looping.
+    """
     turn = current_turn(transcript)
     if not turn:
         return Fail(NO_USER_MESSAGE_ERROR)
@@ -98,9 +117,29 @@ def next_action(transcript: Sequence[Entry], iterations: int, max_iterations: in
     pending = pending_calls(turn)
     if pending:
         return RunTools(pending)
+    rounds, last_error = _error_rounds(turn)
+    if rounds >= max_error_rounds:
+        return Fail(ERROR_ROUNDS_ERROR.format(rounds=rounds, last=last_error))
     if iterations >= max_iterations:
         return Fail(MAX_ITERATIONS_ERROR)
     return CallModel()
+
+
+def _error_rounds(turn: Sequence[Entry]) -> tuple[int, str]:
+    """How many tool rounds at the end of the turn failed entirely, and the last error."""
+    rounds, last_error, results = 0, "", []
+    for entry in reversed(turn):
+        if entry.role == "tool":
+            results.append(entry)
+        elif entry.role == "assistant" and entry.tool_calls:
+            if not results or not all(r.is_error for r in results):
+                break
+            rounds += 1
+            last_error = last_error or (results[0].content or "")
+            results = []
+        else:
+            break
+    return rounds, last_error[:300]
 
 
 def current_turn(transcript: Sequence[Entry]) -> Sequence[Entry]:
@@ -160,12 +199,16 @@ def tool_call_ids(transcript: Iterable[Entry]) -> set[str]:
 
 
 def check_call(
-    call: ToolCall, offered: Collection[str], known: Collection[str]
+    call: ToolCall, offered: Collection[str], known: Collection[str], cut_off: bool = False
 ) -> dict[str, Any] | str:
     """The call's arguments as a JSON object, or the error result to feed back instead.
 
-    A tool that is not offered to this conversation never runs, even when the model names it.
+    A tool that is not offered to this conversation never runs, even when the model names it;
+    nor does a call from a reply the length limit cut off (`cut_off`), whose arguments may be
+    incomplete even when they parse.
     """
+    if cut_off:
+        return CUT_OFF_RESULT
     if call.name not in offered:
         if call.name in known:
             return f"Tool {call.name} is not allowed in this conversation."
@@ -238,8 +281,12 @@ def _sendable_arguments(arguments: str) -> str:
 
 
 __all__ = [
+    "CONTENT_FILTER_ERROR",
+    "CUT_OFF_RESULT",
     "EMPTY_REPLY_ERROR",
+    "ERROR_ROUNDS_ERROR",
     "INTERRUPTED_RESULT",
+    "MAX_ERROR_ROUNDS",
     "MAX_ITERATIONS_ERROR",
     "NO_USER_MESSAGE_ERROR",
     "Action",

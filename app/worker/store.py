@@ -157,9 +157,10 @@ class Store:
         calls: Sequence[ToolCall],
         usage: Usage,
         ttl: float,
+        finish_reason: str | None = None,
     ) -> Entry:
         """The assistant's tool calls and status `tool_loop`, in one transaction."""
-        entry = Entry(seq, "assistant", content, tuple(calls))
+        entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
         with self.engine.begin() as connection:
             self._fence(connection, claim, ttl=ttl, status=TOOL_LOOP, **_counted(usage))
             _insert(connection, claim.conversation_id, entry)
@@ -177,9 +178,11 @@ class Store:
             _insert(connection, claim.conversation_id, entry)
         return entry
 
-    def record_answer(self, claim: Claim, seq: int, content: str, usage: Usage) -> Entry:
+    def record_answer(
+        self, claim: Claim, seq: int, content: str, usage: Usage, finish_reason: str | None = None
+    ) -> Entry:
         """The final text and status `idle` (lease released), in one transaction."""
-        entry = Entry(seq, "assistant", content)
+        entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
         with self.engine.begin() as connection:
             self._fence(connection, claim, status=IDLE, **_released(), **_counted(usage))
             _insert(connection, claim.conversation_id, entry)
@@ -316,6 +319,7 @@ def _load_transcript(connection: Connection, conversation_id: uuid.UUID) -> Iter
             messages.c.tool_call_id,
             messages.c.tool_name,
             messages.c.is_error,
+            messages.c.finish_reason,
         )
         .where(messages.c.conversation_id == conversation_id)
         .order_by(messages.c.seq)
@@ -323,7 +327,14 @@ def _load_transcript(connection: Connection, conversation_id: uuid.UUID) -> Iter
     for row in rows:
         calls = tuple(ToolCall.from_json(c) for c in row.tool_calls or ())
         yield Entry(
-            row.seq, row.role, row.content, calls, row.tool_call_id, row.tool_name, row.is_error
+            row.seq,
+            row.role,
+            row.content,
+            calls,
+            row.tool_call_id,
+            row.tool_name,
+            row.is_error,
+            row.finish_reason,
         )
 
 
@@ -339,6 +350,7 @@ def _insert(connection: Connection, conversation_id: uuid.UUID, entry: Entry) ->
                 tool_call_id=entry.tool_call_id,
                 tool_name=entry.tool_name,
                 is_error=entry.is_error,
+                finish_reason=entry.finish_reason,
             )
         )
     except IntegrityError as exc:

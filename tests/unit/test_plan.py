@@ -7,6 +7,7 @@ import json
 import pytest
 
 from app.worker.plan import (
+    CUT_OFF_RESULT,
     INTERRUPTED_RESULT,
     MAX_ITERATIONS_ERROR,
     NO_USER_MESSAGE_ERROR,
@@ -16,6 +17,7 @@ from app.worker.plan import (
     Finish,
     RunTools,
     ToolCall,
+    check_call,
     next_action,
     provider_messages,
     tool_call_ids,
@@ -228,3 +230,73 @@ def test_invalid_json_arguments_are_sent_as_an_empty_object() -> None:
     messages = provider_messages(None, [user(1), calls(2, broken), result(3, broken, "bad")])
     sent = messages[1]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(sent) == {}
+
+
+# --- model-fixable mistakes go back to the model, a bounded number of times ----------------------
+
+
+def failed(seq: int, call: ToolCall) -> Entry:
+    return result(seq, call, "Error: bad arguments", is_error=True)
+
+
+def test_one_round_of_errors_goes_back_to_the_model() -> None:
+    transcript = [user(1), calls(2, A), failed(3, A)]
+    assert next_action(transcript, 1, CAP) == CallModel()
+
+
+def test_three_rounds_of_only_errors_fail_the_turn() -> None:
+    transcript = [
+        user(1),
+        calls(2, A),
+        failed(3, A),
+        calls(4, B),
+        failed(5, B),
+        calls(6, C),
+        failed(7, C),
+    ]
+    action = next_action(transcript, 3, CAP)
+    assert isinstance(action, Fail)
+    assert action.error.startswith("The model's tool calls failed 3 rounds in a row")
+    assert "bad arguments" in action.error
+
+
+def test_a_round_with_one_success_resets_the_count() -> None:
+    mixed = [user(1), calls(2, A), failed(3, A), calls(4, A, B), failed(5, A), result(6, B)]
+    transcript = [*mixed, calls(7, C), failed(8, C), calls(9, A), failed(10, A)]
+    assert next_action(transcript, 5, CAP) == CallModel()
+
+
+def test_errors_of_an_earlier_turn_do_not_count() -> None:
+    earlier = [user(1), calls(2, A), failed(3, A), calls(4, B), failed(5, B), answer(6)]
+    transcript = [*earlier, user(7), calls(8, C), failed(9, C)]
+    assert next_action(transcript, 1, CAP) == CallModel()
+
+
+def test_the_cap_is_configurable() -> None:
+    transcript = [user(1), calls(2, A), failed(3, A)]
+    assert isinstance(next_action(transcript, 1, CAP, max_error_rounds=1), Fail)
+
+
+def test_a_call_cut_off_by_the_length_limit_is_not_run() -> None:
+    complete_looking = ToolCall("c1", "add", '{"a": 1, "b": 2}')
+    assert check_call(complete_looking, {"add"}, {"add"}, cut_off=True) == CUT_OFF_RESULT
+    assert check_call(complete_looking, {"add"}, {"add"}) == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (ToolCall("c", "add", ""), {}),
+        (ToolCall("c", "add", "  "), {}),
+        (ToolCall("c", "nope", "{}"), "Unknown tool: nope"),
+        (ToolCall("c", "secret", "{}"), "Tool secret is not allowed"),
+        (ToolCall("c", "add", "{"), "not valid JSON"),
+        (ToolCall("c", "add", '"text"'), "expected a JSON object, got str"),
+    ],
+)
+def test_check_call(call: ToolCall, expected: object) -> None:
+    checked = check_call(call, offered={"add"}, known={"add", "secret"})
+    if isinstance(expected, str):
+        assert isinstance(checked, str) and expected in checked
+    else:
+        assert checked == expected

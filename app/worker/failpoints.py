@@ -1,0 +1,67 @@
+"""Failpoints: named places in the worker where a test makes the process SIGKILL itself.
+
+    CHATWORKER_FAILPOINT="tool_ran"            the first time the point is reached
+    CHATWORKER_FAILPOINT="tool_ran:3"          the third time
+    CHATWORKER_FAILPOINT="tool_ran@write_note" only when that tool is the one involved
+    CHATWORKER_FAILPOINT="after_claim,tool_ran:2"   several points
+
+Read once at import; when unset, `hit()` returns at its first line (the hot path pays one check).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+ENV = "CHATWORKER_FAILPOINT"
+
+POINTS = {
+    "job_received": "the actor got the doorbell; the processing claim is not committed",
+    "after_claim": "the claim is committed; the LLM has not been called",
+    "llm_answered": "the LLM answer is received; nothing of it is committed",
+    "tool_calls_committed": "the assistant tool calls and tool_loop are committed; no tool started",
+    "tool_ran": "a tool ran (its side effect happened); its result is not committed",
+    "results_committed": "every tool result is committed; the next LLM call has not started",
+    "final_committed": "the final text and idle are committed",
+    "before_ack": "the engine has the doorbell; dramatiq has not acknowledged the message",
+}
+
+
+@dataclass(frozen=True)
+class Failpoint:
+    point: str
+    nth: int = 1
+    tool: str | None = None
+
+
+def parse(spec: str) -> tuple[Failpoint, ...]:
+    """`point[:n][@tool]`, comma-separated; an unknown point is an error, not a silent no-op."""
+    armed = []
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        rest, _, tool = item.partition("@")
+        point, _, nth = rest.partition(":")
+        if point not in POINTS:
+            raise ValueError(f"{ENV}: unknown failpoint {point!r}; known: {', '.join(POINTS)}")
+        armed.append(Failpoint(point, int(nth) if nth else 1, tool or None))
+    return tuple(armed)
+
+
+ARMED = parse(os.environ.get(ENV, ""))
+_reached: Counter[tuple[str, str | None]] = Counter()
+
+
+def hit(point: str, tool: str | None = None) -> None:
+    """Die here if a failpoint names this point (and this tool, and this occurrence)."""
+    if not ARMED:
+        return
+    for failpoint in ARMED:
+        if failpoint.point != point or (failpoint.tool is not None and failpoint.tool != tool):
+            continue
+        key = (point, failpoint.tool)
+        _reached[key] += 1
+        if _reached[key] == failpoint.nth:
+            print(f"failpoint {point} reached: SIGKILL", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
