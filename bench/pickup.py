@@ -24,7 +24,7 @@ def measure_pickup(database_url: str, redis_url: str, workdir: Path, trials: int
         env = worker_environment(
             database_url, redis_url, llm.api_base, workdir / "ledger.jsonl", workdir / "notes.txt"
         )
-        worker = WorkerProcess(env, workdir / "worker.log").start(database_url)
+        worker = WorkerProcess(env, workdir / "worker.log").start()
         settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
         broker = make_broker(settings)
         engine = make_engine(database_url)

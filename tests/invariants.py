@@ -10,11 +10,12 @@
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
-- no MCP test server process is left orphaned.
+- no MCP test server process of the run is left orphaned (given a marker to recognise them).
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +29,13 @@ from tests.services import libpq_dsn
 MCP_SERVER_MARK = "tests.servers.mcp_server"
 
 
-def violations(database_url: str, *, at_rest: bool = True, live_within: float = 60.0) -> list[str]:
+def violations(
+    database_url: str,
+    *,
+    at_rest: bool = True,
+    live_within: float = 60.0,
+    mcp_marker: str | None = None,
+) -> list[str]:
     """Every broken invariant of the database at `database_url`, as sentences."""
     problems: list[str] = []
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
@@ -58,7 +65,8 @@ def violations(database_url: str, *, at_rest: bool = True, live_within: float = 
         running = status in ("processing", "tool_loop") and lease_owner is not None
         if running and heartbeat_at < now - timedelta(seconds=live_within):
             problems.append(f"{where}: leased without a live heartbeat ({heartbeat_at})")
-    problems += orphaned_mcp_servers()
+    if mcp_marker is not None:
+        problems += orphaned_mcp_servers(mcp_marker)
     return problems
 
 
@@ -127,24 +135,45 @@ def _idle_in_transaction(conn: psycopg.Connection[Any], database: str) -> list[s
     return [f"session {pid} ({app}) idle in transaction since {since}" for pid, app, since in rows]
 
 
-def orphaned_mcp_servers() -> list[str]:
-    """MCP test servers whose parent is gone (a leak: nobody will ever stop them)."""
-    found = []
+def orphaned_mcp_servers(marker: str, grace: float = 5.0) -> list[str]:
+    """MCP test servers of this run (`marker` in their environment, e.g. the ledger path) whose
+    parent is gone. A server exits by itself on EOF, so each gets `grace` seconds to do so."""
+    deadline = time.monotonic() + grace
+    while True:
+        found = [_describe(pid) for pid in _orphans(marker)]
+        if not found or time.monotonic() > deadline:
+            return [f"orphaned MCP server process {text}" for text in found]
+        time.sleep(0.1)
+
+
+def _orphans(marker: str) -> list[str]:
+    pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes()
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if MCP_SERVER_MARK in cmdline and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
-            found.append(f"orphaned MCP server process {proc.name}: {cmdline.strip()}")
-    return found
+        mine = MCP_SERVER_MARK.encode() in cmdline and marker.encode() in environ
+        if mine and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
+            pids.append(proc.name)
+    return pids
 
 
-def assert_invariants(database_url: str, *, at_rest: bool = True) -> None:
-    problems = violations(database_url, at_rest=at_rest)
+def _describe(pid: str) -> str:
+    try:
+        return f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return pid
+
+
+def assert_invariants(
+    database_url: str, *, at_rest: bool = True, mcp_marker: str | None = None
+) -> None:
+    problems = violations(database_url, at_rest=at_rest, mcp_marker=mcp_marker)
     assert not problems, "invariants violated:\n  " + "\n  ".join(problems)
 
 

@@ -15,11 +15,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
-
 REPO = Path(__file__).resolve().parent.parent
 FAKE_MODEL = "openai/fake-model"
 FAKE_KEY = "sk-test-worker-key-0123456789"
+READY_LINE = "Worker process is ready for action"
 
 
 def mcp_servers_json(ledger: Path, notes: Path) -> str:
@@ -70,7 +69,7 @@ class WorkerProcess:
     threads: int = 2
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
-    def start(self, database_url: str | None = None, timeout: float = 60) -> WorkerProcess:
+    def start(self, ready: bool = True, timeout: float = 60) -> WorkerProcess:
         # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
         command = [
             sys.executable, "-m", "app.cli", "worker", "--processes", "1",
@@ -81,30 +80,43 @@ class WorkerProcess:
             command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-        if database_url is not None:
-            self.wait_until_ready(database_url, timeout)
+        if ready:
+            self.wait_until_ready(timeout)
         return self
 
-    def wait_until_ready(self, database_url: str, timeout: float) -> None:
-        """Ready once the engine has published its tools (it does that when it boots)."""
-        engine = create_engine(database_url)
+    def wait_until_ready(self, timeout: float = 60) -> None:
+        """Ready once this process logged that it is ready (its engine has booted: tools listed
+        and published). The tool catalogue alone is no proof: another worker may have filled it."""
         deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                assert self.process is not None
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"worker exited early:\n{self.log()}")
-                with engine.connect() as connection:
-                    count = connection.execute(text("SELECT count(*) FROM tool_catalog")).scalar()
-                if count:
-                    return
-                time.sleep(0.1)
-        finally:
-            engine.dispose()
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited early:\n{self.log()}")
+            if READY_LINE in self.log_path.read_text(errors="replace"):
+                return
+            time.sleep(0.05)
         raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group (a worker frozen mid-call: a zombie to be)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGCONT)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """Wait until the worker's main process is gone (a failpoint killed its child and
+        dramatiq then stops); its exit code, or None if it is still running."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def kill(self) -> None:
         """SIGKILL the whole process group (the dramatiq main process and its children)."""
@@ -112,10 +124,16 @@ class WorkerProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
+    def terminate(self) -> None:
+        """Ask for a graceful stop (SIGTERM to the group) without waiting."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker cannot stop
+            os.killpg(self.process.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 30) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.terminate()
         try:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

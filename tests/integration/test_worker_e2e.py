@@ -6,68 +6,16 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.client import ChatClient, ConversationView
-from app.config import load_settings
-from app.db import make_engine
-from app.queue import make_broker, ring
+from tests.deployment import Deployment
 from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
-from tests.worker_process import FAKE_KEY, FAKE_MODEL, REPO, WorkerProcess, worker_environment
-
-
-class Deployment:
-    """A web app's view (the client) of a running worker deployment."""
-
-    def __init__(self, database_url: str, redis_url: str, tmp_path: Path, llm: FakeLLMServer):
-        self.database_url = database_url
-        self.ledger = tmp_path / "ledger.jsonl"
-        self.llm = llm
-        self.env = worker_environment(
-            database_url, redis_url, llm.api_base, self.ledger, tmp_path / "notes.txt"
-        )
-        self.tmp_path = tmp_path
-        settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
-        broker = make_broker(settings)
-        self.engine = make_engine(database_url)
-        self.client = ChatClient(
-            settings, engine=self.engine, enqueue=lambda cid: ring(cid, broker)
-        )
-        self.workers: list[WorkerProcess] = []
-
-    def start_worker(self, name: str = "worker") -> WorkerProcess:
-        worker = WorkerProcess(self.env, self.tmp_path / f"{name}.log")
-        self.workers.append(worker.start(self.database_url))
-        return worker
-
-    def chat(self, text: str, tools: list[str] | None = None) -> uuid.UUID:
-        conversation_id = self.client.create_conversation(tools=tools or [])
-        assert self.client.submit_message(conversation_id, text).enqueued
-        return conversation_id
-
-    def wait(self, conversation_id: uuid.UUID, timeout: float = 60) -> ConversationView:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            view = self.client.get_conversation(conversation_id)
-            if not view.is_running:
-                return view
-            time.sleep(0.1)
-        logs = "\n".join(w.log() for w in self.workers)
-        raise AssertionError(f"{conversation_id} still {view.status} after {timeout} s\n{logs}")
-
-    def tool_runs(self) -> Counter[str]:
-        return Counter(entry["tool"] for entry in read_ledger(self.ledger))
-
-    def close(self) -> None:
-        for worker in self.workers:
-            worker.stop()
-        self.engine.dispose()
+from tests.worker_process import FAKE_KEY, REPO
 
 
 @pytest.fixture

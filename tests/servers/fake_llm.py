@@ -1,5 +1,11 @@
 """A scriptable OpenAI-compatible chat-completions server for tests, run as a real process.
 Stdlib only so it starts fast; `FakeLLMServer` starts, scripts, inspects and stops it from tests.
+
+Chaos option (for soaks): a script with `"transient_error_rate": 0.1` (and an optional `"seed"`)
+answers that fraction of its requests with a transient error instead of its step: HTTP 429 with
+`Retry-After: 0` or HTTP 503, half each. An injected error consumes no step (in sequence mode the
+next request gets the step this one would have had) and is recorded like any request, with the
+error as its `step` and `"chaos": true` in it, so `requests()` counts what was injected.
 """
 
 from __future__ import annotations
@@ -7,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -28,6 +35,7 @@ COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
 SEQUENCE = "sequence"
 BY_ITERATION = "by_iteration"
 DEFAULT_STEP: Step = {"text": "ok"}
+TRANSIENT_STATUSES = (429, 503)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # litellm maps any error whose text says "invalid_request_error" to BadRequestError whatever the
@@ -51,7 +59,23 @@ class Script:
     match: str | None = None
     mode: str = SEQUENCE
     default: Step | None = None
+    transient_error_rate: float = 0.0
+    seed: int | None = None
     served: int = 0
+    rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def transient_error(self) -> Step | None:
+        """An injected 429/503 step for this request, or None (then the script's step answers)."""
+        if self.transient_error_rate <= 0 or self.rng.random() >= self.transient_error_rate:
+            return None
+        status = self.rng.choice(TRANSIENT_STATUSES)
+        if status == 429:
+            message = "fake_llm chaos: rate limit exceeded, retry later"
+            return {"error": 429, "retry_after": 0, "message": message, "chaos": True}
+        return {"error": 503, "message": "fake_llm chaos: the model is overloaded", "chaos": True}
 
     def next_step(self, messages: list[Any]) -> tuple[Step | None, int]:
         """Return the step for this request and its index; None when the script is exhausted."""
@@ -108,6 +132,9 @@ class ServerState:
             script = self._script_for(text)
             if script is None:
                 return DEFAULT_STEP, ""
+            injected = script.transient_error()
+            if injected is not None:
+                return injected, ""
             step, index = script.next_step(messages if isinstance(messages, list) else [])
         if step is None:
             return None, (
@@ -145,15 +172,26 @@ def parse_json_object(raw: bytes) -> JSON | None:
 
 def parse_script(payload: Any) -> Script:
     if not isinstance(payload, dict) or not isinstance(payload.get("steps"), list):
-        raise ValueError('a script is {"steps": [...], "match"?, "mode"?, "default"?}')
+        raise ValueError(
+            'a script is {"steps": [...], "match"?, "mode"?, "default"?, '
+            '"transient_error_rate"?, "seed"?}'
+        )
     mode = payload.get("mode") or SEQUENCE
     if mode not in (SEQUENCE, BY_ITERATION):
         raise ValueError(f"unknown mode {mode!r}")
+    rate = payload.get("transient_error_rate") or 0.0
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ValueError(f"transient_error_rate must be a number from 0 to 1, not {rate!r}")
+    seed = payload.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer, not {seed!r}")
     return Script(
         steps=payload["steps"],
         match=payload.get("match"),
         mode=mode,
         default=payload.get("default"),
+        transient_error_rate=float(rate),
+        seed=seed,
     )
 
 
@@ -424,6 +462,12 @@ class FakeLLMHTTPServer(ThreadingHTTPServer):
         super().__init__(address, FakeLLMHandler)
         self.state = ServerState()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (a chaos soak SIGKILLs workers) is not a server error.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
 
 def serve(host: str, port: int) -> None:
     server = FakeLLMHTTPServer((host, port))
@@ -525,6 +569,9 @@ class FakeLLMServer:
         match: str | None = None,
         mode: str = SEQUENCE,
         default: Step | None = None,
+        *,
+        transient_error_rate: float = 0.0,
+        seed: int | None = None,
     ) -> None:
         """Install a script; one with the same `match` is replaced.
 
@@ -544,12 +591,21 @@ class FakeLLMServer:
             {"hang": 30}           sleep, then answer (the client has usually given up)
             {"empty_choices": true}
             {"raw": {...}}         that exact JSON body with 200, never streamed
+
+        Chaos: `transient_error_rate` (0 to 1) of the requests this script serves get HTTP 429
+        (`Retry-After: 0`) or 503 instead, without consuming a step; `seed` makes the draw
+        repeatable for a given order of requests. Injected errors are recorded with
+        `step["chaos"] is True`.
         """
         payload: JSON = {"steps": steps, "mode": mode}
         if match is not None:
             payload["match"] = match
         if default is not None:
             payload["default"] = default
+        if transient_error_rate:
+            payload["transient_error_rate"] = transient_error_rate
+        if seed is not None:
+            payload["seed"] = seed
         self._call("POST", "/_script", payload)
 
     def requests(self, match: str | None = None) -> list[JSON]:

@@ -33,6 +33,9 @@ REPO_ROOT = SERVER_FILE.parents[2]
 DOCS_DIR = SERVER_FILE.parent / "docs"
 LEDGER_ENV = "MCP_LEDGER_PATH"
 NOTES_ENV = "MCP_NOTES_PATH"
+# Comma-separated opt-in tools (e.g. "emit_invalid_utf8"), registered only when named here, so
+# suites that pin the default tool set stay exact.
+EXTRA_TOOLS_ENV = "MCP_EXTRA_TOOLS"
 DEFAULT_NOTES_FILE = "chatworker-mcp-notes.txt"
 
 MAX_EXPRESSION_LENGTH = 500
@@ -299,12 +302,13 @@ def write_note(
     text: Annotated[str, Field(min_length=1, description="The note to save (one line).")],
 ) -> str:
     """Save a short note by appending it to the notes file (a side effect: every call adds a
-    note). Returns a confirmation with the total number of saved notes."""
-    path = _notes_file()
-    with path.open("a", encoding="utf-8") as notes:
-        notes.write(" ".join(text.split()) + "\n")
-    count = len(path.read_text(encoding="utf-8").splitlines())
-    return f"Note saved ({count} notes in total)."
+    note). Returns a confirmation of what was saved."""
+    line = " ".join(text.split())
+    with _notes_file().open("a", encoding="utf-8") as notes:
+        notes.write(line + "\n")
+    # The same answer however many notes exist, so a call re-run after a crash (see the crash
+    # matrix) reads the same; the notes file and the ledger still count every real write.
+    return f"Note saved: {line}"
 
 
 @tool()
@@ -358,6 +362,54 @@ def huge_output(
 ) -> str:
     """Return a deterministic text of exactly `size` characters (for large-payload tests)."""
     return huge_text(size)
+
+
+# --- opt-in fault tools (see EXTRA_TOOLS_ENV) ----------------------------------------------------
+
+INVALID_UTF8_LINE = (
+    b'{"jsonrpc":"2.0","method":"notifications/message",'
+    b'"params":{"level":"info","logger":"emit_invalid_utf8","data":"bad \xff\xfe bytes"}}\n'
+)
+
+
+def _wire_fd() -> int:
+    """The descriptor the stdio transport writes its frames to.
+
+    While it serves, mcp's `stdio_server()` points fd 1 at stderr (so stray prints miss the wire)
+    and writes through a private duplicate it records in its claim; without a claim it serves the
+    process's fd 1 in place.
+    """
+    from mcp.server import stdio
+
+    claim = stdio._claims.get(1)
+    if claim is not None and claim.private_fd is not None:
+        return claim.private_fd
+    return 1
+
+
+async def emit_invalid_utf8() -> str:
+    """Write one line of bytes that are not UTF-8 (a JSON-RPC log notification holding
+    b"\\xff\\xfe") to the transport's stdout, then return "ok"."""
+    # One write() of a whole line shorter than PIPE_BUF is atomic on a pipe, and it happens before
+    # this call's own response is queued. The SDK flushes each frame as it sends it, so nothing of
+    # ours lands inside a frame unless another response is being written at this very moment.
+    line = INVALID_UTF8_LINE
+    assert len(line) < 512
+    os.write(_wire_fd(), line)
+    return "ok"
+
+
+_OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {"emit_invalid_utf8": emit_invalid_utf8}
+
+
+def _register_opt_in_tools(names: str) -> None:
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        if name not in _OPT_IN_TOOLS:
+            raise SystemExit(f"{EXTRA_TOOLS_ENV}: unknown tool {name!r}")
+        tool()(_OPT_IN_TOOLS[name])
+
+
+_register_opt_in_tools(os.environ.get(EXTRA_TOOLS_ENV, ""))
 
 
 # --- spawning -----------------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""The crash matrix: every failpoint, with a read-only and with a side-effecting tool, for real.
+
+A worker armed with a failpoint SIGKILLs itself there; a replacement worker (already started and
+frozen, so it cannot take the job first) is thawed, and nobody calls retry. The conversation must
+reach `idle` within 60 s with the same transcript as a crash-free run, and every tool whose result
+was committed ran exactly once; only the call in flight at the kill (`tool_ran`) may run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.worker.failpoints import POINTS
+from tests import services
+from tests.deployment import Deployment
+from tests.invariants import assert_invariants
+from tests.servers.fake_llm import FakeLLMServer
+
+TOOLS = {
+    "read-only": ("search_docs", {"query": "refund policy"}),
+    "side-effecting": ("write_note", {"text": "crash matrix"}),
+}
+QUESTION = "Look this up, add 1 and 2, and tell me."
+
+
+def script(llm: FakeLLMServer, tool: str, arguments: dict[str, object]) -> None:
+    """The model: call the tool and `add` in one message, then answer. A pure function of the
+    transcript (by_iteration), so a re-sent request after a crash gets the same answer."""
+    llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "call_tool", "name": tool, "arguments": arguments},
+                    {"id": "call_add", "name": "add", "arguments": {"a": 1, "b": 2}},
+                ]
+            },
+            {"text": "Done: found it, and 1 + 2 = 3."},
+        ],
+        mode="by_iteration",
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(
+    postgres_server: str,
+    migrated_template: str,
+    redis_server: str,
+    fake_llm_server: FakeLLMServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, list[tuple[object, ...]]]]:
+    """The crash-free transcript for each tool, run once by a worker with no failpoint."""
+    name = services.unique_name("reference")
+    url = services.create_database(postgres_server, name, template=migrated_template)
+    deployment = Deployment(
+        url, redis_server, tmp_path_factory.mktemp("reference"), fake_llm_server
+    )
+    transcripts = {}
+    try:
+        deployment.start_worker("reference")
+        for kind, (tool, arguments) in TOOLS.items():
+            fake_llm_server.reset()
+            script(fake_llm_server, tool, arguments)
+            conversation_id = deployment.chat(QUESTION, [tool, "add"])
+            assert deployment.wait(conversation_id).status == "idle"
+            transcripts[kind] = deployment.transcript(conversation_id)
+    finally:
+        deployment.close()
+        services.drop_database(postgres_server, name)
+    yield transcripts
+
+
+@pytest.fixture
+def deployment(
+    database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
+) -> Iterator[Deployment]:
+    deployment = Deployment(database_url, redis_url, tmp_path, fake_llm)
+    # Short leases: recovery after a kill waits for the dead worker's lease to expire.
+    deployment.env.update(CHATWORKER_LEASE_TTL_SECONDS="2", CHATWORKER_HEARTBEAT_SECONDS="0.5")
+    yield deployment
+    deployment.close()
+
+
+@pytest.mark.parametrize("kind", TOOLS)
+@pytest.mark.parametrize("failpoint", POINTS)
+def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
+    deployment: Deployment,
+    reference: dict[str, list[tuple[object, ...]]],
+    failpoint: str,
+    kind: str,
+) -> None:
+    tool, arguments = TOOLS[kind]
+    script(deployment.llm, tool, arguments)
+    spec = f"tool_ran@{tool}" if failpoint == "tool_ran" else failpoint
+    replacement = deployment.start_worker("replacement", ready=False)
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": spec}, ready=False)
+    replacement.wait_until_ready(timeout=60)
+    doomed.wait_until_ready(timeout=60)
+    replacement.pause()  # frozen: the armed worker must be the one that gets the job
+    conversation_id = deployment.chat(QUESTION, [tool, "add"])
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    assert f"failpoint {failpoint} reached: SIGKILL" in doomed.log()
+    replacement.resume()
+
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{replacement.log()}"
+    assert deployment.transcript(conversation_id) == reference[kind]
+    runs = deployment.tool_runs()
+    in_flight = {tool} if failpoint == "tool_ran" else set()
+    for name in (tool, "add"):
+        allowed = (1, 2) if name in in_flight else (1,)
+        assert runs[name] in allowed, f"{name} ran {runs[name]} times: {runs}"
+    if failpoint == "tool_ran":
+        assert runs[tool] == 2  # it ran, its result was lost with the worker, it ran again
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
