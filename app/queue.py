@@ -45,8 +45,11 @@ def get_broker() -> dramatiq.Broker:
         return _broker
 
 
-def ring(conversation_id: uuid.UUID, broker: dramatiq.Broker | None = None) -> None:
-    """Enqueue the doorbell for a conversation. Raises whatever the broker raises."""
+def ring(
+    conversation_id: uuid.UUID, broker: dramatiq.Broker | None = None, delay: float = 0.0
+) -> None:
+    """Enqueue the doorbell for a conversation, optionally `delay` seconds from now.
+    Raises whatever the broker raises."""
     message: dramatiq.Message[None] = dramatiq.Message(
         queue_name=QUEUE_NAME,
         actor_name=ACTOR_NAME,
@@ -54,4 +57,5 @@ def ring(conversation_id: uuid.UUID, broker: dramatiq.Broker | None = None) -> N
         kwargs={},
         options={},
     )
-    (broker or get_broker()).enqueue(message)
+    milliseconds = round(delay * 1000)
+    (broker or get_broker()).enqueue(message, delay=milliseconds or None)

@@ -9,13 +9,13 @@ The soak builds its own world and tears it down: a throwaway database on the Pos
 the fake LLM server (10 % transient 429/503 errors) and a temp dir for the tool ledger and the
 worker logs (kept with `--keep` or when the soak fails). For `--duration` seconds conversations
 start at staggered times and submit their turns one after the other (a failed turn is retried once)
-while the chaos runs: every 2-5 s a random booted worker is SIGKILLed and replaced, once around the
-middle Redis is killed and restarted on the same port (doorbells in flight are lost: recovery comes
-from the database sweep), and about every 10 s the workers' Postgres backends are terminated. Then
-the chaos stops, every turn gets up to `--drain` seconds to finish, the workers stop gracefully and
-`tests/invariants.py` checks the database at rest; each submitted turn must have exactly one final
-answer, or be the last turn of a conversation that ended `failed` with an error. Exit code 0 only
-when nothing is violated and every conversation is at rest.
+while the chaos runs: 2-5 s after every worker is up a random one is SIGKILLed and replaced, once
+around the middle Redis is killed and restarted on the same port (doorbells in flight are lost:
+recovery comes from the database sweep), and about every 10 s the workers' Postgres backends are
+terminated. Then the chaos stops, every turn gets up to `--drain` seconds to finish, the workers
+stop gracefully and `tests/invariants.py` checks the database at rest; each submitted turn must
+have exactly one final answer, or be the last turn of a conversation that ended `failed` with an
+error. Exit code 0 only when nothing is violated and every conversation is at rest.
 """
 
 from __future__ import annotations
@@ -160,6 +160,7 @@ class Conversation:
     index: int
     marker: str
     start_after: float  # seconds after the chaos starts
+    rng: random.Random  # its scripts and think times: the same seed gives the same scripts
     due_at: float = 0.0  # the next turn is not submitted before this (monotonic) moment
     id: uuid.UUID | None = None
     texts: list[str] = field(default_factory=list)  # the user messages submitted, in order
@@ -264,6 +265,7 @@ class Workers:
         self.log_dir = log_dir
         self.count = count
         self.active: list[WorkerProcess] = []
+        self.booted: set[int] = set()  # ids of the workers seen ready (their logs said so)
         self.started = 0
         self.kills = 0
         self.exits: list[str] = []  # workers that died on their own, with why
@@ -274,11 +276,14 @@ class Workers:
         self.active.append(worker)
         worker.start(ready=ready, timeout=WORKER_READY_S)
 
-    def pick(self, rng: random.Random) -> WorkerProcess | None:
-        """A random worker that has booted (a worker still importing its libraries runs no
-        turn: killing it would test little); None while none has."""
-        ready = [w for w in self.active if READY_LINE in w.log_path.read_text(errors="replace")]
-        return rng.choice(ready) if ready else None
+    def all_booted(self) -> bool:
+        """Whether every worker has logged that it is ready (its engine runs turns)."""
+        for worker in self.active:
+            if id(worker) not in self.booted:
+                if READY_LINE not in worker.log_path.read_text(errors="replace"):
+                    return False
+                self.booted.add(id(worker))
+        return True
 
     def kill(self, victim: WorkerProcess) -> None:
         """SIGKILL its process group and start a replacement."""
@@ -338,15 +343,17 @@ class Chaos:
         self.start = start
         self.events = events
         self.counts = ChaosCounts()
-        self.next_kill = start + rng.uniform(2, 5)
+        self.next_kill: float | None = start + rng.uniform(2, 5)
         self.redis_down_at: float | None = start + duration / 2 + rng.uniform(-3, 3)
         self.redis_up_at: float | None = None
         self.next_terminate = start + rng.uniform(8, 12)
 
     def tick(self, now: float) -> None:
-        if now >= self.next_kill:
-            killed = self.kill_a_worker(now)
-            self.next_kill = now + (self.rng.uniform(2, 5) if killed else 1.0)
+        if self.next_kill is None and self.world.workers.all_booted():
+            self.next_kill = now + self.rng.uniform(2, 5)
+        if self.next_kill is not None and now >= self.next_kill:
+            self.kill_a_worker(now)
+            self.next_kill = None  # the next one is timed from when the replacement is up
         if self.redis_down_at is not None and now >= self.redis_down_at:
             self.world.redis.kill()
             self.note(now, "redis-server killed")
@@ -361,17 +368,17 @@ class Chaos:
             self.note(now, f"terminated {terminated} Postgres backend(s)")
             self.next_terminate = now + self.rng.uniform(8, 12)
 
-    def kill_a_worker(self, now: float) -> bool:
-        victim = self.world.workers.pick(self.rng)
-        if victim is None:
-            return False
+    def kill_a_worker(self, now: float) -> None:
+        """SIGKILL a random worker. The kills are timed from the moment every worker is up:
+        a worker still importing its libraries runs no turn, and on a small machine two booting
+        at once starve the one that works, so that nothing but give-ups would be tested."""
+        victim = self.rng.choice(self.world.workers.active)
         leased = self.world.turns_leased_by(victim)
         self.world.workers.kill(victim)
         self.counts.worker_kills += 1
         self.counts.kills_mid_turn += 1 if leased else 0
         self.counts.turns_interrupted += leased
         self.note(now, f"SIGKILL a worker holding {leased} turn(s), started a replacement")
-        return True
 
     def redis_back(self, now: float) -> None:
         self.world.redis.start()
@@ -411,38 +418,46 @@ def process_group(pgid: int) -> set[str]:
 # --- the world the soak runs in -----------------------------------------------------------------
 
 
+def quietly(cleanup: Any, *args: Any) -> None:
+    """Run one clean-up step; a failure is printed, and the other steps still run."""
+    try:
+        cleanup(*args)
+    except Exception as exc:
+        print(f"soak: clean-up {cleanup.__name__} failed: {exc!r}", file=sys.stderr)
+
+
 class World:
-    """Database, Redis, fake LLM, temp dir, workers and client; `close()` undoes all of it."""
+    """Database, Redis, fake LLM, temp dir, workers and client; the exit stack undoes them."""
 
     def __init__(self, options: Options, stack: contextlib.ExitStack) -> None:
         self.options = options
         self.tmp = Path(tempfile.mkdtemp(prefix="chatworker-soak-"))
         self.keep_tmp = options.keep
-        stack.callback(self._remove_tmp)
+        stack.callback(quietly, self._remove_tmp)
         self.admin_url = options.postgres or services.provide_postgres().url
         self.database_name = services.unique_name("soak")
         self.database_url = services.create_database(self.admin_url, self.database_name)
-        stack.callback(services.drop_database, self.admin_url, self.database_name)
+        stack.callback(quietly, services.drop_database, self.admin_url, self.database_name)
         upgrade(self.database_url)
         self.redis = RedisServer(free_port(), self.tmp / "redis.log")
-        stack.callback(self.redis.stop)
+        stack.callback(quietly, self.redis.stop)
         self.redis.start()
         self.llm = FakeLLMServer().start()
-        stack.callback(self.llm.stop)
+        stack.callback(quietly, self.llm.stop)
         self.ledger = self.tmp / "ledger.jsonl"
         env = worker_environment(
             self.database_url, self.redis.url, self.llm.api_base, self.ledger,
             self.tmp / "notes.txt", CHATWORKER_TOOL_TIMEOUT_SECONDS="2",
         )  # fmt: skip
         self.workers = Workers(env, self.tmp, options.workers)
-        stack.callback(self.workers.kill_all)  # after a graceful stop this finds nothing to do
+        stack.callback(quietly, self.workers.kill_all)  # after a graceful stop: nothing to do
         self.engine = self._client_engine()
-        stack.callback(self.engine.dispose)
+        stack.callback(quietly, self.engine.dispose)
         settings = load_settings(
             database_url=self.database_url, redis_url=self.redis.url, model=FAKE_MODEL
         )
         broker = make_broker(settings)
-        stack.callback(broker.close)
+        stack.callback(quietly, broker.close)
         self.client = ChatClient(settings, engine=self.engine, enqueue=lambda c: ring(c, broker))
 
     def _client_engine(self) -> Engine:
@@ -587,7 +602,12 @@ class Soak:
         self.started = time.monotonic()
         spread = options.duration * options.ramp / options.conversations
         self.conversations = [
-            Conversation(i, f"soak-{i:03d}-{secrets.token_hex(4)}", start_after=spread * i)
+            Conversation(
+                i,
+                f"soak-{i:03d}-{secrets.token_hex(4)}",
+                start_after=spread * i,
+                rng=random.Random(f"{options.seed}:{i}"),
+            )
             for i in range(options.conversations)
         ]
 
@@ -652,7 +672,7 @@ class Soak:
         if status == "idle":
             c.answered += 1
             c.state = "submit" if c.turn < self.options.turns else "done"
-            c.due_at = time.monotonic() + self.rng.uniform(0, self.options.think)
+            c.due_at = time.monotonic() + c.rng.uniform(0, self.options.think)
         elif status == "failed":
             c.errors.append(error or "")
             self.report.failed_outcomes += 1
@@ -664,13 +684,13 @@ class Soak:
 
     def _submit(self, c: Conversation) -> None:
         turn = c.turn + 1
-        steps, planned = turn_steps(self.rng, c.index, c.marker, turn, self.options.fault_rate)
+        steps, planned = turn_steps(c.rng, c.index, c.marker, turn, self.options.fault_rate)
         self.world.llm.script(
             steps,
             match=c.marker,
             mode=BY_ITERATION,
             transient_error_rate=self.options.transient_rate,
-            seed=self.rng.randrange(2**31),
+            seed=c.rng.randrange(2**31),
         )
         message = f"{c.marker} turn {turn}: use the tools, then answer."
         cid = c.id

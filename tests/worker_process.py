@@ -125,10 +125,12 @@ class WorkerProcess:
             self.process.wait(timeout=10)
 
     def terminate(self) -> None:
-        """Ask for a graceful stop (SIGTERM to the group) without waiting."""
+        """Ask for a graceful stop without waiting: SIGTERM to the main process only, as a
+        supervisor does (dramatiq forwards it to its children; a second SIGTERM sent to a child
+        directly makes it exit at once, without draining)."""
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker cannot stop
-            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 30) -> None:
         if self.process is None or self.process.poll() is not None:

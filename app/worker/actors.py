@@ -22,37 +22,44 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _engine: Engine | None = None
+_stopped = False
 
 
-def current_engine() -> Engine:
-    """This process's engine, started on first use."""
+def current_engine() -> Engine | None:
+    """This process's engine, started on first use; None once the process is shutting down."""
     global _engine  # noqa: PLW0603 - one engine per worker process
     with _lock:
+        if _stopped:
+            return None
         if _engine is None:
             from app.worker.runtime import build_engine
 
-            engine = build_engine(get_settings(), requeue=lambda cid: ring(cid, broker))
+            engine = build_engine(
+                get_settings(), requeue=lambda cid, delay: ring(cid, broker, delay)
+            )
             engine.start()
             _engine = engine
         return _engine
 
 
 def stop_engine(grace: float | None = None) -> None:
-    """Drain this process's engine: `grace` seconds (default: the setting) for running turns."""
-    global _engine
+    """Drain this process's engine: `grace` seconds (default: the setting) for running turns,
+    then release the rest and re-enqueue them for another worker. No engine starts after this."""
+    global _engine, _stopped
     with _lock:
-        engine, _engine = _engine, None
+        engine, _engine, _stopped = _engine, None, True
     if engine is not None:
         engine.stop(get_settings().shutdown_grace_seconds if grace is None else grace)
 
 
 class EngineLifecycle(dramatiq.Middleware):
-    """Start the engine with the worker, drain it (release what is left) on shutdown."""
+    """Start the engine with the worker; drain it once the worker has stopped consuming, so the
+    doorbells it re-enqueues go to other workers instead of coming back to this one."""
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
         current_engine()
 
-    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         stop_engine()
 
 
@@ -74,5 +81,9 @@ def chat_turn(conversation_id: str) -> None:
         log.error("dropping a chat message with an invalid conversation id: %r", conversation_id)
         return
     failpoints.hit("job_received")
-    current_engine().ring(parsed)
+    engine = current_engine()
+    if engine is None:  # this process is shutting down: hand the turn to another worker
+        ring(parsed, broker)
+        return
+    engine.ring(parsed)
     failpoints.hit("before_ack")

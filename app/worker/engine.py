@@ -11,20 +11,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import secrets
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.worker.loop import ChatService, Outcome
+from app.worker.plan import recovery_delay
 from app.worker.store import Store
 
 log = logging.getLogger(__name__)
 
-Ring = Callable[[uuid.UUID], None]
+Ring = Callable[[uuid.UUID, float], None]  # (conversation id, delay in seconds)
 
 
 def worker_id() -> str:
@@ -43,6 +46,7 @@ class Engine:
         max_in_flight: int = 500,
         recovery_interval: float = 15.0,
         orphan_after: float = 30.0,
+        recovery_jitter: float = 1.0,
         requeue: Ring | None = None,
         on_start: Callable[[], Any] | None = None,
     ) -> None:
@@ -51,6 +55,8 @@ class Engine:
         self.max_in_flight = max_in_flight
         self.recovery_interval = recovery_interval
         self.orphan_after = orphan_after
+        self.recovery_jitter = recovery_jitter
+        self._resent: dict[uuid.UUID, float] = {}  # doorbells this process re-sent: until when
         self.requeue = requeue
         self.on_start = on_start
         self.outcomes: dict[str, int] = {}
@@ -147,7 +153,8 @@ class Engine:
             log.info("conversation %s: %s", conversation_id, outcome.value)
         except asyncio.CancelledError:
             self.outcomes[Outcome.RELEASED.value] = self.outcomes.get(Outcome.RELEASED.value, 0) + 1
-            self._requeue(conversation_id)  # released for shutdown: let another worker go on now
+            log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
+            self._requeue(conversation_id)  # let another worker go on now
             raise
         except Exception:  # the lease expires and recovery retries, bounded by the attempt count
             log.exception("conversation %s: run crashed", conversation_id)
@@ -166,24 +173,33 @@ class Engine:
             await asyncio.sleep(self.recovery_interval)
 
     async def sweep(self) -> int:
-        """Re-enqueue running conversations that nobody has touched for `orphan_after` seconds."""
+        """Re-enqueue running conversations that nobody has touched for `orphan_after` seconds,
+        each after `plan.recovery_delay` (a random spread that grows with its crashes)."""
         orphans = await self.service.db(self.store.orphans, self.orphan_after)
-        for conversation_id, _attempts in orphans:
-            if conversation_id not in self._running:
-                self._requeue(conversation_id)
-        if orphans:
-            log.info("recovery sweep: re-enqueued %d conversation(s)", len(orphans))
-        return len(orphans)
+        now = time.monotonic()
+        resent = 0
+        for conversation_id, attempts in orphans:
+            pending = self._resent.get(conversation_id, 0.0) > now
+            if conversation_id in self._running or pending:
+                continue  # its doorbell is already on its way
+            delay = recovery_delay(attempts, random.random(), self.recovery_jitter)
+            self._resent[conversation_id] = now + delay + self.orphan_after
+            self._requeue(conversation_id, delay)
+            resent += 1
+        self._resent = {k: until for k, until in self._resent.items() if until > now}
+        if resent:
+            log.info("recovery sweep: re-enqueued %d conversation(s)", resent)
+        return resent
 
-    def _requeue(self, conversation_id: uuid.UUID) -> None:
+    def _requeue(self, conversation_id: uuid.UUID, delay: float = 0.0) -> None:
         if self.requeue is not None:
             try:
-                self.requeue(conversation_id)
+                self.requeue(conversation_id, delay)
                 return
             except Exception as exc:  # queue down: run it here rather than wait for the queue
                 log.warning("cannot enqueue %s (%s); running it here", conversation_id, exc)
         if self._accepting:
-            self._admit(conversation_id)
+            asyncio.get_running_loop().call_later(delay, self._admit, conversation_id)
 
     async def _drain(self, grace: float) -> None:
         self._accepting = False

@@ -166,6 +166,24 @@ def _last_assistant(turn: Sequence[Entry]) -> Entry | None:
     return None
 
 
+# --- recovering a turn whose worker died ---------------------------------------------------------
+
+
+def recovery_delay(attempts: int, draw: float, base: float = 1.0, cap: float = 8.0) -> float:
+    """Seconds to hold back the doorbell of a turn already claimed `attempts` times without
+    committing a step (0 for a turn never claimed: its doorbell was merely lost).
+
+    A crashed worker takes down every turn it held, and recovery finds them all at once; sent
+    together, a turn that crashes workers would share the next worker with the same innocent turns
+    at the same instant, again and again, and use up their attempts too. Spread out (and unclaimed
+    while they wait, which costs no attempt), the innocent ones commit their step in between.
+    `draw` is uniform in [0, 1); the window doubles with each attempt, up to `cap`.
+    """
+    if attempts < 1:
+        return 0.0
+    return float(draw * min(cap, base * 2 ** (attempts - 1)))
+
+
 # --- normalizing what the model returned ------------------------------------------------------
 
 
@@ -301,6 +319,7 @@ __all__ = [
     "next_action",
     "pending_calls",
     "provider_messages",
+    "recovery_delay",
     "tool_call_ids",
     "unique_tool_calls",
 ]

@@ -64,7 +64,7 @@ def make_engine_with(
         max_in_flight=500,
         recovery_interval=0.2,
         orphan_after=orphan_after,
-        requeue=None if requeued is None else requeued.append,
+        requeue=None if requeued is None else lambda cid, _delay: requeued.append(cid),
         on_start=publish,
     )
 

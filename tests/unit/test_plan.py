@@ -20,6 +20,7 @@ from app.worker.plan import (
     check_call,
     next_action,
     provider_messages,
+    recovery_delay,
     tool_call_ids,
     unique_tool_calls,
 )
@@ -300,3 +301,11 @@ def test_check_call(call: ToolCall, expected: object) -> None:
         assert isinstance(checked, str) and expected in checked
     else:
         assert checked == expected
+
+
+def test_a_lost_doorbell_is_resent_at_once_and_crashed_turns_spread_out() -> None:
+    assert recovery_delay(0, 0.99) == 0.0  # never claimed: nothing crashed
+    assert recovery_delay(1, 0.5) == 0.5
+    assert recovery_delay(2, 0.5) == 1.0
+    assert recovery_delay(3, 0.999) < 4.0
+    assert recovery_delay(50, 0.999) < 8.0  # capped
