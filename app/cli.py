@@ -174,6 +174,7 @@ def _worker(args: argparse.Namespace) -> int:
         str(args.processes),
         "--threads",
         str(args.threads),
+        *(["--verbose"] if args.verbose else []),
     ]
     os.execv(sys.executable, command)
     return 0  # not reached
