@@ -42,8 +42,8 @@ class Deployment:
     ) -> WorkerProcess:
         """Start a worker; with `ready`, wait until it has published its tools."""
         worker = WorkerProcess({**self.env, **(extra_env or {})}, self.tmp_path / f"{name}.log")
-        self.workers.append(worker.start(ready=ready))
-        return worker
+        self.workers.append(worker)  # before starting: one that never gets ready is stopped too
+        return worker.start(ready=ready)
 
     def transcript(self, conversation_id: uuid.UUID) -> list[tuple[object, ...]]:
         """What must be equal between a crash-free run and a crashed one (no ids or times)."""

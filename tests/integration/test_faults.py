@@ -186,8 +186,11 @@ def shared(
         CHATWORKER_LLM_TIMEOUT_SECONDS=str(LLM_TIMEOUT_S),
         CHATWORKER_MCP_SERVERS=mcp_servers_with_extra_tools(deployment.env),
     )
+    worker = WorkerProcess(deployment.env, workdir / "worker.log")
+    deployment.workers.append(worker)  # stopped below even if it never gets ready
     try:
-        yield Faults(deployment, deployment.start_worker(), own_redis)
+        worker.start()
+        yield Faults(deployment, worker, own_redis)
     finally:
         deployment.close()  # the worker drains and stops its MCP server
         problems = violations(database_url, at_rest=True, mcp_marker=str(deployment.ledger))
