@@ -9,7 +9,6 @@ was committed ran exactly once; only the call in flight at the kill (`tool_ran`)
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -70,17 +69,6 @@ def reference(
         deployment.close()
         services.drop_database(postgres_server, name)
     yield transcripts
-
-
-@pytest.fixture
-def deployment(
-    database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
-) -> Iterator[Deployment]:
-    deployment = Deployment(database_url, redis_url, tmp_path, fake_llm)
-    # Short leases: recovery after a kill waits for the dead worker's lease to expire.
-    deployment.env.update(CHATWORKER_LEASE_TTL_SECONDS="2", CHATWORKER_HEARTBEAT_SECONDS="0.5")
-    yield deployment
-    deployment.close()
 
 
 @pytest.mark.parametrize("kind", TOOLS)

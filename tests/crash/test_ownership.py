@@ -4,25 +4,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
-from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
-
-
-@pytest.fixture
-def deployment(
-    database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
-) -> Iterator[Deployment]:
-    deployment = Deployment(database_url, redis_url, tmp_path, fake_llm)
-    deployment.env.update(CHATWORKER_LEASE_TTL_SECONDS="2", CHATWORKER_HEARTBEAT_SECONDS="0.5")
-    yield deployment
-    deployment.close()
 
 
 def wait_until(condition: object, timeout: float, what: str) -> None:
