@@ -68,6 +68,8 @@ QUERIES = ("refund policy", "postgres vacuum", "redis persistence", "http cachin
 # The soak's own client is spared by the backend terminations: the chaos is aimed at the workers.
 CLIENT_APPLICATION = "chatworker-soak-client"
 RESTING = ("idle", "failed")
+# Each model answer takes this long (seconds), so that kills land in the middle of turns.
+LLM_DELAY_S = (0.1, 0.8)
 TICK_S = 0.2
 RERUN_MARGIN_S = 1.0
 PROGRESS_EVERY_S = 10.0
@@ -83,7 +85,6 @@ class Options:
     seed: int = 0
     postgres: str | None = None
     drain: float = 90.0
-    ramp: float = 0.6  # conversations start over this fraction of the duration
     think: float = 3.0  # a user reads the answer for up to this long before the next turn
     fault_rate: float = 0.05
     transient_rate: float = 0.1
@@ -143,9 +144,9 @@ def turn_steps(
         ]
         planned += calls
         step_calls = [{"id": c.call_id, "name": c.tool, "arguments": c.arguments} for c in calls]
-        steps.append({"tool_calls": step_calls, "delay": round(rng.uniform(0.05, 0.3), 3)})
+        steps.append({"tool_calls": step_calls, "delay": round(rng.uniform(*LLM_DELAY_S), 3)})
     final = f"Turn {turn} of {marker} is done."
-    steps.append({"text": final, "delay": round(rng.uniform(0.05, 0.3), 3)})
+    steps.append({"text": final, "delay": round(rng.uniform(*LLM_DELAY_S), 3)})
     return steps, planned
 
 
@@ -266,6 +267,8 @@ class Workers:
         self.count = count
         self.active: list[WorkerProcess] = []
         self.booted: set[int] = set()  # ids of the workers seen ready (their logs said so)
+        self.spawned_at: dict[int, float] = {}
+        self.boot_seconds: list[float] = []  # spawn to ready, as seen by `all_booted`
         self.started = 0
         self.kills = 0
         self.exits: list[str] = []  # workers that died on their own, with why
@@ -274,16 +277,18 @@ class Workers:
         self.started += 1
         worker = WorkerProcess(dict(self.env), self.log_dir / f"worker-{self.started:03d}.log")
         self.active.append(worker)
+        self.spawned_at[id(worker)] = time.monotonic()
         worker.start(ready=ready, timeout=WORKER_READY_S)
 
     def all_booted(self) -> bool:
         """Whether every worker has logged that it is ready (its engine runs turns)."""
         for worker in self.active:
-            if id(worker) not in self.booted:
-                if READY_LINE not in worker.log_path.read_text(errors="replace"):
-                    return False
+            if id(worker) in self.booted:
+                continue
+            if READY_LINE in worker.log_path.read_text(errors="replace"):
                 self.booted.add(id(worker))
-        return True
+                self.boot_seconds.append(time.monotonic() - self.spawned_at[id(worker)])
+        return all(id(worker) in self.booted for worker in self.active)
 
     def kill(self, victim: WorkerProcess) -> None:
         """SIGKILL its process group and start a replacement."""
@@ -517,6 +522,7 @@ class Report:
     turns_submitted: int = 0
     turns_answered: int = 0
     turns_failed: int = 0  # failed for good (after the one retry)
+    turns_not_submitted: int = 0  # left when the drain deadline came
     failed_outcomes: int = 0  # every `failed` seen, retried or not
     failed_why: dict[str, int] = field(default_factory=dict)
     retries: int = 0
@@ -526,6 +532,7 @@ class Report:
     kills_mid_turn: int = 0
     turns_interrupted: int = 0
     worker_exits_unexpected: int = 0
+    worker_boot_s: str = ""  # spawn to ready: median / max
     redis_restarts: int = 0
     backend_termination_rounds: int = 0
     backends_terminated: int = 0
@@ -558,6 +565,7 @@ class Report:
             ("turns submitted", self.turns_submitted),
             ("turns answered", self.turns_answered),
             ("turns failed (after retry)", self.turns_failed),
+            ("turns not submitted (drain deadline)", self.turns_not_submitted),
             ("failed outcomes (all)", self.failed_outcomes),
             ("retries", self.retries),
             ("submits not enqueued (Redis down)", self.submits_not_enqueued),
@@ -566,6 +574,7 @@ class Report:
             ("kills holding a running turn (turns)",
              f"{self.kills_mid_turn} ({self.turns_interrupted})"),
             ("worker exits (unexpected)", self.worker_exits_unexpected),
+            ("worker boot, spawn to ready (median / max)", self.worker_boot_s),
             ("Redis restarts", self.redis_restarts),
             ("backend terminations (rounds / backends)",
              f"{self.backend_termination_rounds} / {self.backends_terminated}"),
@@ -592,6 +601,8 @@ class Report:
 
 
 class Soak:
+    """Drives the conversations as a web app would while the chaos fires; then counts, checks."""
+
     def __init__(self, options: Options, world: World) -> None:
         self.options = options
         self.world = world
@@ -600,7 +611,10 @@ class Soak:
         self.planned: list[PlannedCall] = []
         self.faults_scripted = 0
         self.started = time.monotonic()
-        spread = options.duration * options.ramp / options.conversations
+        # Starts spread over the chaos window, the last about 5 s per turn before its end, so
+        # that turns run under chaos until it stops.
+        last_start = max(options.duration / 2, options.duration - 5 * options.turns)
+        spread = last_start / options.conversations
         self.conversations = [
             Conversation(
                 i,
@@ -776,12 +790,16 @@ class Soak:
         report.backend_termination_rounds = counts.backend_termination_rounds
         report.backends_terminated = counts.backends_terminated
         report.worker_exits = list(self.world.workers.exits)
+        boots = sorted(self.world.workers.boot_seconds)
+        if boots:
+            report.worker_boot_s = f"{boots[len(boots) // 2]:.1f} s / {boots[-1]:.1f} s"
         report.worker_exits_unexpected = len(report.worker_exits)
 
     def _finish(self) -> None:
         world, report = self.world, self.report
         requests = world.llm.requests()
         world.workers.stop_all()
+        self._settle()
         report.elapsed_s = time.monotonic() - self.started
         report.llm_requests = len(requests)
         injected = [r["step"] for r in requests if (r.get("step") or {}).get("chaos")]
@@ -791,6 +809,9 @@ class Soak:
         report.turns_submitted = sum(c.turn for c in self.conversations)
         report.turns_answered = sum(c.answered for c in self.conversations)
         report.turns_failed = sum(1 for c in self.conversations if c.ended_failed)
+        report.turns_not_submitted = sum(
+            self.options.turns - c.turn for c in self.conversations if not c.ended_failed
+        )
         errors = [e for c in self.conversations for e in c.errors]
         report.failed_why = dict(Counter(reason_of(error) for error in errors))
         report.mcp_faults_scripted = self.faults_scripted
@@ -798,6 +819,18 @@ class Soak:
         # The ledger path is in the environment of this soak's MCP servers only.
         found = violations(world.database_url, at_rest=True, mcp_marker=str(world.ledger))
         report.violations = found + self._turn_problems() + self._tool_problems()
+
+    def _settle(self) -> None:
+        """The last look once the workers are gone: a turn that rested after the last tick is
+        counted, and what the drain deadline left undone ends here (a failed turn unretried)."""
+        statuses = self._statuses()
+        for c in self.conversations:
+            if c.state == "waiting":
+                self._observe(c, *statuses.get(c.id, (None, None)))
+            if c.state == "retry":
+                c.ended_failed = True
+            if c.state != "waiting":
+                c.state = "done"
 
     def _turn_problems(self) -> list[str]:
         """Every submitted turn has exactly one final answer, or ended the conversation failed."""
