@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -85,31 +86,35 @@ def statuses(client: ChatClient, ids: list[uuid.UUID]) -> set[str]:
 def test_one_process_holds_many_conversations_waiting_on_the_model(
     engine: Engine, client: ChatClient
 ) -> None:
+    conversations = 150
     in_flight = 0
     peak = 0
-    lock = threading.Lock()
+    all_waiting = asyncio.Event()
 
     async def slow_model(_: ModelRequest) -> ModelReply:
+        # Each call waits until every conversation is waiting on the model at once (or 30 s
+        # pass), so the count does not depend on how fast a busy machine submits them.
         nonlocal in_flight, peak
-        with lock:
-            in_flight += 1
-            peak = max(peak, in_flight)
-        await asyncio.sleep(1.0)
-        with lock:
-            in_flight -= 1
+        in_flight += 1
+        peak = max(peak, in_flight)
+        if in_flight == conversations:
+            all_waiting.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_waiting.wait(), timeout=30)
+        in_flight -= 1
         return testing.text("done")
 
     worker = make_engine_with(engine, testing.ScriptedModel(slow_model))
     worker.start()
     try:
-        ids = [client.create_conversation() for _ in range(150)]
+        ids = [client.create_conversation() for _ in range(conversations)]
         for conversation_id in ids:
             client.submit_message(conversation_id, "hi")
             worker.ring(conversation_id)
         wait_for(lambda: statuses(client, ids) == {"idle"}, timeout=60)
     finally:
         worker.stop()
-    assert peak >= 140, f"only {peak} conversations waited on the model at once"
+    assert peak == conversations, f"only {peak} conversations waited on the model at once"
 
 
 def test_the_sweep_revives_a_dead_worker_s_turn_without_anyone_ringing(
