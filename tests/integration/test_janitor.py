@@ -94,7 +94,7 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
     client: ChatClient, engine: Engine
 ) -> None:
     async def slow_tool() -> str:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(4)
         return "finally"
 
     tools = testing.InMemoryTools({"slow": slow_tool})
@@ -109,16 +109,16 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
         store,
         model=model,
         tools=tools,
-        config=LoopConfig(lease_ttl=1, heartbeat_interval=0.1),
+        config=LoopConfig(lease_ttl=3, heartbeat_interval=0.2),
         owner="slow-worker",
     )
 
     async def scenario() -> tuple[Outcome, int]:
         task = asyncio.create_task(service.run(conversation_id))
         failed = 0
-        for _ in range(12):  # a janitor with a 0.5 s threshold, running every 0.1 s
-            await asyncio.sleep(0.1)
-            failed += len(await asyncio.to_thread(lambda: clean_up(store, 0.5).conversations))
+        for _ in range(15):  # a janitor with a 2 s threshold, running every 0.2 s
+            await asyncio.sleep(0.2)
+            failed += len(await asyncio.to_thread(lambda: clean_up(store, 2).conversations))
         return await task, failed
 
     outcome, failed = asyncio.run(scenario())
