@@ -30,3 +30,9 @@ def test_quick_benchmark_prints_its_table_and_writes_json(
     names = [row["name"] for row in report["rows"]]
     assert "durable loop (ChatService)" in names and "floor: raw psycopg" in names
     assert all(row["median"] > 0 for row in report["rows"])
+    # Every measure ran and reported (names only: its numbers are not checked).
+    for prefix in ("history", "janitor:", "storage:", "capacity:", "recovery:", "worker RSS"):
+        assert any(name.startswith(prefix) for name in names), prefix
+    assert "ix_conversations_running_heartbeat" in "\n".join(report["janitor"]["plan"])
+    assert report["janitor"]["uses_index"] is True
+    assert set(report["seconds"]) >= {"overhead", "pickup", "capacity", "recovery", "footprint"}

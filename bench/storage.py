@@ -1,0 +1,71 @@
+"""Storage: bytes written per 10-iteration conversation through the real loop, as relation
+growth (messages + conversations, with indexes and TOAST) and as WAL bytes per turn."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+
+from app.client import ChatClient
+from app.config import load_settings
+from app.db import make_engine
+from app.worker import testing
+from app.worker.loop import ChatService, LoopConfig, Outcome
+from app.worker.store import Store
+from bench.overhead import _echo, _model, _prepare
+from bench.stats import Row, median, p95, single
+
+SIZE = "SELECT pg_total_relation_size('messages') + pg_total_relation_size('conversations')"
+
+
+def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
+    engine = make_engine(database_url)
+    tools = testing.InMemoryTools({"echo": _echo})
+    client = ChatClient(
+        load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
+    )
+    service = ChatService(
+        Store(engine),
+        model=testing.ScriptedModel(_model),
+        tools=tools,
+        config=LoopConfig(),
+        owner="bench",
+    )
+    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        before = _scalar(conn, SIZE)
+        ids = _prepare(client, conversations)  # create + submit count as the conversation's
+        wal: list[float] = []
+
+        async def run_all() -> None:
+            for conversation_id in ids:
+                # WAL is cluster-wide: other databases' writes land in a sample now and then,
+                # which is why the median, not the total, is reported.
+                start = _scalar(conn, "SELECT pg_current_wal_lsn()::text")
+                outcome = await service.run(conversation_id)
+                assert outcome is Outcome.IDLE, outcome
+                wal.append(_scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", start))
+
+        asyncio.run(run_all())
+        after = _scalar(conn, SIZE)
+    engine.dispose()
+    per_conversation = (after - before) / conversations
+    rows = [
+        single("storage: table+index bytes / conversation", per_conversation, "bytes"),
+        ("storage: WAL bytes / 10-iteration turn", median(wal), p95(wal), "bytes"),
+    ]
+    extra = {
+        "conversations": conversations,
+        "relation_bytes_before": before,
+        "relation_bytes_after": after,
+        "wal_bytes_per_turn": wal,
+    }
+    return rows, extra
+
+
+def _scalar(conn: psycopg.Connection, query: str, *params: Any) -> Any:
+    row = conn.execute(query, params or None).fetchone()
+    assert row is not None
+    return float(row[0]) if not isinstance(row[0], str) else row[0]

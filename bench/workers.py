@@ -1,0 +1,102 @@
+"""Shared plumbing of the process benchmarks: a fake LLM, a real worker, a client, and /proc.
+
+Capacity, recovery and footprint all need the same setup; reading /proc keeps psutil out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.client import ChatClient
+from app.config import load_settings
+from app.db import make_engine
+from app.queue import make_broker, ring
+from tests.servers.fake_llm import FakeLLMServer
+from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Rig:
+    llm: FakeLLMServer
+    client: ChatClient
+    env: dict[str, str]
+    workdir: Path
+
+    def worker(self, name: str = "worker", **extra: str) -> WorkerProcess:
+        """A worker process (not started) logging to its own file."""
+        return WorkerProcess({**self.env, **extra}, self.workdir / f"{name}.log")
+
+    def submit(self, count: int) -> list[uuid.UUID]:
+        """Create `count` conversations first, then submit them back to back (a burst)."""
+        ids = [self.client.create_conversation() for _ in range(count)]
+        for conversation_id in ids:
+            self.client.submit_message(conversation_id, "ping")
+        return ids
+
+    def wait_idle(self, ids: list[uuid.UUID], timeout: float) -> float:
+        """Poll until no conversation of `ids` runs; the wall-clock time it happened."""
+        deadline = time.monotonic() + timeout
+        pending = list(ids)
+        while pending:
+            pending = [c for c in pending if self.client.get_conversation(c).is_running]
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} conversations still running")
+            if pending:
+                time.sleep(0.05)
+        return time.time()
+
+
+@contextlib.contextmanager
+def rig(database_url: str, redis_url: str, workdir: Path, default: dict[str, Any]) -> Iterator[Rig]:
+    """A fake LLM answering every request with `default`, and a client enqueuing on Redis."""
+    with FakeLLMServer() as llm:
+        llm.script([], default=default)
+        env = worker_environment(
+            database_url, redis_url, llm.api_base, workdir / "ledger.jsonl", workdir / "notes.txt"
+        )
+        settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
+        broker = make_broker(settings)
+        engine = make_engine(database_url)
+        client = ChatClient(settings, engine=engine, enqueue=lambda cid: ring(cid, broker))
+        try:
+            yield Rig(llm, client, env, workdir)
+        finally:
+            engine.dispose()
+
+
+def dramatiq_child(worker: WorkerProcess) -> int:
+    """The pid of the worker's dramatiq child process (where the engine and its turns run)."""
+    assert worker.process is not None
+    main = worker.process.pid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            if ppid == main and b"dramatiq" in cmdline:
+                return int(entry)
+    raise RuntimeError(f"no dramatiq child of {main}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
