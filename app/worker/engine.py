@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.worker.loop import ChatService, Outcome
+from app.worker.loop import ChatService
 from app.worker.plan import recovery_delay
 from app.worker.store import Store
 
@@ -59,7 +59,6 @@ class Engine:
         self._resent: dict[uuid.UUID, float] = {}  # doorbells this process re-sent: until when
         self.requeue = requeue
         self.on_start = on_start
-        self.outcomes: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -149,10 +148,8 @@ class Engine:
         try:
             async with self._slots:
                 outcome = await self.service.run(conversation_id)
-            self.outcomes[outcome.value] = self.outcomes.get(outcome.value, 0) + 1
             log.info("conversation %s: %s", conversation_id, outcome.value)
         except asyncio.CancelledError:
-            self.outcomes[Outcome.RELEASED.value] = self.outcomes.get(Outcome.RELEASED.value, 0) + 1
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
             self._requeue(conversation_id)  # let another worker go on now
             raise

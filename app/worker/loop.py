@@ -38,7 +38,6 @@ class Outcome(enum.Enum):
     FAILED = "failed"
     NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
-    RELEASED = "released"  # stopped for shutdown; the lease was handed back
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, delete, insert, or_, select, text, update
+from sqlalchemy import Connection, Engine, Table, and_, delete, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import ChatWorkerError
@@ -233,10 +233,7 @@ class Store:
                 return []
             rows = connection.execute(
                 select(conversations.c.id, conversations.c.attempts)
-                .where(
-                    conversations.c.status.in_(RUNNING_STATUSES),
-                    conversations.c.heartbeat_at < cutoff,
-                )
+                .where(_silent_since(cutoff))
                 .order_by(conversations.c.heartbeat_at)
                 .limit(limit)
             ).all()
@@ -258,10 +255,7 @@ class Store:
         cutoff = self.clock() - timedelta(seconds=older_than)
         statement = (
             select(conversations.c.id, conversations.c.status, conversations.c.heartbeat_at)
-            .where(
-                conversations.c.status.in_(RUNNING_STATUSES),
-                conversations.c.heartbeat_at < cutoff,
-            )
+            .where(_silent_since(cutoff))
             .order_by(conversations.c.heartbeat_at)
             .limit(limit)
         )
@@ -279,10 +273,7 @@ class Store:
             before = {
                 row.id: row.status
                 for row in connection.execute(
-                    select(conversations.c.id, conversations.c.status).where(
-                        conversations.c.status.in_(RUNNING_STATUSES),
-                        conversations.c.heartbeat_at < cutoff,
-                    )
+                    select(conversations.c.id, conversations.c.status).where(_silent_since(cutoff))
                 )
             }
             changed = connection.execute(statement).all()
@@ -373,13 +364,15 @@ def _released() -> dict[str, Any]:
     return {"lease_owner": None, "lease_expires_at": None}
 
 
+def _silent_since(cutoff: datetime) -> Any:
+    """Running, and no sign of life since `cutoff`: what the partial heartbeat index covers."""
+    return and_(conversations.c.status.in_(RUNNING_STATUSES), conversations.c.heartbeat_at < cutoff)
+
+
 def _fail_silent(cutoff: datetime, error: str, now: datetime) -> Any:
     return (
         update(conversations)
-        .where(
-            conversations.c.status.in_(RUNNING_STATUSES),
-            conversations.c.heartbeat_at < cutoff,
-        )
+        .where(_silent_since(cutoff))
         .values(
             status=FAILED,
             error=error,
