@@ -54,7 +54,6 @@ def worker_environment(
         "CHATWORKER_HEARTBEAT_SECONDS": "1",
         "CHATWORKER_RECOVERY_INTERVAL_SECONDS": "1",
         "CHATWORKER_MCP_SERVERS": mcp_servers_json(ledger, notes),
-        "dramatiq_worker_timeout": "100",
     }
     env.update(extra)
     return env

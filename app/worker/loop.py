@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from app.worker import failpoints, plan
-from app.worker.plan import CallModel, Entry, Fail, Finish, RunTools, ToolCall
+from app.worker.plan import CallModel, Fail, Finish, RunTools, ToolCall
 from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolDefinition, ToolProvider
 from app.worker.store import Claim, LeaseLost, Snapshot, Store
 
@@ -135,7 +135,7 @@ class _Turn:
         self.service = service
         self.snapshot = snapshot
         self.claim = snapshot.claim
-        self.transcript: list[Entry] = list(snapshot.transcript)
+        self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
         self.offered: dict[str, ToolDefinition] = {}
         self.known: set[str] = set()
@@ -177,7 +177,7 @@ class _Turn:
         snapshot = self.snapshot
         request = ModelRequest(
             model=snapshot.model,
-            messages=plan.provider_messages(snapshot.instructions, self.transcript),
+            messages=self.transcript.provider_messages(),
             tools=[d.as_function_tool() for d in self.offered.values()],
             tool_choice=snapshot.tool_choice,
         )
@@ -192,9 +192,7 @@ class _Turn:
             await self.db(store.fail, self.claim, plan.CONTENT_FILTER_ERROR, reply.usage)
             return Outcome.FAILED
         if reply.tool_calls:
-            calls = plan.unique_tool_calls(
-                reply.tool_calls, plan.tool_call_ids(self.transcript), seq
-            )
+            calls = plan.unique_tool_calls(reply.tool_calls, self.transcript.call_ids, seq)
             entry = await self.db(
                 store.record_tool_calls,
                 self.claim,

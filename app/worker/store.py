@@ -3,23 +3,43 @@
 Every write of a running worker is fenced by the lease epoch taken at claim time: zero rows updated
 means another worker claimed the conversation since, and `LeaseLost` is raised before anything is
 written. Each method is one short transaction; none is held open across an LLM or tool call.
+
+On PostgreSQL a step is a single autocommit statement (the fenced UPDATE feeding the INSERT through
+a data-modifying CTE): one round trip, still one atomic transaction. SQLite runs the same two
+statements inside an explicit transaction.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, delete, insert, or_, select, text, update
+import psycopg
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import ChatWorkerError
-from app.models import FAILED, IDLE, RUNNING_STATUSES, TOOL_LOOP, CatalogTool, Conversation, Message
+from app.models import FAILED, IDLE, RUNNING_STATUSES, CatalogTool, Conversation, Message
+from app.worker import fastpath
+from app.worker import statements as sql
+from app.worker.fastpath import DriverStatement
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import ToolDefinition, Usage
+from app.worker.transcript import Transcript
 
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
@@ -50,7 +70,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What a worker knows after a claim: the conversation's settings and its whole transcript."""
+    """What a worker knows after a claim: the conversation's settings and its whole transcript
+    (built here, on the database thread, ready for the turn that owns it from now on)."""
 
     claim: Claim
     status: str
@@ -60,7 +81,7 @@ class Snapshot:
     tool_choice: str
     iterations: int
     attempts: int
-    transcript: tuple[Entry, ...]
+    transcript: Transcript
 
     @property
     def last_seq(self) -> int:
@@ -80,6 +101,18 @@ class Store:
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
         self.clock = clock
+        # A single-statement write needs no BEGIN/COMMIT round trips: it is its own transaction.
+        self._autocommit = engine.execution_options(
+            isolation_level="AUTOCOMMIT", skip_autocommit_rollback=True
+        )
+        self._driver = fastpath.supported(engine)
+        if self._driver:
+            self._claim_sql = DriverStatement(sql.CLAIM, engine)
+            self._transcript_sql = DriverStatement(sql.TRANSCRIPT, engine)
+            self._step_sql = {
+                kind: DriverStatement(statement, engine, json_parameters=("m_tool_calls",))
+                for kind, statement in sql.ONE_STATEMENT_STEP.items()
+            }
 
     # --- ownership ----------------------------------------------------------------------------
 
@@ -89,40 +122,29 @@ class Store:
         Returns None when there is nothing to do or another worker owns it.
         """
         now = self.clock()
-        statement = (
-            update(conversations)
-            .where(
-                conversations.c.id == conversation_id,
-                conversations.c.status.in_(RUNNING_STATUSES),
-                or_(
-                    conversations.c.lease_owner.is_(None),
-                    conversations.c.lease_expires_at < now,
-                ),
-            )
-            .values(
-                lease_owner=owner,
-                lease_epoch=conversations.c.lease_epoch + 1,
-                lease_expires_at=now + timedelta(seconds=ttl),
-                heartbeat_at=now,
-                attempts=conversations.c.attempts + 1,
-                updated_at=now,
-            )
-            .returning(
-                conversations.c.lease_epoch,
-                conversations.c.status,
-                conversations.c.model,
-                conversations.c.instructions,
-                conversations.c.allowed_tools,
-                conversations.c.tool_choice,
-                conversations.c.iterations,
-                conversations.c.attempts,
-            )
-        )
-        with self.engine.begin() as connection:
-            row = connection.execute(statement).one_or_none()
-            if row is None:
-                return None
-            transcript = tuple(_load_transcript(connection, conversation_id))
+        parameters = {
+            "claim_id": conversation_id,
+            "owner": owner,
+            "now": now,
+            "expires": now + timedelta(seconds=ttl),
+        }
+        # Two autocommit statements: the transcript is read after the claim committed, so every
+        # step an earlier owner committed before losing the lease is in it.
+        which = {"transcript_id": conversation_id}
+        if self._driver:
+            with fastpath.autocommit_connection(self.engine) as connection:
+                rows = self._claim_sql.run(connection, parameters)
+                if not rows:
+                    return None
+                row = _ClaimRow(*rows[0])
+                transcript = self._transcript_sql.run(connection, which)
+        else:
+            with self._autocommit.connect() as connection:
+                found = connection.execute(sql.CLAIM, parameters).one_or_none()
+                if found is None:
+                    return None
+                row = _ClaimRow(*found)
+                transcript = [tuple(m) for m in connection.execute(sql.TRANSCRIPT, which)]
         return Snapshot(
             claim=Claim(conversation_id, owner, row.lease_epoch),
             status=row.status,
@@ -132,19 +154,17 @@ class Store:
             tool_choice=row.tool_choice,
             iterations=row.iterations,
             attempts=row.attempts,
-            transcript=transcript,
+            transcript=Transcript(row.instructions, map(_entry, transcript)),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> None:
         """Renew the lease; raise `LeaseLost` if it was taken over."""
         now = self.clock()
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, lease_expires_at=now + timedelta(seconds=ttl))
+        self._update(claim, lease_expires_at=now + timedelta(seconds=ttl))
 
     def release(self, claim: Claim) -> None:
         """Give the lease up (graceful shutdown) so another worker may claim at once."""
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, lease_owner=None, lease_expires_at=None)
+        self._update(claim, lease_owner=None, lease_expires_at=None)
 
     # --- step commits -------------------------------------------------------------------------
 
@@ -161,9 +181,7 @@ class Store:
     ) -> Entry:
         """The assistant's tool calls and status `tool_loop`, in one transaction."""
         entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, ttl=ttl, status=TOOL_LOOP, **_counted(usage))
-            _insert(connection, claim.conversation_id, entry)
+        self._step(sql.StepKind.TOOL_CALLS, claim, entry, ttl=ttl, usage=usage)
         return entry
 
     def record_tool_result(
@@ -173,9 +191,7 @@ class Store:
         entry = Entry(
             seq, "tool", content, tool_call_id=call.id, tool_name=call.name, is_error=is_error
         )
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, ttl=ttl, status=TOOL_LOOP)
-            _insert(connection, claim.conversation_id, entry)
+        self._step(sql.StepKind.TOOL_RESULT, claim, entry, ttl=ttl)
         return entry
 
     def record_answer(
@@ -183,32 +199,63 @@ class Store:
     ) -> Entry:
         """The final text and status `idle` (lease released), in one transaction."""
         entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, status=IDLE, **_released(), **_counted(usage))
-            _insert(connection, claim.conversation_id, entry)
+        self._step(sql.StepKind.ANSWER, claim, entry, usage=usage)
         return entry
 
     def finish(self, claim: Claim) -> None:
         """Mark the turn done when its final text is already committed."""
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, status=IDLE, **_released())
+        self._update(claim, status=IDLE, **_released())
 
     def fail(self, claim: Claim, error: str, usage: Usage | None = None) -> None:
         """Status `failed` with a readable error (lease released)."""
-        counted = _counted(usage, llm_call=False) if usage else {}
-        with self.engine.begin() as connection:
-            self._fence(connection, claim, status=FAILED, error=error, **_released(), **counted)
+        counted = _tokens(usage) if usage else {}
+        self._update(claim, status=FAILED, error=error, **_released(), **counted)
 
-    def _fence(
-        self, connection: Connection, claim: Claim, ttl: float | None = None, **values: Any
+    def _update(self, claim: Claim, ttl: float | None = None, **values: Any) -> None:
+        """A fenced UPDATE on its own: one statement, one transaction."""
+        with self._autocommit.connect() as connection:
+            result = connection.execute(self._fenced(claim, ttl, values))
+        if result.rowcount != 1:
+            raise _lost(claim)
+
+    def _step(
+        self,
+        kind: sql.StepKind,
+        claim: Claim,
+        entry: Entry,
+        *,
+        ttl: float | None = None,
+        usage: Usage | None = None,
     ) -> None:
+        """The fenced UPDATE and the entry's INSERT, atomically: both happen, or neither."""
+        parameters = sql.step_parameters(
+            claim.conversation_id, claim.epoch, entry, now=self.clock(), ttl=ttl, usage=usage
+        )
+        try:
+            if self._driver:
+                with fastpath.autocommit_connection(self.engine) as connection:
+                    inserted = self._step_sql[kind].run(connection, parameters)
+                if len(inserted) != 1:
+                    raise _lost(claim)
+                return
+            with self.engine.begin() as connection:
+                if connection.execute(sql.FENCE_UPDATE[kind], parameters).rowcount != 1:
+                    raise _lost(claim)
+                connection.execute(sql.INSERT_MESSAGE, parameters)
+        except (IntegrityError, psycopg.IntegrityError) as exc:
+            # The fence passed, so only a writer that bypassed it could have taken this seq.
+            raise LeaseLost(
+                f"conversation {claim.conversation_id}: seq {entry.seq} already written"
+            ) from exc
+
+    def _fenced(self, claim: Claim, ttl: float | None, values: dict[str, Any]) -> Any:
         now = self.clock()
         values.setdefault("heartbeat_at", now)
         values["updated_at"] = now
         if ttl is not None:
             values["lease_expires_at"] = now + timedelta(seconds=ttl)
             values["attempts"] = 0  # a committed step is progress
-        result = connection.execute(
+        return (
             update(conversations)
             .where(
                 conversations.c.id == claim.conversation_id,
@@ -216,8 +263,6 @@ class Store:
             )
             .values(**values)
         )
-        if result.rowcount != 1:
-            raise LeaseLost(f"conversation {claim.conversation_id}: lease epoch {claim.epoch} lost")
 
     # --- recovery, janitor, catalogue ---------------------------------------------------------
 
@@ -300,64 +345,36 @@ class Store:
                 connection.execute(insert(catalog), rows)
 
 
-def _load_transcript(connection: Connection, conversation_id: uuid.UUID) -> Iterable[Entry]:
-    rows = connection.execute(
-        select(
-            messages.c.seq,
-            messages.c.role,
-            messages.c.content,
-            messages.c.tool_calls,
-            messages.c.tool_call_id,
-            messages.c.tool_name,
-            messages.c.is_error,
-            messages.c.finish_reason,
-        )
-        .where(messages.c.conversation_id == conversation_id)
-        .order_by(messages.c.seq)
-    )
-    for row in rows:
-        calls = tuple(ToolCall.from_json(c) for c in row.tool_calls or ())
-        yield Entry(
-            row.seq,
-            row.role,
-            row.content,
-            calls,
-            row.tool_call_id,
-            row.tool_name,
-            row.is_error,
-            row.finish_reason,
-        )
+class _ClaimRow(NamedTuple):
+    lease_epoch: int
+    status: str
+    model: str
+    instructions: str | None
+    allowed_tools: list[str] | None
+    tool_choice: str
+    iterations: int
+    attempts: int
 
 
-def _insert(connection: Connection, conversation_id: uuid.UUID, entry: Entry) -> None:
-    try:
-        connection.execute(
-            insert(messages).values(
-                conversation_id=conversation_id,
-                seq=entry.seq,
-                role=entry.role,
-                content=entry.content,
-                tool_calls=[c.as_json() for c in entry.tool_calls] or None,
-                tool_call_id=entry.tool_call_id,
-                tool_name=entry.tool_name,
-                is_error=entry.is_error,
-                finish_reason=entry.finish_reason,
-            )
-        )
-    except IntegrityError as exc:
-        # The fence passed, so only a writer that bypassed it could have taken this seq.
-        raise LeaseLost(f"conversation {conversation_id}: seq {entry.seq} already written") from exc
+def _entry(row: tuple[Any, ...]) -> Entry:
+    """An Entry from a TRANSCRIPT row, whose tool_calls is JSON text."""
+    seq, role, content, tool_calls, tool_call_id, tool_name, is_error, finish_reason = row
+    calls: tuple[ToolCall, ...] = ()
+    if tool_calls:  # one history message in four, or fewer: the rest skip the parsing
+        calls = tuple(ToolCall.from_json(call) for call in json.loads(tool_calls) or ())
+    return Entry(seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason)
 
 
-def _counted(usage: Usage | None, llm_call: bool = True) -> dict[str, Any]:
-    usage = usage or Usage()
-    values: dict[str, Any] = {
+def _lost(claim: Claim) -> LeaseLost:
+    return LeaseLost(f"conversation {claim.conversation_id}: lease epoch {claim.epoch} lost")
+
+
+def _tokens(usage: Usage) -> dict[str, Any]:
+    """Add a failed call's usage (the step statements count their own, with the iteration)."""
+    return {
         "prompt_tokens": conversations.c.prompt_tokens + usage.prompt_tokens,
         "completion_tokens": conversations.c.completion_tokens + usage.completion_tokens,
     }
-    if llm_call:
-        values["iterations"] = conversations.c.iterations + 1
-    return values
 
 
 def _released() -> dict[str, Any]:

@@ -57,14 +57,17 @@ def by_iteration(replies: Sequence[ModelReply | Exception]) -> Responder:
 
 
 class ScriptedModel:
-    """A `ModelClient` whose answers come from a responder; it records every request."""
+    """A `ModelClient` whose answers come from a responder; it records every request unless told
+    not to (a benchmark's model must not hold every history it was sent)."""
 
-    def __init__(self, responder: Responder) -> None:
+    def __init__(self, responder: Responder, *, record: bool = True) -> None:
         self.responder = responder
+        self.record = record
         self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        self.requests.append(request)
+        if self.record:
+            self.requests.append(request)
         reply = self.responder(request)
         if isinstance(reply, Awaitable):
             reply = await reply

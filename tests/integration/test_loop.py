@@ -23,9 +23,10 @@ from app.db import make_engine
 from app.models import Conversation
 from app.worker import testing
 from app.worker.loop import GAVE_UP_ERROR, ChatService, LoopConfig, Outcome
-from app.worker.plan import INTERRUPTED_RESULT, MAX_ITERATIONS_ERROR, ToolCall
+from app.worker.plan import MAX_ITERATIONS_ERROR, ToolCall
 from app.worker.ports import ModelError, ModelReply, Usage
 from app.worker.store import Store
+from app.worker.transcript import INTERRUPTED_RESULT
 
 CONFIG = LoopConfig(max_iterations=20, lease_ttl=30, heartbeat_interval=10, max_attempts=3)
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from app.worker.plan import (
     CUT_OFF_RESULT,
-    INTERRUPTED_RESULT,
     MAX_ITERATIONS_ERROR,
     NO_USER_MESSAGE_ERROR,
     CallModel,
@@ -19,32 +16,12 @@ from app.worker.plan import (
     ToolCall,
     check_call,
     next_action,
-    provider_messages,
     recovery_delay,
-    tool_call_ids,
     unique_tool_calls,
 )
+from tests.unit.entries import A, B, C, answer, calls, result, user
 
 CAP = 20
-A = ToolCall("call_a", "search_docs", '{"query": "redis"}')
-B = ToolCall("call_b", "add", '{"a": 1, "b": 2}')
-C = ToolCall("call_c", "write_note", '{"text": "hi"}')
-
-
-def user(seq: int, text: str = "question") -> Entry:
-    return Entry(seq, "user", text)
-
-
-def calls(seq: int, *tool_calls: ToolCall) -> Entry:
-    return Entry(seq, "assistant", None, tool_calls)
-
-
-def result(seq: int, call: ToolCall, text: str = "ok", is_error: bool = False) -> Entry:
-    return Entry(seq, "tool", text, tool_call_id=call.id, tool_name=call.name, is_error=is_error)
-
-
-def answer(seq: int, text: str = "the answer") -> Entry:
-    return Entry(seq, "assistant", text)
 
 
 # One row per line of the crash-point table: (committed transcript, expected next action).
@@ -164,73 +141,6 @@ def test_empty_and_repeated_ids_get_unique_ones() -> None:
 def test_generated_ids_avoid_ids_already_taken() -> None:
     normalized = unique_tool_calls([ToolCall("", "add", "{}")], used_ids={"call_7_0"}, seq=7)
     assert normalized[0].id not in {"call_7_0", ""}
-
-
-def test_tool_call_ids_of_a_transcript() -> None:
-    assert tool_call_ids([user(1), calls(2, A, B), result(3, A), calls(4, C)]) == {
-        "call_a",
-        "call_b",
-        "call_c",
-    }
-
-
-# --- what the provider is sent --------------------------------------------------------------------
-
-
-def test_provider_messages_for_a_clean_transcript() -> None:
-    transcript = [user(1, "hi"), calls(2, A), result(3, A, "found"), answer(4, "done")]
-    assert provider_messages("Be brief.", transcript) == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "hi"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "call_a",
-                    "type": "function",
-                    "function": {"name": "search_docs", "arguments": '{"query": "redis"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_a", "content": "found"},
-        {"role": "assistant", "content": "done"},
-    ]
-
-
-def test_no_instructions_means_no_system_message() -> None:
-    assert provider_messages(None, [user(1, "hi")]) == [{"role": "user", "content": "hi"}]
-
-
-def test_dangling_calls_get_a_synthetic_result_right_after_their_message() -> None:
-    transcript = [user(1), calls(2, A, B), result(3, B, "b done"), user(4, "again")]
-    messages = provider_messages(None, transcript)
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "user"]
-    assert messages[2] == {"role": "tool", "tool_call_id": "call_a", "content": INTERRUPTED_RESULT}
-    assert messages[3] == {"role": "tool", "tool_call_id": "call_b", "content": "b done"}
-
-
-def test_every_assistant_tool_call_is_answered_exactly_once() -> None:
-    transcript = [user(1), calls(2, A, B), result(3, B), result(4, A), calls(5, C), user(6)]
-    messages = provider_messages(None, transcript)
-    asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls", [])]
-    answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
-    assert sorted(asked) == sorted(answered)
-    # and each result follows its own assistant message directly, in call order
-    assert answered == ["call_a", "call_b", "call_c"]
-
-
-def test_results_answering_no_call_are_dropped() -> None:
-    orphan = result(2, ToolCall("call_zz", "add", "{}"))
-    messages = provider_messages(None, [user(1), orphan, answer(3)])
-    assert [m["role"] for m in messages] == ["user", "assistant"]
-
-
-def test_invalid_json_arguments_are_sent_as_an_empty_object() -> None:
-    broken = ToolCall("call_x", "add", '{"a": 1,')
-    messages = provider_messages(None, [user(1), calls(2, broken), result(3, broken, "bad")])
-    sent = messages[1]["tool_calls"][0]["function"]["arguments"]
-    assert json.loads(sent) == {}
 
 
 # --- model-fixable mistakes go back to the model, a bounded number of times ----------------------
