@@ -11,10 +11,17 @@ from bench.stats import Row, median, p95, single
 from bench.workers import cpu_seconds, dramatiq_child, rig, rss_mb
 
 BATCH = 50  # turns submitted at once: a steady load without queueing them all up front
+IDLE_SECONDS = 10.0
 
 
 def measure_footprint(
-    database_url: str, redis_url: str, workdir: Path, turns: int, cold_starts: int
+    database_url: str,
+    redis_url: str,
+    workdir: Path,
+    turns: int,
+    cold_starts: int,
+    *,
+    idle_seconds: float = IDLE_SECONDS,
 ) -> tuple[list[Row], dict[str, Any]]:
     with rig(database_url, redis_url, workdir, {"text": "ok"}) as bench:
         starts = []
@@ -28,6 +35,10 @@ def measure_footprint(
         try:
             child = dramatiq_child(worker)
             rss_start = rss_mb(child)
+            time.sleep(1)  # past the start-up work
+            idle_before = cpu_seconds(child)
+            time.sleep(idle_seconds)
+            idle_cpu = (cpu_seconds(child) - idle_before) / idle_seconds
             cpu_before = cpu_seconds(child)
             done = 0
             while done < turns:
@@ -43,6 +54,7 @@ def measure_footprint(
         single("worker RSS at start", rss_start, "MB"),
         single(f"worker RSS after {turns} turns", rss_end, "MB"),
         single("worker CPU per turn (instant LLM, 1 call)", cpu * 1000 / turns, "ms"),
+        single("worker CPU while idle (polling the queue)", idle_cpu * 100, "% of a core"),
     ]
     extra = {
         "cold_start_seconds": starts,
@@ -50,5 +62,6 @@ def measure_footprint(
         "rss_end_mb": rss_end,
         "turns": turns,
         "cpu_seconds": cpu,
+        "idle_cpu_fraction": idle_cpu,
     }
     return rows, extra

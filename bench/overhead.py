@@ -8,10 +8,13 @@ step (its result, one transaction). Turns are 10 iterations: 9 tool rounds and a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import json
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from sqlalchemy import Engine
@@ -23,6 +26,7 @@ from app.worker import testing
 from app.worker.loop import ChatService, LoopConfig, Outcome
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import Store
+from bench.roundtrips import traced_connection, traced_engine
 from bench.stats import median, p95
 
 ITERATIONS_PER_TURN = 10
@@ -32,6 +36,7 @@ ITERATIONS_PER_TURN = 10
 class Result:
     name: str
     per_iteration_ms: list[float]
+    round_trips_per_iteration: float = 0.0
 
     @property
     def median(self) -> float:
@@ -64,6 +69,9 @@ def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
     return ids
 
 
+TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
+
+
 def measure_loop(database_url: str, conversations: int) -> Result:
     engine = make_engine(database_url)
     tools = testing.InMemoryTools({"echo": _echo})
@@ -72,12 +80,17 @@ def measure_loop(database_url: str, conversations: int) -> Result:
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
     )
     ids = _prepare(client, conversations)
+    traced_ids = _prepare(client, TRACED_TURNS)
     service = ChatService(
-        store, model=testing.ScriptedModel(_model), tools=tools, config=LoopConfig(), owner="bench"
+        store,
+        model=testing.ScriptedModel(_model, record=False),
+        tools=tools,
+        config=LoopConfig(),
+        owner="bench",
     )
     samples = []
 
-    async def run_all() -> None:
+    async def run_all(ids: list[uuid.UUID]) -> None:
         for conversation_id in ids:
             started = time.perf_counter()
             outcome = await service.run(conversation_id)
@@ -85,45 +98,72 @@ def measure_loop(database_url: str, conversations: int) -> Result:
             assert outcome is Outcome.IDLE, outcome
             samples.append(elapsed * 1000 / ITERATIONS_PER_TURN)
 
-    asyncio.run(run_all())
+    asyncio.run(run_all(ids))
+    timed = list(samples)
     engine.dispose()
-    return Result("durable loop (ChatService)", samples)
+    with traced_engine(engine) as tracer:
+        asyncio.run(run_all(traced_ids))
+        trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+    engine.dispose()
+    return Result("durable loop (ChatService)", timed, trips)
 
 
-def measure_floor(database_url: str, conversations: int, pipeline: bool) -> Result:
+class Floor(enum.Enum):
+    """Ways raw psycopg can make the loop's commits, each a floor for the same work."""
+
+    PLAIN = "raw psycopg"  # BEGIN, UPDATE, INSERT, COMMIT: a round trip each
+    PIPELINE = "raw psycopg pipeline"  # the same, pipelined
+    ONE_STATEMENT = "raw psycopg one statement"  # the loop's own form: one autocommit CTE per step
+
+
+def measure_floor(database_url: str, conversations: int, floor: Floor) -> Result:
     engine: Engine = make_engine(database_url)
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
     )
-    ids = _prepare(client, conversations)
+    ids = _prepare(client, conversations + TRACED_TURNS)
     engine.dispose()
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     samples = []
-    with psycopg.connect(dsn) as conn:
-        for conversation_id in ids:
+    with psycopg.connect(dsn, autocommit=floor is Floor.ONE_STATEMENT) as conn:
+        for conversation_id in ids[TRACED_TURNS:]:
             started = time.perf_counter()
-            _floor_turn(conn, conversation_id, pipeline)
+            _floor_turn(conn, conversation_id, floor)
             samples.append((time.perf_counter() - started) * 1000 / ITERATIONS_PER_TURN)
-    return Result(f"floor: raw psycopg{' pipeline' if pipeline else ''}", samples)
+        with traced_connection(conn) as tracer:
+            for conversation_id in ids[:TRACED_TURNS]:
+                _floor_turn(conn, conversation_id, floor)
+            trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+    return Result(f"floor: {floor.value}", samples, trips)
 
 
-def _floor_turn(conn: psycopg.Connection, conversation_id: uuid.UUID, pipeline: bool) -> None:
-    """The same commits as the loop: claim + load, then per iteration a fenced update + insert."""
-    claim = (
-        "UPDATE conversations SET lease_owner='floor', lease_epoch=lease_epoch+1, "
-        "lease_expires_at=now()+interval '30 s', heartbeat_at=now(), attempts=attempts+1 "
-        "WHERE id=%s AND status IN ('processing','tool_loop') RETURNING lease_epoch"
-    )
-    fence = (
-        "UPDATE conversations SET status=%s, heartbeat_at=now(), updated_at=now(), "
-        "lease_expires_at=now()+interval '30 s', attempts=0, iterations=iterations+%s "
-        "WHERE id=%s AND lease_epoch=%s"
-    )
-    insert = (
-        "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, "
-        "tool_name, is_error) VALUES (%s, %s, %s, %s, %s, %s, %s, false)"
-    )
-    epoch = conn.execute(claim, (conversation_id,)).fetchone()[0]  # type: ignore[index]
+CLAIM = (
+    "UPDATE conversations SET lease_owner='floor', lease_epoch=lease_epoch+1, "
+    "lease_expires_at=now()+interval '30 s', heartbeat_at=now(), attempts=attempts+1 "
+    "WHERE id=%s AND status IN ('processing','tool_loop') RETURNING lease_epoch"
+)
+FENCE = (
+    "UPDATE conversations SET status=%s, heartbeat_at=now(), updated_at=now(), "
+    "lease_expires_at=now()+interval '30 s', attempts=0, iterations=iterations+%s "
+    "WHERE id=%s AND lease_epoch=%s"
+)
+INSERT = (
+    "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, "
+    "tool_name, is_error) VALUES (%s, %s, %s, %s, %s, %s, %s, false)"
+)
+ONE_STATEMENT = (
+    "WITH fenced AS (UPDATE conversations SET status=%s, heartbeat_at=now(), updated_at=now(), "
+    "lease_expires_at=now()+interval '30 s', attempts=0, iterations=iterations+%s "
+    "WHERE id=%s AND lease_epoch=%s RETURNING id) "
+    "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, "
+    "tool_name, is_error) SELECT fenced.id, %s, %s, %s, %s::jsonb, %s, %s, false FROM fenced "
+    "RETURNING seq"
+)
+
+
+def _floor_turn(conn: psycopg.Connection, conversation_id: uuid.UUID, floor: Floor) -> None:
+    """The same commits as the loop: claim + load, then per iteration two fenced steps."""
+    epoch = conn.execute(CLAIM, (conversation_id,)).fetchone()[0]  # type: ignore[index]
     conn.execute(
         "SELECT * FROM messages WHERE conversation_id=%s ORDER BY seq", (conversation_id,)
     ).fetchall()
@@ -131,47 +171,29 @@ def _floor_turn(conn: psycopg.Connection, conversation_id: uuid.UUID, pipeline: 
     seq = 1
     for step in range(ITERATIONS_PER_TURN):
         final = step == ITERATIONS_PER_TURN - 1
-        if pipeline:
-            with conn.pipeline():
-                seq = _floor_iteration(
-                    conn,
-                    fence,
-                    insert,
-                    conversation_id,
-                    epoch=epoch,
-                    seq=seq,
-                    step=step,
-                    final=final,
-                )
+        calls = json.dumps([{"id": f"c{step}", "name": "echo", "arguments": "{}"}])
+        seq += 1
+        if final:
+            message = (seq, "assistant", "done", None, None, None)
         else:
-            seq = _floor_iteration(
-                conn, fence, insert, conversation_id, epoch=epoch, seq=seq, step=step, final=final
-            )
+            message = (seq, "assistant", None, calls, None, None)
+        _floor_step(
+            conn, floor, ("idle" if final else "tool_loop", 1, conversation_id, epoch), message
+        )
+        if final:
+            return
+        seq += 1
+        message = (seq, "tool", str(step), None, f"c{step}", "echo")
+        _floor_step(conn, floor, ("tool_loop", 0, conversation_id, epoch), message)
 
 
-def _floor_iteration(
-    conn: psycopg.Connection,
-    fence: str,
-    insert: str,
-    conversation_id: uuid.UUID,
-    *,
-    epoch: int,
-    seq: int,
-    step: int,
-    final: bool,
-) -> int:
-    status = "idle" if final else "tool_loop"
-    calls = None if final else json.dumps([{"id": f"c{step}", "name": "echo", "arguments": "{}"}])
-    conn.execute(fence, (status, 1, conversation_id, epoch))
-    seq += 1
-    conn.execute(
-        insert, (conversation_id, seq, "assistant", "done" if final else None, calls, None, None)
-    )
-    conn.commit()
-    if final:
-        return seq
-    conn.execute(fence, ("tool_loop", 0, conversation_id, epoch))
-    seq += 1
-    conn.execute(insert, (conversation_id, seq, "tool", str(step), None, f"c{step}", "echo"))
-    conn.commit()
-    return seq
+def _floor_step(
+    conn: psycopg.Connection, floor: Floor, fence: tuple[Any, ...], message: tuple[Any, ...]
+) -> None:
+    if floor is Floor.ONE_STATEMENT:
+        assert len(conn.execute(ONE_STATEMENT, (*fence, *message)).fetchall()) == 1
+        return
+    with conn.pipeline() if floor is Floor.PIPELINE else contextlib.nullcontext():
+        conn.execute(FENCE, fence)
+        conn.execute(INSERT, (fence[2], *message))
+        conn.commit()

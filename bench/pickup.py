@@ -1,7 +1,8 @@
-"""Enqueue-to-first-LLM-request latency with a real worker process on Redis and an idle queue.
+"""Enqueue-to-first-LLM-request latency with a real worker process on Redis: idle, and busy with
+conversations waiting on a slow model.
 
 t0 is taken right after `submit_message` commits and enqueues; t1 is when the fake LLM server
-received the worker's request. Both clocks are this machine's wall clock.
+received the worker's request for that conversation. Both clocks are this machine's wall clock.
 """
 
 from __future__ import annotations
@@ -9,41 +10,47 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.client import ChatClient
-from app.config import load_settings
-from app.db import make_engine
-from app.queue import make_broker, ring
-from tests.servers.fake_llm import FakeLLMServer
-from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
+from bench.workers import Rig, rig
+
+SLOW_MARKER = "slow-background"
+BACKGROUND_DELAY = 30.0  # the busy worker's conversations wait this long on the model
 
 
-def measure_pickup(database_url: str, redis_url: str, workdir: Path, trials: int) -> list[float]:
-    """Milliseconds from enqueue to the first model request, one trial at a time (idle worker)."""
-    with FakeLLMServer() as llm:
-        llm.script([], default={"text": "ok"})
-        env = worker_environment(
-            database_url, redis_url, llm.api_base, workdir / "ledger.jsonl", workdir / "notes.txt"
-        )
-        worker = WorkerProcess(env, workdir / "worker.log").start()
-        settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
-        broker = make_broker(settings)
-        engine = make_engine(database_url)
-        client = ChatClient(settings, engine=engine, enqueue=lambda cid: ring(cid, broker))
-        samples = []
+def measure_pickup(
+    database_url: str, redis_url: str, workdir: Path, trials: int, busy_with: int
+) -> tuple[list[float], list[float]]:
+    """Milliseconds from enqueue to the first model request: (idle samples, busy samples)."""
+    with rig(database_url, redis_url, workdir, {"text": "ok"}) as bench:
+        bench.llm.script([], match=SLOW_MARKER, default={"delay": BACKGROUND_DELAY, "text": "ok"})
+        worker = bench.worker().start()
         try:
-            for _ in range(trials):
-                time.sleep(0.3)  # let the consumer go idle again
-                conversation_id = client.create_conversation()
-                seen = len(llm.requests())
-                client.submit_message(conversation_id, "ping")
-                enqueued = time.time()
-                deadline = time.monotonic() + 10
-                while len(requests := llm.requests()) == seen and time.monotonic() < deadline:
-                    time.sleep(0.002)
-                samples.append((requests[-1]["received_at"] - enqueued) * 1000)
-                while client.get_conversation(conversation_id).is_running:
-                    time.sleep(0.01)
+            _probe(bench, "[probe warm-up]")  # the first turn of a process pays one-time set-up
+            idle = [_probe(bench, f"[probe idle {n:03d}]") for n in range(trials)]
+            background = bench.submit(busy_with, text=f"{SLOW_MARKER} please")
+            deadline = time.monotonic() + 30
+            while len(bench.llm.requests(SLOW_MARKER)) < busy_with:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the background conversations never reached the model")
+                time.sleep(0.05)
+            busy = [_probe(bench, f"[probe busy {n:03d}]") for n in range(trials)]
+            in_flight = sum(bench.client.get_conversation(c).is_running for c in background)
+            if in_flight < busy_with:
+                raise RuntimeError(f"only {in_flight} of {busy_with} still waiting: not busy")
         finally:
-            worker.stop()
-            engine.dispose()
-        return samples
+            worker.stop(timeout=5)  # the background turns resume nowhere: the database is dropped
+    return idle, busy
+
+
+def _probe(bench: Rig, text: str) -> float:
+    time.sleep(0.3)  # let the consumer go idle again (its poll back-off grows when idle)
+    conversation_id = bench.client.create_conversation()
+    bench.client.submit_message(conversation_id, text)
+    enqueued = time.time()
+    deadline = time.monotonic() + 10
+    while not (requests := bench.llm.requests(text)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no model request for {text!r}")
+        time.sleep(0.005)
+    while bench.client.get_conversation(conversation_id).is_running:
+        time.sleep(0.01)
+    return (requests[0]["received_at"] - enqueued) * 1000

@@ -14,10 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
+from app.models import RUNNING_STATUSES
 from app.queue import make_broker, ring
+from app.worker.store import conversations
 from tests.servers.fake_llm import FakeLLMServer
 from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
 
@@ -35,24 +39,32 @@ class Rig:
         """A worker process (not started) logging to its own file."""
         return WorkerProcess({**self.env, **extra}, self.workdir / f"{name}.log")
 
-    def submit(self, count: int) -> list[uuid.UUID]:
+    def submit(
+        self, count: int, text: str = "ping", tools: tuple[str, ...] = ()
+    ) -> list[uuid.UUID]:
         """Create `count` conversations first, then submit them back to back (a burst)."""
-        ids = [self.client.create_conversation() for _ in range(count)]
+        ids = [self.client.create_conversation(tools=list(tools)) for _ in range(count)]
         for conversation_id in ids:
-            self.client.submit_message(conversation_id, "ping")
+            self.client.submit_message(conversation_id, text)
         return ids
 
     def wait_idle(self, ids: list[uuid.UUID], timeout: float) -> float:
-        """Poll until no conversation of `ids` runs; the wall-clock time it happened."""
+        """Poll (one query every 20 ms) until no conversation of `ids` runs; the wall-clock time
+        it happened."""
         deadline = time.monotonic() + timeout
-        pending = list(ids)
-        while pending:
-            pending = [c for c in pending if self.client.get_conversation(c).is_running]
-            if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"{len(pending)} conversations still running")
-            if pending:
-                time.sleep(0.05)
-        return time.time()
+        running = (
+            select(func.count())
+            .select_from(conversations)
+            .where(conversations.c.id.in_(ids), conversations.c.status.in_(RUNNING_STATUSES))
+        )
+        while True:
+            with self.client.engine.connect() as connection:
+                left = connection.execute(running).scalar_one()
+            if not left:
+                return time.time()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{left} conversations still running")
+            time.sleep(0.02)
 
 
 @contextlib.contextmanager
