@@ -16,7 +16,7 @@ import dramatiq
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
 from app.worker import failpoints
-from app.worker.engine import Engine
+from app.worker.engine import ENGINE_FAILED, Engine
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,18 @@ class EngineLifecycle(dramatiq.Middleware):
     doorbells it re-enqueues go to other workers instead of coming back to this one."""
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        current_engine()
+        """Start the engine, or end the process: a worker without an engine would take doorbells
+        it cannot answer. dramatiq then stops the other processes and exits with this code, for
+        the supervisor to restart the worker (SystemExit, because dramatiq logs and swallows an
+        Exception raised here)."""
+        try:
+            current_engine()
+        except Exception:
+            log.critical(
+                "the worker engine failed to start; exiting with code %d", ENGINE_FAILED,
+                exc_info=True,
+            )  # fmt: skip
+            raise SystemExit(ENGINE_FAILED) from None
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         stop_engine()

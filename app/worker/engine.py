@@ -35,6 +35,10 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+#: The exit code of a worker process whose engine could not start (its tools, its database).
+ENGINE_FAILED = 5
+
+
 class Engine:
     """Runs conversations on a private event loop; thread-safe `ring`, `start` and `stop`."""
 

@@ -327,7 +327,11 @@ class Store:
         ]
 
     def publish_catalog(self, definitions: Iterable[ToolDefinition]) -> None:
-        """Replace the tool catalogue with what this worker's servers offer."""
+        """Replace the tool catalogue with what this worker's servers offer.
+
+        Workers start together, so publications overlap: on PostgreSQL each one first locks the
+        table against the others (readers go on), or the second's INSERT would meet the first's
+        rows, which its DELETE could not see. SQLite serializes writers by itself."""
         now = self.clock()
         rows = [
             {
@@ -340,6 +344,8 @@ class Store:
             for d in definitions
         ]
         with self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                connection.execute(text(f"LOCK TABLE {catalog.name} IN SHARE ROW EXCLUSIVE MODE"))
             connection.execute(delete(catalog))
             if rows:
                 connection.execute(insert(catalog), rows)

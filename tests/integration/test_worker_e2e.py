@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from app.worker.engine import ENGINE_FAILED
 from tests.deployment import Deployment
 from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
-from tests.worker_process import FAKE_KEY, REPO
+from tests.worker_process import FAKE_KEY, REPO, WorkerProcess, worker_environment
 
 
 @pytest.fixture
@@ -214,3 +215,22 @@ def test_the_worker_command_needs_redis(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert "REDIS_URL is not set" in result.stderr
+
+
+def test_a_worker_whose_engine_cannot_start_exits_instead_of_taking_jobs(
+    empty_database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
+) -> None:
+    """An unmigrated database: publishing the tool catalogue fails, so the engine cannot start.
+    The process must end with its own exit code (for a supervisor to restart it and an operator
+    to see why), not stay up consuming doorbells it cannot answer."""
+    env = worker_environment(
+        empty_database_url, redis_url, fake_llm.api_base, tmp_path / "l.jsonl", tmp_path / "n"
+    )
+    worker = WorkerProcess(env, tmp_path / "worker.log").start(ready=False)
+    try:
+        code = worker.wait_exit(timeout=90)
+        assert code == ENGINE_FAILED, f"exit code {code}\n{worker.log()}"
+        assert "the worker engine failed to start" in worker.log()
+        assert 'relation "tool_catalog" does not exist' in worker.log()
+    finally:
+        worker.kill()
