@@ -135,13 +135,13 @@ def capacity(ctx: Context) -> Measured:
 
 def recovery(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        trials = 2 if ctx.quick else 10
+        trials = 1 if ctx.quick else 10
         return measure_recovery(url, redis_db, workdir, trials, production_trial=not ctx.quick)
 
 
 def footprint(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        turns, cold_starts, idle = (100, 1, 3.0) if ctx.quick else (1000, 3, 10.0)
+        turns, cold_starts, idle = (50, 1, 2.0) if ctx.quick else (1000, 3, 10.0)
         return measure_footprint(url, redis_db, workdir, turns, cold_starts, idle_seconds=idle)
 
 

@@ -3,6 +3,7 @@ one costs no round trip (SQLAlchemy's pre-ping would send a SELECT 1 on every ch
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -25,6 +26,13 @@ def test_a_connection_the_server_terminated_is_replaced_without_an_error(
     first = backend_pid(engine)
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as admin:
         assert admin.execute("SELECT pg_terminate_backend(%s)", (first,)).fetchone() == (True,)
+        # pg_terminate_backend only signals; wait until the backend has gone (and so has said
+        # so on its socket). A connection killed during the checkout itself fails its statement,
+        # as it would with a pre-ping too; the store retries those.
+        deadline = time.monotonic() + 30
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (first,)).fetchone():
+            assert time.monotonic() < deadline, "the terminated backend never exited"
+            time.sleep(0.01)
     # The pooled connection is dead now; the next checkout must notice and reconnect.
     second = backend_pid(engine)
     assert second != first
