@@ -126,13 +126,28 @@ def _calls_and_results(
     return asked, answered, last_calls
 
 
-def _idle_in_transaction(conn: psycopg.Connection[Any], database: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT pid, application_name, state_change FROM pg_stat_activity "
-        "WHERE datname = %s AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()",
-        (database,),
-    ).fetchall()
-    return [f"session {pid} ({app}) idle in transaction since {since}" for pid, app, since in rows]
+def _idle_in_transaction(
+    conn: psycopg.Connection[Any], database: str, stuck_after: float = 2.0
+) -> list[str]:
+    """Sessions idle in a transaction for `stuck_after` seconds. A live worker is idle in one for
+    a moment between a statement and its COMMIT (longer when the machine is loaded), so a
+    session that is idle in a young transaction is looked at again once it would be stuck."""
+    query = (
+        "SELECT pid, application_name, state_change, "
+        "       extract(epoch FROM clock_timestamp() - state_change) "
+        "FROM pg_stat_activity "
+        "WHERE datname = %s AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
+    )
+    rows = conn.execute(query, (database,)).fetchall()
+    young = [float(age) for *_, age in rows if float(age) < stuck_after]
+    if young:
+        time.sleep(stuck_after - min(young))
+        rows = conn.execute(query, (database,)).fetchall()
+    return [
+        f"session {pid} ({app}) idle in transaction since {since}"
+        for pid, app, since, age in rows
+        if float(age) >= stuck_after
+    ]
 
 
 def orphaned_mcp_servers(marker: str, grace: float = 5.0) -> list[str]:

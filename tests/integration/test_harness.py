@@ -8,15 +8,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from tests import services
+from tests.invariants import violations
+from tests.services import libpq_dsn
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = "CHATWORKER_HARNESS_PROBE"
@@ -100,3 +104,22 @@ def test_redis_url_is_an_empty_logical_database_other_than_0(redis_url: str) -> 
         assert client.get("k") == b"v"
     finally:
         client.close()
+
+
+def test_the_invariants_report_a_session_left_idle_in_a_transaction(database_url: str) -> None:
+    with psycopg.connect(libpq_dsn(database_url)) as held:
+        held.execute("SELECT 1")  # opens a transaction and never ends it
+        problems = violations(database_url)
+        assert any("idle in transaction" in p for p in problems), problems
+
+
+def test_the_invariants_ignore_a_transaction_ended_within_moments(database_url: str) -> None:
+    """A live worker sits between a statement and its COMMIT for a moment; not a leak."""
+    with psycopg.connect(libpq_dsn(database_url)) as brief:
+        brief.execute("SELECT 1")
+        ender = threading.Timer(0.5, brief.rollback)
+        ender.start()
+        try:
+            assert violations(database_url) == []
+        finally:
+            ender.join()
