@@ -85,6 +85,10 @@ class Options:
     seed: int = 0
     postgres: str | None = None
     drain: float = 90.0
+    # Chaos goes on past `duration` (for at most as long again) until this many workers were
+    # killed: on a loaded machine workers boot slowly, and each kill waits for the last one's
+    # replacement to be up.
+    min_kills: int = 0
     think: float = 3.0  # a user reads the answer for up to this long before the next turn
     fault_rate: float = 0.05
     transient_rate: float = 0.1
@@ -633,14 +637,18 @@ class Soak:
         self.started = time.monotonic()
         chaos = Chaos(self.rng, world, self.started, self.options.duration, self.report.events)
         chaos_until = self.started + self.options.duration
-        deadline = chaos_until + self.options.drain
+        chaos_cap = chaos_until + self.options.duration
+        deadline = chaos_cap + self.options.drain  # until the chaos stops
         progress_at = self.started + PROGRESS_EVERY_S
         chaos_on = True
         while True:
             now = time.monotonic()
-            if chaos_on and now >= chaos_until:
+            enough = chaos.counts.worker_kills >= self.options.min_kills or now >= chaos_cap
+            if chaos_on and now >= chaos_until and enough:
                 chaos.finish()
                 chaos_on = False
+                chaos_until = now
+                deadline = now + self.options.drain
             if chaos_on:
                 chaos.tick(now)
             world.workers.replace_dead()
@@ -653,6 +661,7 @@ class Soak:
                 progress_at = now + PROGRESS_EVERY_S
             time.sleep(TICK_S)
         chaos.finish()
+        self.report.duration_s = round(chaos_until - self.started, 1)
         self.report.drain_s = max(0.0, time.monotonic() - chaos_until)
         self._count_chaos(chaos)
         self._finish()
@@ -991,6 +1000,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--seed", type=int, default=None, help="default: random, printed")
     parser.add_argument("--postgres", default=None, help="admin URL (default: tests.services)")
     parser.add_argument("--drain", type=float, default=90.0, help="seconds to let turns finish")
+    parser.add_argument(
+        "--min-kills", type=int, default=0,
+        help="go on past --duration (at most as long again) until this many worker kills",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, ledger)")
     args = parser.parse_args(argv)
@@ -1005,6 +1018,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         seed=seed,
         postgres=args.postgres,
         drain=args.drain,
+        min_kills=args.min_kills,
         json_path=args.json,
         keep=args.keep,
     )

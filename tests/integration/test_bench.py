@@ -45,6 +45,7 @@ def run_bench(measures: tuple[str, ...], out: Path, postgres: str, redis: str) -
     return result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", GROUPS)
 def test_quick_benchmark_prints_its_table_and_writes_json(
     postgres_server: str, redis_server: str, tmp_path: Path, group: str
