@@ -50,6 +50,12 @@ Clock = Callable[[], datetime]
 # Serializes recovery sweeps across the worker processes of one Postgres database.
 _SWEEP_LOCK_KEY = 0x636877  # "chw"
 
+#: How long a transaction that holds a lock other workers need (the sweep lock, the catalogue
+#: table) may sit idle before the server ends its session. A worker frozen inside one (SIGSTOP,
+#: a paused VM, a half-open connection) would otherwise stop every worker's recovery sweep, or
+#: every worker's start, until it woke up: hours, for a connection nobody closes.
+LOCK_HOLDER_IDLE_LIMIT_S = 10.0
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -101,6 +107,7 @@ class Store:
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
         self.clock = clock
+        self.lock_holder_idle_limit = LOCK_HOLDER_IDLE_LIMIT_S
         # A single-statement write needs no BEGIN/COMMIT round trips: it is its own transaction.
         self._autocommit = engine.execution_options(
             isolation_level="AUTOCOMMIT", skip_autocommit_rollback=True
@@ -274,7 +281,7 @@ class Store:
         """
         cutoff = self.clock() - timedelta(seconds=older_than)
         with self.engine.begin() as connection:
-            if not _take_sweep_lock(connection):
+            if not _take_sweep_lock(connection, self.lock_holder_idle_limit):
                 return []
             rows = connection.execute(
                 select(conversations.c.id, conversations.c.attempts)
@@ -345,6 +352,7 @@ class Store:
         ]
         with self.engine.begin() as connection:
             if connection.dialect.name == "postgresql":
+                _limit_idle(connection, self.lock_holder_idle_limit)
                 connection.execute(text(f"LOCK TABLE {catalog.name} IN SHARE ROW EXCLUSIVE MODE"))
             connection.execute(delete(catalog))
             if rows:
@@ -407,13 +415,31 @@ def _fail_silent(cutoff: datetime, error: str, now: datetime) -> Any:
     )
 
 
-def _take_sweep_lock(connection: Connection) -> bool:
+def _take_sweep_lock(connection: Connection, idle_limit: float) -> bool:
+    """Try the sweep lock for this transaction, whose session the server ends if it then sits
+    idle for `idle_limit` seconds (one round trip for both)."""
     if connection.dialect.name != "postgresql":
         return True
     locked = connection.execute(
-        text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": _SWEEP_LOCK_KEY}
+        text(
+            "SELECT set_config('idle_in_transaction_session_timeout', :limit, true),"
+            " pg_try_advisory_xact_lock(:key)"
+        ),
+        {"limit": _milliseconds(idle_limit), "key": _SWEEP_LOCK_KEY},
     )
-    return bool(locked.scalar())
+    return bool(locked.one()[1])
+
+
+def _limit_idle(connection: Connection, idle_limit: float) -> None:
+    """The server ends this session if its transaction sits idle for `idle_limit` seconds."""
+    connection.execute(
+        text("SELECT set_config('idle_in_transaction_session_timeout', :limit, true)"),
+        {"limit": _milliseconds(idle_limit)},
+    )
+
+
+def _milliseconds(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))
 
 
 __all__ = ["Claim", "LeaseLost", "Snapshot", "StaleConversation", "Store", "utc_now"]
