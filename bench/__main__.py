@@ -92,7 +92,7 @@ def overhead(ctx: Context) -> Measured:
 
 
 def pickup(ctx: Context) -> Measured:
-    trials, busy_with = (5, 20) if ctx.quick else (30, 200)
+    trials, busy_with = (3, 10) if ctx.quick else (30, 200)
     with ctx.processes() as (url, redis_db, workdir):
         idle, busy = measure_pickup(url, redis_db, workdir, trials, busy_with)
     rows: list[Row] = [
@@ -104,7 +104,7 @@ def pickup(ctx: Context) -> Measured:
 
 def throughput(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_throughput(url, redis_db, workdir, 40 if ctx.quick else 300)
+        return measure_throughput(url, redis_db, workdir, 20 if ctx.quick else 300)
 
 
 def llmcpu(ctx: Context) -> Measured:
@@ -130,7 +130,7 @@ def storage(ctx: Context) -> Measured:
 
 def capacity(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_capacity(url, redis_db, workdir, 30 if ctx.quick else 300)
+        return measure_capacity(url, redis_db, workdir, 20 if ctx.quick else 300)
 
 
 def recovery(ctx: Context) -> Measured:
