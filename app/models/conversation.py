@@ -7,7 +7,9 @@ Status and tool choice are closed sets enforced by CHECK constraints; the partia
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import BigInteger, CheckConstraint, DateTime, Index, Integer, String, Text, func
@@ -24,6 +26,12 @@ STATUSES = (IDLE, PROCESSING, TOOL_LOOP, FAILED)
 RUNNING_STATUSES = (PROCESSING, TOOL_LOOP)
 
 TOOL_CHOICES = ("auto", "none", "required")
+
+#: The columns of a conversation that no worker holds: what every end of a lease writes (an answer,
+#: a failure, a release at shutdown, the janitor, a new turn from the web app). Defined once.
+RELEASED_LEASE: Mapping[str, None] = MappingProxyType(
+    {"lease_owner": None, "lease_expires_at": None}
+)
 
 
 def _in_list(column: str, values: tuple[str, ...]) -> str:
