@@ -131,7 +131,7 @@ def _demo(args: argparse.Namespace) -> int:
         view = follow(client, conversation_id, sys.stdout, timeout=args.timeout)
     finally:
         worker.stop()
-        actors.stop_engine()
+        actors.stop_host()
         client.close()
     return 0 if view.status == "idle" else 1
 
@@ -238,13 +238,13 @@ def _cleanup(args: argparse.Namespace) -> int:
     from app.config import load_settings
     from app.db import make_engine
     from app.worker.janitor import clean_up
-    from app.worker.store import Store
+    from app.worker.store import Upkeep
 
     settings = load_settings()
     older_than = args.older_than if args.older_than is not None else settings.stale_after_seconds
     engine = make_engine(settings.database_url)
     try:
-        report = clean_up(Store(engine), older_than, dry_run=args.dry_run)
+        report = clean_up(Upkeep(engine), older_than, dry_run=args.dry_run)
     finally:
         engine.dispose()
     verb = "would fail" if report.dry_run else "failed"
@@ -275,7 +275,7 @@ def _refresh_catalog() -> None:
     from app.config import load_settings
     from app.db import make_engine
     from app.worker.runtime import tool_provider
-    from app.worker.store import Store
+    from app.worker.store import Upkeep
 
     settings = load_settings()
     provider = tool_provider(settings)
@@ -283,7 +283,7 @@ def _refresh_catalog() -> None:
 
     async def refresh() -> None:
         try:
-            Store(engine).publish_catalog(await provider.definitions())
+            Upkeep(engine).publish_catalog(await provider.definitions())
         finally:
             await provider.close()
 

@@ -1,4 +1,4 @@
-"""Scaling with history: ms per loop iteration of the real ChatService when the conversation
+"""Scaling with history: ms per loop iteration of the real TurnRunner when the conversation
 already holds 10, 100 and 1,000 messages of complete earlier turns (bulk-inserted with psycopg)."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.worker import testing
-from app.worker.loop import ChatService, LoopConfig, Outcome
 from app.worker.ports import ModelReply, ModelRequest
-from app.worker.store import Snapshot, Store
+from app.worker.store import Snapshot, TurnStore, Upkeep
+from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.stats import Row, median, p95
 
@@ -65,7 +65,7 @@ def _prepare(client: ChatClient, dsn: str, size: int, count: int) -> list[uuid.U
     return ids
 
 
-class _TimedStore(Store):
+class _TimedStore(TurnStore):
     """The real store, noting how long each claim (lease + history read) takes."""
 
     claims: list[float]
@@ -83,17 +83,16 @@ def measure_history(database_url: str, conversations: int) -> tuple[list[Row], d
     store = _TimedStore(engine)
     store.claims = []
     tools = testing.InMemoryTools({"echo": _echo})
-    store.publish_catalog(asyncio.run(tools.definitions()))
-    client = ChatClient(
-        load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
-    )
+    Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
+    settings = load_settings(database_url=database_url)
+    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     model = testing.ScriptedModel(_model, record=False)
-    service = ChatService(store, model=model, tools=tools, config=LoopConfig(), owner="bench")
+    runner = TurnRunner(store, model=model, tools=tools, settings=settings, owner="bench")
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     prepared = {size: _prepare(client, dsn, size, conversations) for size in SIZES}
     # Interleaved (10, 100, 1000, 10, ...), so a noisy neighbour slows every size alike.
     order = [(size, prepared[size][i]) for i in range(conversations) for size in SIZES]
-    turns = asyncio.run(_run(service, [conversation_id for _, conversation_id in order]))
+    turns = asyncio.run(_run(runner, [conversation_id for _, conversation_id in order]))
     engine.dispose()
     whole: dict[int, list[float]] = {size: [] for size in SIZES}
     claims: dict[int, list[float]] = {size: [] for size in SIZES}
@@ -127,12 +126,12 @@ def _spread(samples: list[float]) -> tuple[float, float]:
     return median(samples), p95(samples)
 
 
-async def _run(service: ChatService, ids: list[uuid.UUID]) -> list[float]:
+async def _run(runner: TurnRunner, ids: list[uuid.UUID]) -> list[float]:
     """Milliseconds per turn."""
     samples = []
     for conversation_id in ids:
         started = time.perf_counter()
-        outcome = await service.run(conversation_id)
+        outcome = await runner.run(conversation_id)
         assert outcome is Outcome.IDLE, outcome
         samples.append((time.perf_counter() - started) * 1000)
     return samples

@@ -10,7 +10,7 @@ import psycopg
 
 from app.db import make_engine
 from app.worker.janitor import stale_error
-from app.worker.store import Store
+from app.worker.store import Upkeep
 from bench.stats import Row, median, p95
 
 STALE_AFTER = 300.0
@@ -50,15 +50,15 @@ def measure_janitor(
         conn.execute("VACUUM ANALYZE conversations")  # the plan of a table in steady state
         generated = time.perf_counter() - started
     engine = make_engine(database_url)
-    store = Store(engine)
-    store.stale(STALE_AFTER)  # warm the pool and the statement cache
+    upkeep = Upkeep(engine)
+    upkeep.stale(STALE_AFTER)  # warm the pool and the statement cache
     stale_ms, fail_ms = [], []
     for _ in range(repeats):
-        stale_ms.append(_timed(lambda: _expect(store.stale(STALE_AFTER), stale)))
+        stale_ms.append(_timed(lambda: _expect(upkeep.stale(STALE_AFTER), stale)))
     error = stale_error(STALE_AFTER)
     with psycopg.connect(dsn, autocommit=True) as conn:
         for _ in range(repeats):
-            fail_ms.append(_timed(lambda: _expect(store.fail_stale(STALE_AFTER, error), stale)))
+            fail_ms.append(_timed(lambda: _expect(upkeep.fail_stale(STALE_AFTER, error), stale)))
             conn.execute(RESET)  # fresh stale rows for the next sweep
         plan = [row[0] for row in conn.execute(PLAN)]
     engine.dispose()

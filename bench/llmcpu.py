@@ -23,9 +23,9 @@ from app.config import load_settings
 from app.db import make_engine
 from app.worker import testing
 from app.worker.llm import LiteLLMClient, prepare_litellm
-from app.worker.loop import ChatService, LoopConfig, Outcome
 from app.worker.ports import ModelClient
-from app.worker.store import Store
+from app.worker.store import TurnStore, Upkeep
+from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.overhead import _model as instant_reply
 from bench.stats import Row, single
@@ -45,9 +45,9 @@ STEPS: list[dict[str, Any]] = [
 def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str, Any]]:
     prepare_litellm()
     engine = make_engine(database_url)
-    store = Store(engine)
+    store = TurnStore(engine)
     tools = testing.InMemoryTools({"echo": _echo})
-    store.publish_catalog(asyncio.run(tools.definitions()))
+    Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
     )
@@ -81,7 +81,7 @@ def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str,
 
 
 def _turns(
-    store: Store,
+    store: TurnStore,
     model: ModelClient,
     tools: testing.InMemoryTools,
     client: ChatClient,
@@ -95,11 +95,11 @@ def _turns(
         conversation_id = client.create_conversation(model=route, tools=["echo"])
         client.submit_message(conversation_id, "go")
         ids.append(conversation_id)
-    service = ChatService(store, model=model, tools=tools, config=LoopConfig(), owner="bench")
+    runner = TurnRunner(store, model=model, tools=tools, settings=load_settings(), owner="bench")
 
     async def run_all() -> None:
         for conversation_id in ids:
-            outcome = await service.run(conversation_id)
+            outcome = await runner.run(conversation_id)
             assert outcome is Outcome.IDLE, outcome
 
     started = time.process_time()

@@ -1,4 +1,4 @@
-"""Durable overhead per loop iteration: the real ChatService with an instant in-process model and
+"""Durable overhead per loop iteration: the real TurnRunner with an instant in-process model and
 tool, beside a raw psycopg loop performing the same commits (plain, and in pipeline mode).
 
 An iteration is one model step (assistant tool call + `tool_loop`, one transaction) and one tool
@@ -23,9 +23,9 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.worker import testing
-from app.worker.loop import ChatService, LoopConfig, Outcome
 from app.worker.ports import ModelReply, ModelRequest
-from app.worker.store import Store
+from app.worker.store import TurnStore, Upkeep
+from app.worker.turn import Outcome, TurnRunner
 from bench.roundtrips import traced_connection, traced_engine
 from bench.stats import median, p95
 
@@ -60,7 +60,7 @@ def _model(request: ModelRequest) -> ModelReply:
 
 def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
     tools = testing.InMemoryTools({"echo": str})
-    Store(client.engine).publish_catalog(asyncio.run(tools.definitions()))
+    Upkeep(client.engine).publish_catalog(asyncio.run(tools.definitions()))
     ids = []
     for _ in range(count):
         conversation_id = client.create_conversation(tools=["echo"])
@@ -75,17 +75,15 @@ TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
 def measure_loop(database_url: str, conversations: int) -> Result:
     engine = make_engine(database_url)
     tools = testing.InMemoryTools({"echo": _echo})
-    store = Store(engine)
-    client = ChatClient(
-        load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
-    )
+    settings = load_settings(database_url=database_url)
+    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     ids = _prepare(client, conversations)
     traced_ids = _prepare(client, TRACED_TURNS)
-    service = ChatService(
-        store,
+    runner = TurnRunner(
+        TurnStore(engine),
         model=testing.ScriptedModel(_model, record=False),
         tools=tools,
-        config=LoopConfig(),
+        settings=settings,
         owner="bench",
     )
     samples = []
@@ -93,7 +91,7 @@ def measure_loop(database_url: str, conversations: int) -> Result:
     async def run_all(ids: list[uuid.UUID]) -> None:
         for conversation_id in ids:
             started = time.perf_counter()
-            outcome = await service.run(conversation_id)
+            outcome = await runner.run(conversation_id)
             elapsed = time.perf_counter() - started
             assert outcome is Outcome.IDLE, outcome
             samples.append(elapsed * 1000 / ITERATIONS_PER_TURN)
@@ -105,7 +103,7 @@ def measure_loop(database_url: str, conversations: int) -> Result:
         asyncio.run(run_all(traced_ids))
         trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
     engine.dispose()
-    return Result("durable loop (ChatService)", timed, trips)
+    return Result("durable loop (TurnRunner)", timed, trips)
 
 
 class Floor(enum.Enum):

@@ -12,8 +12,8 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.worker import testing
-from app.worker.loop import ChatService, LoopConfig, Outcome
-from app.worker.store import Store
+from app.worker.store import TurnStore
+from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import _echo, _model, _prepare
 from bench.stats import Row, median, p95, single
 
@@ -23,14 +23,13 @@ SIZE = "SELECT pg_total_relation_size('messages') + pg_total_relation_size('conv
 def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
     engine = make_engine(database_url)
     tools = testing.InMemoryTools({"echo": _echo})
-    client = ChatClient(
-        load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
-    )
-    service = ChatService(
-        Store(engine),
+    settings = load_settings(database_url=database_url)
+    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
+    runner = TurnRunner(
+        TurnStore(engine),
         model=testing.ScriptedModel(_model),
         tools=tools,
-        config=LoopConfig(),
+        settings=settings,
         owner="bench",
     )
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
@@ -44,7 +43,7 @@ def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], d
                 # WAL is cluster-wide: other databases' writes land in a sample now and then,
                 # which is why the median, not the total, is reported.
                 start = _scalar(conn, "SELECT pg_current_wal_lsn()::text")
-                outcome = await service.run(conversation_id)
+                outcome = await runner.run(conversation_id)
                 assert outcome is Outcome.IDLE, outcome
                 wal.append(_scalar(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", start))
 

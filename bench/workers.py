@@ -21,7 +21,7 @@ from app.config import load_settings
 from app.db import make_engine
 from app.models import RUNNING_STATUSES
 from app.queue import make_broker, ring
-from app.worker.store import conversations
+from app.worker.store.upkeep import conversations
 from tests.servers.fake_llm import FakeLLMServer
 from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
 

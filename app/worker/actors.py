@@ -1,7 +1,7 @@
-"""The dramatiq side: the chat actor (a doorbell) and the middleware running this process's engine.
+"""The dramatiq side: the chat actor (a doorbell) and the middleware running this process's host.
 
 Run with `chatworker worker` (or `dramatiq app.worker.actors -Q chat`). The actor never retries:
-the database owns recovery, and the message is acknowledged as soon as the engine has the id.
+the database owns recovery, and the message is acknowledged as soon as the host has the id.
 """
 
 from __future__ import annotations
@@ -16,66 +16,64 @@ import dramatiq
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
 from app.worker import failpoints
-from app.worker.engine import ENGINE_FAILED, Engine
+from app.worker.host import START_FAILED, WorkerHost
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_engine: Engine | None = None
+_host: WorkerHost | None = None
 _stopped = False
 
 
-def current_engine() -> Engine | None:
-    """This process's engine, started on first use; None once the process is shutting down."""
-    global _engine  # noqa: PLW0603 - one engine per worker process
+def current_host() -> WorkerHost | None:
+    """This process's host, started on first use; None once the process is shutting down."""
+    global _host  # noqa: PLW0603 - one host per worker process
     with _lock:
         if _stopped:
             return None
-        if _engine is None:
-            from app.worker.runtime import build_engine
+        if _host is None:
+            from app.worker.runtime import build_host
 
-            engine = build_engine(
-                get_settings(), requeue=lambda cid, delay: ring(cid, broker, delay)
-            )
-            engine.start()
-            _engine = engine
-        return _engine
+            host = build_host(get_settings(), requeue=lambda cid, delay: ring(cid, broker, delay))
+            host.start()
+            _host = host
+        return _host
 
 
-def stop_engine(grace: float | None = None) -> None:
-    """Drain this process's engine: `grace` seconds (default: the setting) for running turns,
-    then release the rest and re-enqueue them for another worker. No engine starts after this."""
-    global _engine, _stopped
+def stop_host(grace: float | None = None) -> None:
+    """Drain this process's host: `grace` seconds (default: the setting) for running turns,
+    then release the rest and re-enqueue them for another worker. No host starts after this."""
+    global _host, _stopped
     with _lock:
-        engine, _engine, _stopped = _engine, None, True
-    if engine is not None:
-        engine.stop(get_settings().shutdown_grace_seconds if grace is None else grace)
+        host, _host, _stopped = _host, None, True
+    if host is not None:
+        host.stop(get_settings().shutdown_grace_seconds if grace is None else grace)
 
 
-class EngineLifecycle(dramatiq.Middleware):
-    """Start the engine with the worker; drain it once the worker has stopped consuming, so the
+class HostLifecycle(dramatiq.Middleware):
+    """Start the host with the worker; drain it once the worker has stopped consuming, so the
     doorbells it re-enqueues go to other workers instead of coming back to this one."""
 
     def after_worker_boot(self, broker: dramatiq.Broker, worker: Any) -> None:
-        """Start the engine, or end the process: a worker without an engine would take doorbells
-        it cannot answer. dramatiq then stops the other processes and exits with this code, for
-        the supervisor to restart the worker (SystemExit, because dramatiq logs and swallows an
+        """Start the host, or end the process: a worker without a host would take doorbells it
+        cannot answer. dramatiq then stops the other processes and exits with this code, for the
+        supervisor to restart the worker (SystemExit, because dramatiq logs and swallows an
         Exception raised here)."""
         try:
-            current_engine()
+            current_host()
         except Exception:
             log.critical(
-                "the worker engine failed to start; exiting with code %d", ENGINE_FAILED,
+                "the worker host failed to start; exiting with code %d", START_FAILED,
                 exc_info=True,
             )  # fmt: skip
-            raise SystemExit(ENGINE_FAILED) from None
+            raise SystemExit(START_FAILED) from None
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
-        stop_engine()
+        stop_host()
 
 
 broker = get_broker()
-broker.add_middleware(EngineLifecycle())
+broker.add_middleware(HostLifecycle())
 
 
 @dramatiq.actor(
@@ -92,9 +90,9 @@ def chat_turn(conversation_id: str) -> None:
         log.error("dropping a chat message with an invalid conversation id: %r", conversation_id)
         return
     failpoints.hit("job_received")
-    engine = current_engine()
-    if engine is None:  # this process is shutting down: hand the turn to another worker
+    host = current_host()
+    if host is None:  # this process is shutting down: hand the turn to another worker
         ring(parsed, broker)
         return
-    engine.ring(parsed)
+    host.ring(parsed)
     failpoints.hit("before_ack")

@@ -26,7 +26,7 @@ POINTS = {
     "tool_ran": "a tool ran (its side effect happened); its result is not committed",
     "results_committed": "every tool result is committed; the next LLM call has not started",
     "final_committed": "the final text and idle are committed",
-    "before_ack": "the engine has the doorbell; dramatiq has not acknowledged the message",
+    "before_ack": "the host has the doorbell; dramatiq has not acknowledged the message",
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.worker.store import StaleConversation, Store
+from app.worker.store import StaleConversation, Upkeep
 
 STALE_ERROR = (
     "No progress for more than {threshold}: the worker running this turn stopped "
@@ -32,10 +32,10 @@ def stale_error(older_than: float) -> str:
     return STALE_ERROR.format(threshold=threshold)
 
 
-def clean_up(store: Store, older_than: float, dry_run: bool = False) -> JanitorReport:
+def clean_up(upkeep: Upkeep, older_than: float, dry_run: bool = False) -> JanitorReport:
     """Fail (or, with `dry_run`, only list) conversations silent for `older_than` seconds."""
     if dry_run:
-        found = store.stale(older_than)
+        found = upkeep.stale(older_than)
     else:
-        found = store.fail_stale(older_than, stale_error(older_than))
+        found = upkeep.fail_stale(older_than, stale_error(older_than))
     return JanitorReport(found, dry_run, older_than)

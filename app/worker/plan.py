@@ -1,16 +1,44 @@
-"""The pure planner: what to do next, decided from the committed transcript alone. No I/O here.
+"""The pure planner: every decision about a turn's fate, from what is committed. No I/O here.
 
-The rules (the crash-point table of DESIGN.md, read from the last committed messages of the turn):
+`on_claim` decides whether a claimed turn may go on at all; then `next_action` reads the turn's
+committed messages and counters (the crash-point table: a fresh run and a resumed one ask the same
+question of the same data, so they are the same path):
 
-    last committed state                                     next action
-    ------------------------------------------------------   ---------------------------------------
-    no user message at all                                   Fail("... no user message ...")
-    user message, or every call of the last assistant        CallModel, unless `iterations` has
-      message answered                                         reached the cap: Fail(MAX_ITERATIONS)
-    assistant message with calls not all answered            RunTools(exactly the unanswered calls)
-    assistant text with no tool calls                        Finish (the turn is done: idle)
+    committed state                                             next action
+    ----------------------------------------------------------  ----------------------------------
+ 1  this claim is attempt `max_attempts` + 1 without a          Fail(GAVE_UP): the step keeps
+    committed step in between (`on_claim`)                        killing its worker
+ 2  no user message                                             Fail(NO_USER_MESSAGE)
+ 3  assistant text with no tool calls                           Finish: the turn is done, idle
+ 4  assistant tool calls not all answered; the first
+    unanswered call (in call order):
+      its reply was cut off by the length limit                 RejectCall(CUT_OFF)
+      names a tool not offered to this conversation             RejectCall(not allowed / unknown)
+      has arguments that are not a JSON object                  RejectCall(invalid arguments)
+      otherwise                                                 RunTool(call, arguments)
+ 5  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
+    rounds of calls all came back as errors
+ 6  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
+    has reached `max_iterations`
+ 7  a user message, or every call answered                      CallModel
 
-A fresh run and a resumed run ask the same question of the same data, so they are the same path.
+`model_failed` and `judge_reply` decide what a model call's outcome commits:
+
+    the model's reply                                           committed
+    ----------------------------------------------------------  ----------------------------------
+ 8  the call failed for good (not transient, or retries spent)  Fail(the readable error)
+ 9  blocked by the provider's content filter                    Fail(CONTENT_FILTER)
+10  tool calls (ids made unique in the conversation)            RecordCalls: tool_loop
+11  no tool calls and blank text                                Fail(EMPTY_REPLY)
+12  text                                                        RecordAnswer: idle
+
+Every action commits one step (one transaction) and the next action is planned again from what is
+then committed: a crash anywhere resumes at the row that matches the database. Crash points:
+after submit or during the model call (7), after the tool calls are committed or between two
+results (4, only unanswered calls run), after the last result (7), after the answer (nothing: idle).
+
+Not decided here, because nothing is written: a lost lease (a fenced write matched nothing) stops
+the run, and a worker shutting down releases the lease for another worker to continue.
 What the model is sent is built by `transcript.Transcript`.
 """
 
@@ -26,6 +54,10 @@ EMPTY_REPLY_ERROR = "The model returned an empty message"
 CONTENT_FILTER_ERROR = "The provider's content filter blocked the model's answer"
 ERROR_ROUNDS_ERROR = (
     "The model's tool calls failed {rounds} rounds in a row; the last error: {last}"
+)
+GAVE_UP_ERROR = (
+    "Gave up after {attempts} attempts: the worker stopped each time before this turn could "
+    "commit its next step (a tool or model call may be crashing the worker)"
 )
 CUT_OFF_RESULT = (
     "Error: your reply was cut off by the output length limit before this tool call was "
@@ -67,19 +99,39 @@ class Entry(NamedTuple):
     finish_reason: str | None = None
 
 
+class Toolbox(NamedTuple):
+    """The tool names a turn may call (`offered`), and every name the worker has (`known`, to
+    word a refusal)."""
+
+    offered: frozenset[str] = frozenset()
+    known: frozenset[str] = frozenset()
+
+
+NO_TOOLS = Toolbox()
+
+
 # --- actions ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CallModel:
-    """Send the transcript to the model."""
+    """Send the transcript to the model; `judge_reply` decides what its answer commits."""
 
 
 @dataclass(frozen=True)
-class RunTools:
-    """Execute exactly these calls, in order, committing each result on its own."""
+class RunTool:
+    """Execute this call with these (checked) arguments and commit its result on its own."""
 
-    calls: tuple[ToolCall, ...]
+    call: ToolCall
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RejectCall:
+    """Commit `error` as this call's result without running it; the model reads why."""
+
+    call: ToolCall
+    error: str
 
 
 @dataclass(frozen=True)
@@ -94,7 +146,37 @@ class Fail:
     error: str
 
 
-Action = CallModel | RunTools | Finish | Fail
+Action = CallModel | RunTool | RejectCall | Finish | Fail
+
+
+@dataclass(frozen=True)
+class RecordCalls:
+    """Commit the assistant's tool calls (and any text with them): the turn enters tool_loop."""
+
+    calls: tuple[ToolCall, ...]
+
+
+@dataclass(frozen=True)
+class RecordAnswer:
+    """Commit the final text: the turn is done."""
+
+    content: str
+
+
+Verdict = RecordCalls | RecordAnswer | Fail
+
+
+# --- the decisions ------------------------------------------------------------------------------
+
+
+def on_claim(attempts: int, max_attempts: int) -> Fail | None:
+    """Row 1: a turn claimed `attempts` times since its last committed step (this claim
+    included) fails once that is over `max_attempts`; None lets it go on.
+
+    Decided before anything else runs: a step that kills its worker must not get another try."""
+    if attempts > max_attempts:
+        return Fail(GAVE_UP_ERROR.format(attempts=attempts - 1))
+    return None
 
 
 def next_action(
@@ -102,11 +184,11 @@ def next_action(
     iterations: int,
     max_iterations: int,
     max_error_rounds: int = MAX_ERROR_ROUNDS,
+    tools: Toolbox = NO_TOOLS,
 ) -> Action:
-    """The next step of the turn, from what is committed and the turn's LLM call count.
+    """The next step of the turn (rows 2-7 of the table), from what is committed.
 
-    Failed tool calls go back to the model so it can fix them, but only `max_error_rounds`
-    rounds in a row whose every result is an error: then the turn fails instead of looping.
+    `iterations` counts the turn's committed LLM calls; `tools` are the names it may call.
     """
     turn = current_turn(transcript)
     if not turn:
@@ -116,13 +198,46 @@ def next_action(
         return Finish()
     pending = pending_calls(turn)
     if pending:
-        return RunTools(pending)
+        cut_off = assistant is not None and assistant.finish_reason == "length"
+        return _tool_step(pending[0], tools, cut_off)
     rounds, last_error = _error_rounds(turn)
     if rounds >= max_error_rounds:
         return Fail(ERROR_ROUNDS_ERROR.format(rounds=rounds, last=last_error))
     if iterations >= max_iterations:
         return Fail(MAX_ITERATIONS_ERROR)
     return CallModel()
+
+
+def judge_reply(
+    content: str | None,
+    tool_calls: Iterable[ToolCall],
+    finish_reason: str | None,
+    *,
+    used_ids: Iterable[str],
+    seq: int,
+) -> Verdict:
+    """What a model's reply commits (rows 9-12); `seq` is the seq it will be committed under,
+    `used_ids` the tool-call ids the conversation already has."""
+    if finish_reason == "content_filter":
+        return Fail(CONTENT_FILTER_ERROR)
+    calls = unique_tool_calls(tool_calls, used_ids, seq)
+    if calls:
+        return RecordCalls(calls)
+    if not (content or "").strip():
+        return Fail(EMPTY_REPLY_ERROR)
+    return RecordAnswer(content or "")
+
+
+def model_failed(error: str) -> Fail:
+    """A model call that failed for good ends the turn with its readable error (row 8)."""
+    return Fail(error)
+
+
+def _tool_step(call: ToolCall, tools: Toolbox, cut_off: bool) -> RunTool | RejectCall:
+    checked = check_call(call, tools.offered, tools.known, cut_off)
+    if isinstance(checked, str):
+        return RejectCall(call, checked)
+    return RunTool(call, checked)
 
 
 def _error_rounds(turn: Sequence[Entry]) -> tuple[int, str]:
@@ -164,6 +279,20 @@ def _last_assistant(turn: Sequence[Entry]) -> Entry | None:
         if entry.role == "assistant":
             return entry
     return None
+
+
+# --- the tools a turn may call ------------------------------------------------------------------
+
+
+def uses_tools(allowed: Collection[str], tool_choice: str) -> bool:
+    """Whether the turn offers tools at all; if not, one model call answers (the simple path)."""
+    return bool(allowed) and tool_choice != "none"
+
+
+def toolbox(allowed: Collection[str], available: Iterable[str]) -> Toolbox:
+    """Least privilege: only the allowed tools the worker has are offered, and only they run."""
+    known = frozenset(available)
+    return Toolbox(offered=known & frozenset(allowed), known=known)
 
 
 # --- recovering a turn whose worker died ---------------------------------------------------------
@@ -242,20 +371,32 @@ __all__ = [
     "CUT_OFF_RESULT",
     "EMPTY_REPLY_ERROR",
     "ERROR_ROUNDS_ERROR",
+    "GAVE_UP_ERROR",
     "MAX_ERROR_ROUNDS",
     "MAX_ITERATIONS_ERROR",
+    "NO_TOOLS",
     "NO_USER_MESSAGE_ERROR",
     "Action",
     "CallModel",
     "Entry",
     "Fail",
     "Finish",
-    "RunTools",
+    "RecordAnswer",
+    "RecordCalls",
+    "RejectCall",
+    "RunTool",
     "ToolCall",
+    "Toolbox",
+    "Verdict",
     "check_call",
     "current_turn",
+    "judge_reply",
+    "model_failed",
     "next_action",
+    "on_claim",
     "pending_calls",
     "recovery_delay",
+    "toolbox",
     "unique_tool_calls",
+    "uses_tools",
 ]

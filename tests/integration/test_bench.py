@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 GROUPS = {
     "in-process": (
         ("overhead", "history", "janitor", "storage", "llmcpu"),
-        ("durable loop (ChatService)", "history", "janitor:", "storage:", "CPU per litellm call"),
+        ("durable loop (TurnRunner)", "history", "janitor:", "storage:", "CPU per litellm call"),
     ),
     "worker processes": (
         ("pickup", "capacity", "throughput"),
@@ -63,7 +63,7 @@ def test_quick_benchmark_prints_its_table_and_writes_json(
     if "overhead" in measures:
         assert "durable loop / fastest floor" in stdout
         assert "floor: raw psycopg one statement" in names
-        assert report["overhead"]["round_trips_per_iteration"]["durable loop (ChatService)"] > 0
+        assert report["overhead"]["round_trips_per_iteration"]["durable loop (TurnRunner)"] > 0
     if "janitor" in measures:
         assert "ix_conversations_running_heartbeat" in "\n".join(report["janitor"]["plan"])
         assert report["janitor"]["uses_index"] is True

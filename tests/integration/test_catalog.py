@@ -16,7 +16,7 @@ from sqlalchemy import Engine, select
 from app.db import make_engine
 from app.models import CatalogTool
 from app.worker.ports import ToolDefinition
-from app.worker.store import Store
+from app.worker.store import Upkeep
 
 WORKERS = 6
 ROUNDS = 15
@@ -45,7 +45,7 @@ def test_workers_publishing_at_the_same_moment_all_succeed(engine: Engine) -> No
     def publish(barrier: threading.Barrier) -> None:
         barrier.wait()
         try:
-            Store(engine).publish_catalog(definitions)
+            Upkeep(engine).publish_catalog(definitions)
         except BaseException as exc:  # collected, asserted below with the round it failed in
             errors.append(exc)
 
@@ -61,9 +61,9 @@ def test_workers_publishing_at_the_same_moment_all_succeed(engine: Engine) -> No
 
 
 def test_a_publication_replaces_the_previous_catalogue(engine: Engine) -> None:
-    store = Store(engine)
-    store.publish_catalog(tools("add", "old_tool"))
-    store.publish_catalog(tools("add", "new_tool"))
+    upkeep = Upkeep(engine)
+    upkeep.publish_catalog(tools("add", "old_tool"))
+    upkeep.publish_catalog(tools("add", "new_tool"))
     assert [row[0] for row in names(engine)] == ["add", "new_tool"]
-    store.publish_catalog([])
+    upkeep.publish_catalog([])
     assert names(engine) == []

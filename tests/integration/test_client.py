@@ -34,7 +34,7 @@ from app.errors import (
 )
 from app.models import Conversation, Message
 from app.worker.ports import ToolDefinition
-from app.worker.store import Store
+from app.worker.store import Upkeep
 
 LIMIT = 1000
 
@@ -42,7 +42,7 @@ LIMIT = 1000
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
     engine = make_engine(database_url)
-    Store(engine).publish_catalog(
+    Upkeep(engine).publish_catalog(
         [ToolDefinition(n, f"{n} tool", {"type": "object"}, "srv", n) for n in ("add", "search")]
     )
     yield engine

@@ -1,4 +1,4 @@
-"""The engine of a worker process: many conversations at once, recovery from the database, drain."""
+"""The host of a worker process: many conversations at once, recovery from the database, drain."""
 
 from __future__ import annotations
 
@@ -17,11 +17,9 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.worker import testing
-from app.worker.engine import Engine as WorkerEngine
-from app.worker.engine import make_executor
-from app.worker.loop import ChatService, LoopConfig
+from app.worker.host import WorkerHost
 from app.worker.ports import ModelReply, ModelRequest
-from app.worker.store import Store
+from app.worker.store import TurnStore
 
 
 @pytest.fixture
@@ -38,35 +36,27 @@ def client(engine: Engine, database_url: str) -> ChatClient:
     )
 
 
-def make_engine_with(
+def make_host(
     engine: Engine,
     model: testing.ScriptedModel,
     tools: testing.InMemoryTools | None = None,
     requeued: list[uuid.UUID] | None = None,
     orphan_after: float = 30,
-) -> WorkerEngine:
-    store = Store(engine)
-    tools = tools or testing.InMemoryTools({})
-    service = ChatService(
-        store,
-        model=model,
-        tools=tools,
-        config=LoopConfig(lease_ttl=30, heartbeat_interval=5),
-        owner="engine-test",
-        executor=make_executor(8),
-    )
-
-    async def publish() -> None:
-        store.publish_catalog(await tools.definitions())
-
-    return WorkerEngine(
-        service,
-        store,
+) -> WorkerHost:
+    settings = load_settings(
+        lease_ttl_seconds=30,
+        heartbeat_seconds=5,
         max_in_flight=500,
-        recovery_interval=0.2,
+        recovery_interval_seconds=0.2,
+    )
+    return WorkerHost(
+        settings,
+        engine,
+        model=model,
+        tools=tools or testing.InMemoryTools({}),
+        owner="host-test",
         orphan_after=orphan_after,
         requeue=None if requeued is None else lambda cid, _delay: requeued.append(cid),
-        on_start=publish,
     )
 
 
@@ -104,7 +94,7 @@ def test_one_process_holds_many_conversations_waiting_on_the_model(
         in_flight -= 1
         return testing.text("done")
 
-    worker = make_engine_with(engine, testing.ScriptedModel(slow_model))
+    worker = make_host(engine, testing.ScriptedModel(slow_model))
     worker.start()
     try:
         ids = [client.create_conversation() for _ in range(conversations)]
@@ -122,10 +112,10 @@ def test_the_sweep_revives_a_dead_worker_s_turn_without_anyone_ringing(
 ) -> None:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "hi")
-    dead = Store(engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=120))
+    dead = TurnStore(engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=120))
     assert dead.claim(conversation_id, "dead-worker", ttl=30) is not None  # expired long ago
     model = testing.ScriptedModel(lambda _: testing.text("recovered"))
-    worker = make_engine_with(engine, model)
+    worker = make_host(engine, model)
     worker.start()
     try:
         wait_for(lambda: client.get_conversation(conversation_id).status == "idle")
@@ -138,7 +128,7 @@ def test_a_lost_doorbell_is_rung_again_by_the_sweep(engine: Engine, client: Chat
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "nobody enqueued me")
     requeued: list[uuid.UUID] = []
-    worker = make_engine_with(
+    worker = make_host(
         engine,
         testing.ScriptedModel(lambda _: testing.text("ok")),
         requeued=requeued,
@@ -159,7 +149,7 @@ def test_a_conversation_that_is_not_running_is_not_swept(
 ) -> None:
     conversation_id = client.create_conversation()
     requeued: list[uuid.UUID] = []
-    worker = make_engine_with(
+    worker = make_host(
         engine,
         testing.ScriptedModel(lambda _: testing.text("ok")),
         requeued=requeued,
@@ -187,7 +177,7 @@ def test_stopping_releases_unfinished_turns_and_re_enqueues_them(
         testing.by_iteration([testing.calls(("c1", "hang", {})), testing.text("ok")])
     )
     requeued: list[uuid.UUID] = []
-    worker = make_engine_with(engine, model, tools=tools, requeued=requeued)
+    worker = make_host(engine, model, tools=tools, requeued=requeued)
     worker.start()
     conversation_id = client.create_conversation(tools=["hang"])
     client.submit_message(conversation_id, "hang please")
@@ -197,6 +187,6 @@ def test_stopping_releases_unfinished_turns_and_re_enqueues_them(
     assert requeued == [conversation_id]
     view = client.get_conversation(conversation_id)
     assert view.status == "tool_loop"
-    row = Store(engine).claim(conversation_id, "next-worker", ttl=30)
+    row = TurnStore(engine).claim(conversation_id, "next-worker", ttl=30)
     assert row is not None, "the lease was not released"
     assert tools.closed

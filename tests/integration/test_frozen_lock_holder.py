@@ -4,7 +4,7 @@ long as it stays frozen (SIGSTOP, a paused VM, a half-open connection nobody clo
 Found by the zombie test: the zombie was frozen inside its recovery sweep's transaction, holding
 the sweep lock, so no other worker could sweep and its orphaned turn waited until the test gave
 up. Now the server ends a lock holder's session once its transaction sits idle for
-`Store.lock_holder_idle_limit` seconds (10 by default; 1 here).
+`Upkeep.lock_holder_idle_limit` seconds (10 by default; 1 here).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.worker.ports import ToolDefinition
-from app.worker.store import Store, _limit_idle, _take_sweep_lock
+from app.worker.store import Upkeep
+from app.worker.store.upkeep import limit_idle, take_sweep_lock
 
 LIMIT_S = 1.0
 
@@ -62,10 +63,10 @@ def test_a_worker_frozen_in_its_sweep_blocks_the_others_sweeps_only_briefly(
 ) -> None:
     frozen_engine, live_engine = engines
     conversation_id = orphan(live_engine, database_url)
-    live = Store(live_engine)
+    live = Upkeep(live_engine)
     with frozen_engine.connect() as frozen:
         frozen.begin()
-        assert _take_sweep_lock(frozen, LIMIT_S)  # ... and the process stops right here
+        assert take_sweep_lock(frozen, LIMIT_S)  # ... and the process stops right here
         assert live.orphans(older_than=60) == []  # the lock is held: nobody else sweeps
         started = time.monotonic()
         found: list[tuple[uuid.UUID, int]] = []
@@ -84,12 +85,12 @@ def test_a_worker_frozen_while_publishing_its_tools_delays_the_others_only_brief
     published = threading.Event()
 
     def publish() -> None:
-        Store(live_engine).publish_catalog(tools)
+        Upkeep(live_engine).publish_catalog(tools)
         published.set()
 
     with frozen_engine.connect() as frozen:
         frozen.begin()
-        _limit_idle(frozen, LIMIT_S)
+        limit_idle(frozen, LIMIT_S)
         frozen.execute(text("LOCK TABLE tool_catalog IN SHARE ROW EXCLUSIVE MODE"))
         worker = threading.Thread(target=publish, daemon=True)
         worker.start()

@@ -17,8 +17,8 @@ from app.config import load_settings
 from app.models import Conversation
 from app.worker import testing
 from app.worker.janitor import clean_up, stale_error
-from app.worker.loop import ChatService, LoopConfig, Outcome
-from app.worker.store import LeaseLost, Store
+from app.worker.store import LeaseLost, TurnStore, Upkeep
+from app.worker.turn import Outcome, TurnRunner
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def running(
 def test_a_stale_conversation_fails_with_a_reason(client: ChatClient, engine: Engine) -> None:
     stale = running(client, engine, silent_for=600, status="tool_loop")
     fresh = running(client, engine, silent_for=10)
-    report = clean_up(Store(engine), older_than=300)
+    report = clean_up(Upkeep(engine), older_than=300)
     assert [c.id for c in report.conversations] == [stale]
     assert report.conversations[0].status == "tool_loop"
     view = client.get_conversation(stale)
@@ -63,7 +63,7 @@ def test_resting_conversations_are_never_touched(client: ChatClient, engine: Eng
         connection.execute(
             update(Conversation).values(heartbeat_at=datetime.now(UTC) - timedelta(days=9))
         )
-    assert clean_up(Store(engine), older_than=300).conversations == []
+    assert clean_up(Upkeep(engine), older_than=300).conversations == []
     assert client.get_conversation(idle).status == "idle"
 
 
@@ -71,21 +71,21 @@ def test_dry_run_changes_nothing_and_running_twice_is_safe(
     client: ChatClient, engine: Engine
 ) -> None:
     stale = running(client, engine, silent_for=600)
-    dry = clean_up(Store(engine), older_than=300, dry_run=True)
+    dry = clean_up(Upkeep(engine), older_than=300, dry_run=True)
     assert [c.id for c in dry.conversations] == [stale] and dry.dry_run
     assert client.get_conversation(stale).status == "processing"
-    assert len(clean_up(Store(engine), older_than=300).conversations) == 1
-    assert clean_up(Store(engine), older_than=300).conversations == []
+    assert len(clean_up(Upkeep(engine), older_than=300).conversations) == 1
+    assert clean_up(Upkeep(engine), older_than=300).conversations == []
 
 
 def test_failing_a_stale_conversation_fences_out_its_zombie_worker(
     client: ChatClient, engine: Engine
 ) -> None:
     conversation_id = running(client, engine, silent_for=0)
-    store = Store(engine)
+    store = TurnStore(engine)
     snapshot = store.claim(conversation_id, "zombie", ttl=30)
     assert snapshot is not None
-    store.fail_stale(older_than=-1, error="stale")
+    Upkeep(engine).fail_stale(older_than=-1, error="stale")
     with pytest.raises(LeaseLost):
         store.heartbeat(snapshot.claim, ttl=30)
 
@@ -98,27 +98,27 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
         return "finally"
 
     tools = testing.InMemoryTools({"slow": slow_tool})
-    store = Store(engine)
-    asyncio.run(_publish(store, tools))
+    upkeep = Upkeep(engine)
+    asyncio.run(_publish(upkeep, tools))
     conversation_id = client.create_conversation(tools=["slow"])
     client.submit_message(conversation_id, "take your time")
     model = testing.ScriptedModel(
         testing.by_iteration([testing.calls(("c1", "slow", {})), testing.text("done")])
     )
-    service = ChatService(
-        store,
+    runner = TurnRunner(
+        TurnStore(engine),
         model=model,
         tools=tools,
-        config=LoopConfig(lease_ttl=3, heartbeat_interval=0.2),
+        settings=load_settings(lease_ttl_seconds=3, heartbeat_seconds=0.2),
         owner="slow-worker",
     )
 
     async def scenario() -> tuple[Outcome, int]:
-        task = asyncio.create_task(service.run(conversation_id))
+        task = asyncio.create_task(runner.run(conversation_id))
         failed = 0
         for _ in range(15):  # a janitor with a 2 s threshold, running every 0.2 s
             await asyncio.sleep(0.2)
-            failed += len(await asyncio.to_thread(lambda: clean_up(store, 2).conversations))
+            failed += len(await asyncio.to_thread(lambda: clean_up(upkeep, 2).conversations))
         return await task, failed
 
     outcome, failed = asyncio.run(scenario())
@@ -126,8 +126,8 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
     assert client.get_conversation(conversation_id).status == "idle"
 
 
-async def _publish(store: Store, tools: testing.InMemoryTools) -> None:
-    store.publish_catalog(await tools.definitions())
+async def _publish(upkeep: Upkeep, tools: testing.InMemoryTools) -> None:
+    upkeep.publish_catalog(await tools.definitions())
 
 
 def test_the_janitor_query_uses_the_partial_index(engine: Engine) -> None:
@@ -141,7 +141,7 @@ def test_the_janitor_query_uses_the_partial_index(engine: Engine) -> None:
             )
         )
         connection.execute(text("ANALYZE conversations"))
-    store = Store(engine)
+    upkeep = Upkeep(engine)
     with engine.connect() as connection:
         plan = "\n".join(
             row[0]
@@ -154,7 +154,7 @@ def test_the_janitor_query_uses_the_partial_index(engine: Engine) -> None:
             )
         )
     assert "ix_conversations_running_heartbeat" in plan, plan
-    assert len(store.stale(300)) == 20  # every 1000th row is running, all silent 1000 s or more
+    assert len(upkeep.stale(300)) == 20  # every 1000th row is running, all silent 1000 s or more
 
 
 def test_the_cron_script_prints_what_it_changed(

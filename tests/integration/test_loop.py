@@ -1,7 +1,7 @@
 """The durable loop on a real database, with in-process model and tools (app.worker.testing).
 
 Crash points are reproduced by committing the state a dead worker would have left (through the
-store, under an expired lease) and running a fresh ChatService on it.
+store, under an expired lease) and running a fresh TurnRunner on it.
 """
 
 from __future__ import annotations
@@ -18,36 +18,39 @@ import pytest
 from sqlalchemy import Engine
 
 from app.client import ChatClient
-from app.config import load_settings
+from app.config import Settings, load_settings
 from app.db import make_engine
 from app.models import Conversation
 from app.worker import testing
-from app.worker.loop import GAVE_UP_ERROR, ChatService, LoopConfig, Outcome
-from app.worker.plan import MAX_ITERATIONS_ERROR, ToolCall
+from app.worker.plan import GAVE_UP_ERROR, MAX_ITERATIONS_ERROR, ToolCall
 from app.worker.ports import ModelError, ModelReply, Usage
-from app.worker.store import Store
+from app.worker.store import TurnStore, Upkeep
 from app.worker.transcript import INTERRUPTED_RESULT
+from app.worker.turn import Outcome, TurnRunner
 
-CONFIG = LoopConfig(max_iterations=20, lease_ttl=30, heartbeat_interval=10, max_attempts=3)
+CONFIG = load_settings(
+    max_iterations=20, lease_ttl_seconds=30, heartbeat_seconds=10, max_attempts=3
+)
 
 
 @dataclass
 class World:
     engine: Engine
-    store: Store
+    store: TurnStore
+    upkeep: Upkeep
     client: ChatClient
     tools: testing.InMemoryTools
     rung: list[uuid.UUID] = field(default_factory=list)
 
-    def service(
+    def runner(
         self,
         model: testing.ScriptedModel,
         owner: str = "worker-1",
-        config: LoopConfig = CONFIG,
-        store: Store | None = None,
-    ) -> ChatService:
-        return ChatService(
-            store or self.store, model=model, tools=self.tools, config=config, owner=owner
+        settings: Settings = CONFIG,
+        store: TurnStore | None = None,
+    ) -> TurnRunner:
+        return TurnRunner(
+            store or self.store, model=model, tools=self.tools, settings=settings, owner=owner
         )
 
     def conversation(self, text: str = "What is 1 + 2?", **options: Any) -> uuid.UUID:
@@ -91,20 +94,20 @@ def world(any_database_url: str) -> Iterator[World]:
     url = any_database_url
     engine = make_engine(url)
     tools = make_tools()
-    store = Store(engine)
-    asyncio.run(_publish(store, tools))
+    upkeep = Upkeep(engine)
+    asyncio.run(_publish(upkeep, tools))
     rung: list[uuid.UUID] = []
     client = ChatClient(load_settings(database_url=url), engine=engine, enqueue=rung.append)
-    yield World(engine, store, client, tools, rung)
+    yield World(engine, TurnStore(engine), upkeep, client, tools, rung)
     engine.dispose()
 
 
-async def _publish(store: Store, tools: testing.InMemoryTools) -> None:
-    store.publish_catalog(await tools.definitions())
+async def _publish(upkeep: Upkeep, tools: testing.InMemoryTools) -> None:
+    upkeep.publish_catalog(await tools.definitions())
 
 
-def run(service: ChatService, conversation_id: uuid.UUID) -> Outcome:
-    return asyncio.run(service.run(conversation_id))
+def run(runner: TurnRunner, conversation_id: uuid.UUID) -> Outcome:
+    return asyncio.run(runner.run(conversation_id))
 
 
 def gap_free(world: World, conversation_id: uuid.UUID) -> bool:
@@ -123,7 +126,7 @@ ADD_THEN_ANSWER = testing.by_iteration(
 def test_simple_path_is_one_model_call(world: World) -> None:
     conversation_id = world.conversation("Hello", tools=[])
     model = testing.ScriptedModel(lambda _: testing.text("Hi there"))
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert len(model.requests) == 1 and model.requests[0].tools == []
     view = world.client.get_conversation(conversation_id)
     assert (view.status, view.iterations, view.error) == ("idle", 1, None)
@@ -137,14 +140,14 @@ def test_simple_path_is_one_model_call(world: World) -> None:
 def test_tool_choice_none_takes_the_simple_path(world: World) -> None:
     conversation_id = world.conversation(tool_choice="none")
     model = testing.ScriptedModel(lambda _: testing.text("no tools"))
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert model.requests[0].tools == []
 
 
 def test_a_turn_with_a_tool_call(world: World) -> None:
     conversation_id = world.conversation(instructions="Be exact.")
     model = testing.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     view = world.client.get_conversation(conversation_id)
     assert view.status == "idle" and view.iterations == 2
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
@@ -181,7 +184,7 @@ def test_several_tool_calls_in_one_message_run_in_order(world: World) -> None:
             ]
         )
     )
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     view = world.client.get_conversation(conversation_id)
     assert [(m.role, m.tool_call_id) for m in view.messages[2:5]] == [
         ("tool", "c1"),
@@ -195,7 +198,7 @@ def test_several_tool_calls_in_one_message_run_in_order(world: World) -> None:
 def test_the_iteration_cap_fails_the_turn_after_20_model_calls(world: World) -> None:
     conversation_id = world.conversation()
     model = testing.ScriptedModel(lambda _: testing.calls(("", "add", {"a": 1, "b": 1})))
-    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert (view.status, view.error, view.iterations) == ("failed", MAX_ITERATIONS_ERROR, 20)
     assert len(model.requests) == 20
@@ -225,7 +228,7 @@ def test_tool_errors_become_error_results_and_the_loop_goes_on(
     conversation_id = world.conversation()
     reply = ModelReply(None, (call,), "tool_calls", Usage())
     model = testing.ScriptedModel(testing.by_iteration([reply, testing.text("sorry")]))
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     result = world.client.get_conversation(conversation_id).messages[2]
     assert result.role == "tool" and result.is_error
     assert expected in (result.content or "")
@@ -237,7 +240,7 @@ def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
     model = testing.ScriptedModel(
         testing.by_iteration([testing.calls(("c1", "secret", {})), testing.text("ok")])
     )
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert world.tools.executed == []
     assert [t["function"]["name"] for t in model.requests[0].tools] == ["add"]
     result = world.client.get_conversation(conversation_id).messages[2]
@@ -249,7 +252,7 @@ def test_a_model_error_fails_the_turn_with_its_message(world: World) -> None:
     model = testing.ScriptedModel(
         testing.by_iteration([ModelError("LLM call failed (HTTP 400 BadRequestError): bad")])
     )
-    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert (
         view.status == "failed" and view.error == "LLM call failed (HTTP 400 BadRequestError): bad"
@@ -260,7 +263,7 @@ def test_a_model_error_fails_the_turn_with_its_message(world: World) -> None:
 def test_an_empty_reply_fails_the_turn_clearly(world: World) -> None:
     conversation_id = world.conversation()
     model = testing.ScriptedModel(lambda _: testing.text("  "))
-    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    assert run(world.runner(model), conversation_id) is Outcome.FAILED
     assert (
         world.client.get_conversation(conversation_id).error
         == "The model returned an empty message"
@@ -270,9 +273,9 @@ def test_an_empty_reply_fails_the_turn_clearly(world: World) -> None:
 # --- resume at each crash point -----------------------------------------------------------------
 
 
-def past_store(world: World, seconds: float = 120) -> Store:
+def past_store(world: World, seconds: float = 120) -> TurnStore:
     """A store whose clock is in the past: its claims are already expired now."""
-    return Store(world.engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=seconds))
+    return TurnStore(world.engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=seconds))
 
 
 THREE_CALLS = (
@@ -322,7 +325,7 @@ def test_resume_runs_only_unanswered_tool_calls(
     conversation_id = world.conversation()
     dead_worker_left(world, conversation_id, results, calls)
     model = testing.ScriptedModel(RESUME_MODEL)
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert [name for name, _ in world.tools.executed] == expected_runs
     view = world.client.get_conversation(conversation_id)
     assert view.status == "idle"
@@ -340,9 +343,9 @@ def test_resume_runs_only_unanswered_tool_calls(
 
 def test_resume_after_the_final_answer_does_nothing(world: World) -> None:
     conversation_id = world.conversation()
-    run(world.service(testing.ScriptedModel(ADD_THEN_ANSWER)), conversation_id)
+    run(world.runner(testing.ScriptedModel(ADD_THEN_ANSWER)), conversation_id)
     model = testing.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.service(model, owner="redelivered"), conversation_id) is Outcome.NOT_CLAIMED
+    assert run(world.runner(model, owner="redelivered"), conversation_id) is Outcome.NOT_CLAIMED
     assert model.requests == []
     assert world.roles(conversation_id) == ["user", "assistant", "tool", "assistant"]
 
@@ -351,7 +354,7 @@ def test_a_live_lease_is_not_taken(world: World) -> None:
     conversation_id = world.conversation()
     assert world.store.claim(conversation_id, "alive", ttl=30) is not None
     model = testing.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.service(model, owner="other"), conversation_id) is Outcome.NOT_CLAIMED
+    assert run(world.runner(model, owner="other"), conversation_id) is Outcome.NOT_CLAIMED
     assert model.requests == []
 
 
@@ -379,8 +382,8 @@ def test_two_workers_handed_the_same_job_run_it_once(world: World) -> None:
 
     async def both() -> list[Outcome]:
         tasks = [
-            asyncio.create_task(world.service(first, owner="a").run(conversation_id)),
-            asyncio.create_task(world.service(second, owner="b").run(conversation_id)),
+            asyncio.create_task(world.runner(first, owner="a").run(conversation_id)),
+            asyncio.create_task(world.runner(second, owner="b").run(conversation_id)),
         ]
         await asyncio.sleep(0.3)
         release.set()
@@ -408,7 +411,7 @@ def test_a_worker_whose_lease_was_taken_over_writes_nothing_more(world: World) -
         )
     )
     # The zombie's clock says its lease is long expired, so a second worker may claim at once.
-    zombie = world.service(model, owner="zombie", store=past_store(world))
+    zombie = world.runner(model, owner="zombie", store=past_store(world))
 
     async def scenario() -> Outcome:
         task = asyncio.create_task(zombie.run(conversation_id))
@@ -440,8 +443,8 @@ def test_the_heartbeat_renews_the_lease_while_a_tool_runs(world: World) -> None:
             [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
         )
     )
-    config = LoopConfig(lease_ttl=5, heartbeat_interval=0.1)
-    assert run(world.service(model, config=config), conversation_id) is Outcome.IDLE
+    settings = load_settings(lease_ttl_seconds=5, heartbeat_seconds=0.1)
+    assert run(world.runner(model, settings=settings), conversation_id) is Outcome.IDLE
     assert len(set(beats)) >= 3, beats  # the expiry moved forward while the tool ran
 
 
@@ -458,8 +461,8 @@ def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -
             [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
         )
     )
-    config = LoopConfig(lease_ttl=30, heartbeat_interval=0.05)
-    zombie = world.service(model, owner="zombie", config=config, store=past_store(world))
+    settings = load_settings(lease_ttl_seconds=30, heartbeat_seconds=0.05)
+    zombie = world.runner(model, owner="zombie", settings=settings, store=past_store(world))
 
     async def scenario() -> Outcome:
         task = asyncio.create_task(zombie.run(conversation_id))
@@ -477,7 +480,7 @@ def test_a_turn_that_keeps_killing_its_worker_gives_up_after_max_attempts(world:
         dead = past_store(world, seconds=100 * (CONFIG.max_attempts - attempt))
         assert dead.claim(conversation_id, "dies-every-time", ttl=30) is not None
     model = testing.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.service(model), conversation_id) is Outcome.FAILED
+    assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert view.error == GAVE_UP_ERROR.format(attempts=CONFIG.max_attempts)
     assert model.requests == []
@@ -495,13 +498,13 @@ def test_a_committed_step_resets_the_attempt_count(world: World) -> None:
 def test_retry_runs_the_pending_calls_of_a_failed_turn_first(world: World) -> None:
     conversation_id = world.conversation()
     dead_worker_left(world, conversation_id, results=1, calls=True)
-    world.store.fail_stale(older_than=0, error="stuck")
+    world.upkeep.fail_stale(older_than=0, error="stuck")
     assert world.client.get_conversation(conversation_id).status == "failed"
     submitted = world.client.retry_conversation(conversation_id)
     assert submitted.enqueued and world.rung[-1] == conversation_id
     assert world.client.get_conversation(conversation_id).status == "processing"
     model = testing.ScriptedModel(RESUME_MODEL)
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert [name for name, _ in world.tools.executed] == ["write_note", "add"]
     assert len(model.requests) == 1
 
@@ -509,10 +512,10 @@ def test_retry_runs_the_pending_calls_of_a_failed_turn_first(world: World) -> No
 def test_a_new_message_after_a_failed_turn_repairs_the_dangling_calls(world: World) -> None:
     conversation_id = world.conversation()
     dead_worker_left(world, conversation_id, results=1, calls=True)
-    world.store.fail_stale(older_than=0, error="stuck")
+    world.upkeep.fail_stale(older_than=0, error="stuck")
     world.client.submit_message(conversation_id, "Forget it, just say hi")
     model = testing.ScriptedModel(lambda _: testing.text("hi"))
-    assert run(world.service(model), conversation_id) is Outcome.IDLE
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
     sent = model.requests[0].messages
     tool_messages = [m for m in sent if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in tool_messages] == ["c1", "c2", "c3"]

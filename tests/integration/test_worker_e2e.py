@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.worker.engine import ENGINE_FAILED
+from app.worker.host import START_FAILED
 from tests.deployment import Deployment
 from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
@@ -217,10 +217,10 @@ def test_the_worker_command_needs_redis(tmp_path: Path) -> None:
     assert "REDIS_URL is not set" in result.stderr
 
 
-def test_a_worker_whose_engine_cannot_start_exits_instead_of_taking_jobs(
+def test_a_worker_whose_host_cannot_start_exits_instead_of_taking_jobs(
     empty_database_url: str, redis_url: str, tmp_path: Path, fake_llm: FakeLLMServer
 ) -> None:
-    """An unmigrated database: publishing the tool catalogue fails, so the engine cannot start.
+    """An unmigrated database: publishing the tool catalogue fails, so the host cannot start.
     The process must end with its own exit code (for a supervisor to restart it and an operator
     to see why), not stay up consuming doorbells it cannot answer."""
     env = worker_environment(
@@ -229,8 +229,8 @@ def test_a_worker_whose_engine_cannot_start_exits_instead_of_taking_jobs(
     worker = WorkerProcess(env, tmp_path / "worker.log").start(ready=False)
     try:
         code = worker.wait_exit(timeout=90)
-        assert code == ENGINE_FAILED, f"exit code {code}\n{worker.log()}"
-        assert "the worker engine failed to start" in worker.log()
+        assert code == START_FAILED, f"exit code {code}\n{worker.log()}"
+        assert "the worker host failed to start" in worker.log()
         assert 'relation "tool_catalog" does not exist' in worker.log()
     finally:
         worker.kill()

@@ -1,83 +1,128 @@
-"""The planner, walked through every row of the crash-point table, and the history repair."""
+"""The planner, walked through every row of its table: the crash points, the tool checks, the
+model's odd replies, the caps."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from app.worker.plan import (
+    CONTENT_FILTER_ERROR,
     CUT_OFF_RESULT,
+    EMPTY_REPLY_ERROR,
+    GAVE_UP_ERROR,
     MAX_ITERATIONS_ERROR,
+    NO_TOOLS,
     NO_USER_MESSAGE_ERROR,
+    Action,
     CallModel,
     Entry,
     Fail,
     Finish,
-    RunTools,
+    RecordAnswer,
+    RecordCalls,
+    RejectCall,
+    RunTool,
+    Toolbox,
     ToolCall,
     check_call,
+    current_turn,
+    judge_reply,
+    model_failed,
     next_action,
+    on_claim,
+    pending_calls,
     recovery_delay,
+    toolbox,
     unique_tool_calls,
+    uses_tools,
 )
 from tests.unit.entries import A, B, C, answer, calls, result, user
 
 CAP = 20
+TOOLS = toolbox(allowed={A.name, B.name, C.name}, available={A.name, B.name, C.name})
 
 
-# One row per line of the crash-point table: (committed transcript, expected next action).
+def plan(
+    transcript: list[Entry], iterations: int = 1, max_error_rounds: int | None = None
+) -> Action:
+    """The planner's next action for a turn that may call A, B and C."""
+    if max_error_rounds is None:
+        return next_action(transcript, iterations, CAP, tools=TOOLS)
+    return next_action(transcript, iterations, CAP, max_error_rounds, tools=TOOLS)
+
+
+def runs(call: ToolCall) -> RunTool:
+    return RunTool(call, json.loads(call.arguments))
+
+
+def pending(transcript: list[Entry]) -> tuple[ToolCall, ...]:
+    return pending_calls(current_turn(transcript))
+
+
+# One row per line of the crash-point table: (committed transcript, expected next action, the
+# calls still to run, in order: each runs as its own step, and only those).
 CRASH_POINTS = {
-    "after submit, before pickup": ([user(1)], CallModel()),
-    "before or during the LLM call": ([user(1)], CallModel()),
+    "after submit, before pickup": ([user(1)], CallModel(), ()),
+    "before or during the LLM call": ([user(1)], CallModel(), ()),
     "after assistant tool calls committed": (
         [user(1), calls(2, A, B, C)],
-        RunTools((A, B, C)),
+        runs(A),
+        (A, B, C),
     ),
     "during tool execution, first result committed": (
         [user(1), calls(2, A, B, C), result(3, A)],
-        RunTools((B, C)),
+        runs(B),
+        (B, C),
     ),
     "during tool execution, two results committed": (
         [user(1), calls(2, A, B, C), result(3, A), result(4, B)],
-        RunTools((C,)),
+        runs(C),
+        (C,),
     ),
     "after all tool results committed": (
         [user(1), calls(2, A, B, C), result(3, A), result(4, B), result(5, C)],
         CallModel(),
+        (),
     ),
     "after the final assistant text": (
         [user(1), calls(2, A), result(3, A), answer(4)],
         Finish(),
+        (),
     ),
 }
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_point_table(point: str) -> None:
-    transcript, expected = CRASH_POINTS[point]
-    assert next_action(transcript, iterations=1, max_iterations=CAP) == expected
+    transcript, expected, still_to_run = CRASH_POINTS[point]
+    assert next_action(transcript, iterations=1, max_iterations=CAP, tools=TOOLS) == expected
+    assert pending(transcript) == still_to_run
 
 
 def test_walking_a_whole_turn_step_by_step() -> None:
     """Apply each action's committed outcome and check the next decision, like a replay."""
     transcript: list[Entry] = [user(1)]
-    assert next_action(transcript, 0, CAP) == CallModel()
+    assert plan(transcript, 0) == CallModel()
     transcript.append(calls(2, A, B))
-    assert next_action(transcript, 1, CAP) == RunTools((A, B))
+    assert plan(transcript, 1) == runs(A)
     transcript.append(result(3, A))
-    assert next_action(transcript, 1, CAP) == RunTools((B,))
+    assert plan(transcript, 1) == runs(B)
     transcript.append(result(4, B, "boom", is_error=True))
-    assert next_action(transcript, 1, CAP) == CallModel()
+    assert plan(transcript, 1) == CallModel()
     transcript.append(calls(5, C))
-    assert next_action(transcript, 2, CAP) == RunTools((C,))
+    assert plan(transcript, 2) == runs(C)
     transcript.append(result(6, C))
-    assert next_action(transcript, 2, CAP) == CallModel()
+    assert plan(transcript, 2) == CallModel()
     transcript.append(answer(7))
-    assert next_action(transcript, 3, CAP) == Finish()
+    assert plan(transcript, 3) == Finish()
 
 
 def test_results_out_of_call_order_still_leave_only_the_unanswered() -> None:
     transcript = [user(1), calls(2, A, B, C), result(3, C), result(4, A)]
-    assert next_action(transcript, 1, CAP) == RunTools((B,))
+    assert plan(transcript) == runs(B)
+    assert pending(transcript) == (B,)
 
 
 def test_the_21st_llm_call_fails_the_turn() -> None:
@@ -89,7 +134,7 @@ def test_the_21st_llm_call_fails_the_turn() -> None:
 def test_pending_tools_still_run_at_the_cap() -> None:
     # The 20th call asked for tools: their results are committed before the turn fails.
     transcript = [user(1), calls(2, A)]
-    assert next_action(transcript, iterations=20, max_iterations=CAP) == RunTools((A,))
+    assert next_action(transcript, iterations=20, max_iterations=CAP, tools=TOOLS) == runs(A)
 
 
 def test_a_final_answer_at_the_cap_finishes() -> None:
@@ -186,6 +231,8 @@ def test_errors_of_an_earlier_turn_do_not_count() -> None:
 def test_the_cap_is_configurable() -> None:
     transcript = [user(1), calls(2, A), failed(3, A)]
     assert isinstance(next_action(transcript, 1, CAP, max_error_rounds=1), Fail)
+    assert isinstance(plan(transcript, max_error_rounds=1), Fail)
+    assert plan(transcript, max_error_rounds=2) == CallModel()
 
 
 def test_a_call_cut_off_by_the_length_limit_is_not_run() -> None:
@@ -219,3 +266,81 @@ def test_a_lost_doorbell_is_resent_at_once_and_crashed_turns_spread_out() -> Non
     assert recovery_delay(2, 0.5) == 1.0
     assert recovery_delay(3, 0.999) < 4.0
     assert recovery_delay(50, 0.999) < 8.0  # capped
+
+
+# --- the rows around tool calls: each pending call is a step of its own -------------------------
+
+
+def test_a_call_whose_reply_was_cut_off_is_rejected_not_run() -> None:
+    cut = Entry(2, "assistant", None, (A, B), finish_reason="length")
+    transcript = [user(1), cut]
+    assert plan(transcript) == RejectCall(A, CUT_OFF_RESULT)
+    transcript.append(result(3, A, CUT_OFF_RESULT, is_error=True))
+    assert plan(transcript) == RejectCall(B, CUT_OFF_RESULT)
+
+
+def test_a_tool_not_offered_is_rejected_even_when_the_worker_has_it() -> None:
+    only_a = toolbox(allowed={A.name}, available={A.name, B.name})
+    transcript = [user(1), calls(2, B)]
+    action = next_action(transcript, 1, CAP, tools=only_a)
+    assert action == RejectCall(B, "Tool add is not allowed in this conversation.")
+    unknown = next_action(transcript, 1, CAP, tools=NO_TOOLS)
+    assert isinstance(unknown, RejectCall) and unknown.error.startswith("Unknown tool: add")
+
+
+@pytest.mark.parametrize("arguments", ["[1, 2]", '"x"', "3", "null", "{"])
+def test_arguments_that_are_not_a_json_object_are_rejected(arguments: str) -> None:
+    bad = ToolCall("call_bad", B.name, arguments)
+    action = plan([user(1), calls(2, bad)])
+    assert isinstance(action, RejectCall) and action.call == bad
+    assert action.error.startswith("Invalid arguments for add")
+
+
+def test_tools_are_offered_only_when_allowed_and_not_switched_off() -> None:
+    assert uses_tools(["add"], "auto") and uses_tools(["add"], "required")
+    assert not uses_tools([], "auto")
+    assert not uses_tools(["add"], "none")
+    box = toolbox(allowed=["add", "gone"], available=["add", "search_docs"])
+    assert box == Toolbox(offered=frozenset({"add"}), known=frozenset({"add", "search_docs"}))
+
+
+# --- a claim over its attempt budget ------------------------------------------------------------
+
+
+def test_a_claim_over_the_attempt_budget_fails_the_turn() -> None:
+    assert on_claim(attempts=1, max_attempts=3) is None
+    assert on_claim(attempts=3, max_attempts=3) is None
+    assert on_claim(attempts=4, max_attempts=3) == Fail(GAVE_UP_ERROR.format(attempts=3))
+
+
+# --- what a model's reply commits ---------------------------------------------------------------
+
+
+def test_a_text_reply_is_the_answer() -> None:
+    assert judge_reply("Hi.", (), "stop", used_ids=(), seq=2) == RecordAnswer("Hi.")
+
+
+def test_tool_calls_are_recorded_with_ids_unique_in_the_conversation() -> None:
+    repeated = ToolCall("call_a", "add", "{}")
+    verdict = judge_reply(None, (repeated, B), "tool_calls", used_ids={"call_a"}, seq=5)
+    assert verdict == RecordCalls((ToolCall("call_5_0", "add", "{}"), B))
+
+
+def test_calls_with_text_are_calls() -> None:
+    verdict = judge_reply("Let me look.", (A,), "tool_calls", used_ids=(), seq=2)
+    assert verdict == RecordCalls((A,))
+
+
+@pytest.mark.parametrize("content", [None, "", "  \n"])
+def test_an_empty_reply_fails_the_turn(content: str | None) -> None:
+    assert judge_reply(content, (), "stop", used_ids=(), seq=2) == Fail(EMPTY_REPLY_ERROR)
+
+
+def test_a_content_filter_fails_the_turn_even_with_text_or_calls() -> None:
+    assert judge_reply("partial", (A,), "content_filter", used_ids=(), seq=2) == Fail(
+        CONTENT_FILTER_ERROR
+    )
+
+
+def test_a_model_error_fails_the_turn_with_its_message() -> None:
+    assert model_failed("LLM call failed (HTTP 400)") == Fail("LLM call failed (HTTP 400)")

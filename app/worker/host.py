@@ -1,9 +1,10 @@
-"""The engine of a worker process: one asyncio loop, in its own thread, hosting many conversations.
+"""The worker host: one asyncio loop per worker process, in its own thread, hosting many turns.
 
-The queue actor only rings a doorbell (`ring(conversation_id)`) and returns; the engine runs the
+The queue actor only rings a doorbell (`ring(conversation_id)`) and returns; the host runs the
 conversation as a task, up to `max_in_flight` at once, while they all wait on models and tools.
 Because the queue message is acknowledged at once, recovery comes from the database: a periodic
-sweep re-enqueues running conversations whose lease expired (or whose doorbell was lost).
+sweep re-enqueues running conversations whose lease expired (or whose doorbell was lost). The host
+owns what its turns share for the process's lifetime: the database threads and the tool provider.
 """
 
 from __future__ import annotations
@@ -18,16 +19,24 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from app.worker.loop import ChatService
+from sqlalchemy import Engine
+
+from app.config import Settings
 from app.worker.plan import recovery_delay
-from app.worker.store import Store
+from app.worker.ports import ModelClient, ToolProvider
+from app.worker.store import TurnStore, Upkeep
+from app.worker.threads import DatabaseThreads
+from app.worker.turn import TurnRunner
 
 log = logging.getLogger(__name__)
 
 Ring = Callable[[uuid.UUID, float], None]  # (conversation id, delay in seconds)
+
+#: The exit code of a worker process whose host could not start (its tools, its database).
+START_FAILED = 5
+#: Threads for database calls (and the size of the connection pool they share).
+DB_THREADS = 8
 
 
 def worker_id() -> str:
@@ -35,34 +44,38 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
-#: The exit code of a worker process whose engine could not start (its tools, its database).
-ENGINE_FAILED = 5
-
-
-class Engine:
-    """Runs conversations on a private event loop; thread-safe `ring`, `start` and `stop`."""
+class WorkerHost:
+    """Runs turns on a private event loop; thread-safe `start`, `ring` and `stop`."""
 
     def __init__(
         self,
-        service: ChatService,
-        store: Store,
+        settings: Settings,
+        database: Engine,
         *,
-        max_in_flight: int = 500,
-        recovery_interval: float = 15.0,
-        orphan_after: float = 30.0,
-        recovery_jitter: float = 1.0,
+        model: ModelClient,
+        tools: ToolProvider,
         requeue: Ring | None = None,
-        on_start: Callable[[], Any] | None = None,
+        owner: str | None = None,
+        orphan_after: float | None = None,
+        recovery_jitter: float = 1.0,
     ) -> None:
-        self.service = service
-        self.store = store
-        self.max_in_flight = max_in_flight
-        self.recovery_interval = recovery_interval
-        self.orphan_after = orphan_after
+        self.settings = settings
+        self.tools = tools
+        self.db = DatabaseThreads(DB_THREADS)
+        self.upkeep = Upkeep(database)
+        self.runner = TurnRunner(
+            TurnStore(database),
+            model=model,
+            tools=tools,
+            settings=settings,
+            owner=owner or worker_id(),
+            db=self.db,
+        )
+        # A lease's length without a sign of life: its worker is gone (or its doorbell was lost).
+        self.orphan_after = settings.lease_ttl_seconds if orphan_after is None else orphan_after
         self.recovery_jitter = recovery_jitter
-        self._resent: dict[uuid.UUID, float] = {}  # doorbells this process re-sent: until when
         self.requeue = requeue
-        self.on_start = on_start
+        self._resent: dict[uuid.UUID, float] = {}  # doorbells this process re-sent: until when
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -77,19 +90,19 @@ class Engine:
     # --- thread-safe API -------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start the loop thread and wait until the tools are loaded and recovery runs."""
-        self._thread = threading.Thread(target=self._main, name="chatworker-engine", daemon=True)
+        """Start the loop thread and wait until the tools are published and recovery runs."""
+        self._thread = threading.Thread(target=self._main, name="chatworker-host", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise RuntimeError("the worker engine did not start in time")
+            raise RuntimeError("the worker host did not start in time")
         if self._start_error is not None:
-            raise RuntimeError(f"the worker engine failed to start: {self._start_error}")
+            raise RuntimeError(f"the worker host failed to start: {self._start_error}")
 
     def ring(self, conversation_id: uuid.UUID) -> None:
         """Run this conversation soon (a no-op if it is already running here: it reruns after)."""
         loop = self._loop
         if loop is None or loop.is_closed():
-            raise RuntimeError("the worker engine is not running")
+            raise RuntimeError("the worker host is not running")
         loop.call_soon_threadsafe(self._admit, conversation_id)
 
     def in_flight(self) -> int:
@@ -107,6 +120,7 @@ class Engine:
             loop.call_soon_threadsafe(loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=10)
+            self.db.close()
             self._stopped.set()
 
     # --- inside the loop -------------------------------------------------------------------------
@@ -130,11 +144,9 @@ class Engine:
             loop.close()
 
     async def _boot(self) -> None:
-        self._slots = asyncio.Semaphore(self.max_in_flight)
-        if self.on_start is not None:
-            result = self.on_start()
-            if asyncio.iscoroutine(result):
-                await result
+        """Start the tools and publish them to the catalogue, then admit doorbells and sweep."""
+        self._slots = asyncio.Semaphore(self.settings.max_in_flight)
+        await self.db.run(self.upkeep.publish_catalog, await self.tools.definitions())
         self._accepting = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
@@ -151,7 +163,7 @@ class Engine:
         assert self._slots is not None
         try:
             async with self._slots:
-                outcome = await self.service.run(conversation_id)
+                outcome = await self.runner.run(conversation_id)
             log.info("conversation %s: %s", conversation_id, outcome.value)
         except asyncio.CancelledError:
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
@@ -171,12 +183,12 @@ class Engine:
                 await self.sweep()
             except Exception:  # the database may be down; try again next time
                 log.exception("recovery sweep failed")
-            await asyncio.sleep(self.recovery_interval)
+            await asyncio.sleep(self.settings.recovery_interval_seconds)
 
     async def sweep(self) -> int:
         """Re-enqueue running conversations that nobody has touched for `orphan_after` seconds,
         each after `plan.recovery_delay` (a random spread that grows with its crashes)."""
-        orphans = await self.service.db(self.store.orphans, self.orphan_after)
+        orphans = await self.db.run(self.upkeep.orphans, self.orphan_after)
         now = time.monotonic()
         resent = 0
         for conversation_id, attempts in orphans:
@@ -213,9 +225,7 @@ class Engine:
                 task.cancel()
             if still:
                 await asyncio.wait(still, timeout=10)
-        await self.service.tools.close()
+        await self.tools.close()
 
 
-def make_executor(threads: int) -> ThreadPoolExecutor:
-    """The pool that runs database calls off the event loop."""
-    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix="chatworker-db")
+__all__ = ["DB_THREADS", "START_FAILED", "Ring", "WorkerHost", "worker_id"]

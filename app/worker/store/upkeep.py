@@ -1,0 +1,172 @@
+"""The worker's housekeeping SQL: finding orphaned turns (under the sweep lock), the janitor's
+stale query and update, and the tool catalogue.
+
+A transaction that holds a lock other workers need (the sweep lock, the catalogue table) ends if it
+sits idle for `LOCK_HOLDER_IDLE_LIMIT_S`: a worker frozen inside one (SIGSTOP, a paused VM, a
+half-open connection) would otherwise stop every worker's recovery sweep, or every worker's start,
+until it woke up: hours, for a connection nobody closes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import Connection, Engine, Table, and_, delete, insert, select, text, update
+
+from app.models import FAILED, RELEASED_LEASE, RUNNING_STATUSES, CatalogTool, Conversation
+from app.worker.ports import ToolDefinition
+from app.worker.store.clock import Clock, utc_now
+
+conversations = cast(Table, Conversation.__table__)
+catalog = cast(Table, CatalogTool.__table__)
+
+# Serializes recovery sweeps across the worker processes of one Postgres database.
+_SWEEP_LOCK_KEY = 0x636877  # "chw"
+LOCK_HOLDER_IDLE_LIMIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class StaleConversation:
+    id: uuid.UUID
+    status: str
+    heartbeat_at: datetime
+
+
+class Upkeep:
+    """Recovery, janitor and catalogue queries, each one short transaction."""
+
+    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.lock_holder_idle_limit = LOCK_HOLDER_IDLE_LIMIT_S
+
+    def orphans(self, older_than: float, limit: int = 500) -> list[tuple[uuid.UUID, int]]:
+        """Running conversations nobody has touched for `older_than` seconds, with their attempts.
+
+        Covers both a lease that expired (its worker died) and a queued turn whose message the
+        queue lost; every write renews `heartbeat_at`, so one indexed condition finds both.
+        Empty while another worker's sweep holds the lock.
+        """
+        cutoff = self.clock() - timedelta(seconds=older_than)
+        with self.engine.begin() as connection:
+            if not take_sweep_lock(connection, self.lock_holder_idle_limit):
+                return []
+            rows = connection.execute(
+                select(conversations.c.id, conversations.c.attempts)
+                .where(_silent_since(cutoff))
+                .order_by(conversations.c.heartbeat_at)
+                .limit(limit)
+            ).all()
+        return [(row.id, row.attempts) for row in rows]
+
+    def stale(self, older_than: float, limit: int | None = None) -> list[StaleConversation]:
+        """Running conversations whose heartbeat is older than `older_than` seconds."""
+        cutoff = self.clock() - timedelta(seconds=older_than)
+        statement = (
+            select(conversations.c.id, conversations.c.status, conversations.c.heartbeat_at)
+            .where(_silent_since(cutoff))
+            .order_by(conversations.c.heartbeat_at)
+            .limit(limit)
+        )
+        with self.engine.connect() as connection:
+            return [StaleConversation(*row) for row in connection.execute(statement)]
+
+    def fail_stale(self, older_than: float, error: str) -> list[StaleConversation]:
+        """Fail every running conversation silent for `older_than` seconds; return what changed.
+
+        The epoch moves on, so a worker that was only frozen can write nothing when it wakes."""
+        now = self.clock()
+        cutoff = now - timedelta(seconds=older_than)
+        statement = (
+            update(conversations)
+            .where(_silent_since(cutoff))
+            .values(
+                status=FAILED,
+                error=error,
+                lease_epoch=conversations.c.lease_epoch + 1,
+                updated_at=now,
+                **RELEASED_LEASE,
+            )
+            .returning(conversations.c.id, conversations.c.heartbeat_at)
+        )
+        with self.engine.begin() as connection:
+            before = {
+                row.id: row.status
+                for row in connection.execute(
+                    select(conversations.c.id, conversations.c.status).where(_silent_since(cutoff))
+                )
+            }
+            changed = connection.execute(statement).all()
+        return [
+            StaleConversation(row.id, before.get(row.id, "?"), row.heartbeat_at) for row in changed
+        ]
+
+    def publish_catalog(self, definitions: Iterable[ToolDefinition]) -> None:
+        """Replace the tool catalogue with what this worker's servers offer.
+
+        Workers start together, so publications overlap: on PostgreSQL each one first locks the
+        table against the others (readers go on), or the second's INSERT would meet the first's
+        rows, which its DELETE could not see. SQLite serializes writers by itself."""
+        now = self.clock()
+        rows = [
+            {
+                "name": d.name,
+                "server": d.server,
+                "description": d.description,
+                "input_schema": d.input_schema,
+                "updated_at": now,
+            }
+            for d in definitions
+        ]
+        with self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":
+                limit_idle(connection, self.lock_holder_idle_limit)
+                connection.execute(text(f"LOCK TABLE {catalog.name} IN SHARE ROW EXCLUSIVE MODE"))
+            connection.execute(delete(catalog))
+            if rows:
+                connection.execute(insert(catalog), rows)
+
+
+def _silent_since(cutoff: datetime) -> Any:
+    """Running, and no sign of life since `cutoff`: what the partial heartbeat index covers."""
+    return and_(conversations.c.status.in_(RUNNING_STATUSES), conversations.c.heartbeat_at < cutoff)
+
+
+def take_sweep_lock(connection: Connection, idle_limit: float) -> bool:
+    """Try the sweep lock for this transaction, whose session the server ends if it then sits
+    idle for `idle_limit` seconds (one round trip for both)."""
+    if connection.dialect.name != "postgresql":
+        return True
+    locked = connection.execute(
+        text(
+            "SELECT set_config('idle_in_transaction_session_timeout', :limit, true),"
+            " pg_try_advisory_xact_lock(:key)"
+        ),
+        {"limit": _milliseconds(idle_limit), "key": _SWEEP_LOCK_KEY},
+    )
+    return bool(locked.one()[1])
+
+
+def limit_idle(connection: Connection, idle_limit: float) -> None:
+    """The server ends this session if its transaction sits idle for `idle_limit` seconds."""
+    connection.execute(
+        text("SELECT set_config('idle_in_transaction_session_timeout', :limit, true)"),
+        {"limit": _milliseconds(idle_limit)},
+    )
+
+
+def _milliseconds(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))
+
+
+__all__ = [
+    "LOCK_HOLDER_IDLE_LIMIT_S",
+    "StaleConversation",
+    "Upkeep",
+    "limit_idle",
+    "take_sweep_lock",
+]
