@@ -102,13 +102,17 @@ def _result_message(call: ToolCall, result: Entry | None) -> Message:
 
 
 def _sendable_arguments(arguments: str) -> str:
-    # Some providers re-parse the history's arguments and reject invalid JSON; the tool result
-    # already told the model what was wrong with them.
+    # Providers re-parse the history's arguments: some reject invalid JSON, and Anthropic rejects
+    # a tool_use `input` that is not an object (`[1, 2]`, `"x"`, `3`, `null`). The tool result
+    # already told the model what was wrong with them; the database keeps what the model said.
+    # Runs for every historical call at each claim: a non-object is refused before parsing.
+    if not arguments.lstrip().startswith("{"):
+        return "{}"
     try:
-        json.loads(arguments)
+        parsed = json.loads(arguments)
     except ValueError:
         return "{}"
-    return arguments
+    return arguments if isinstance(parsed, dict) else "{}"
 
 
 __all__ = ["INTERRUPTED_RESULT", "Transcript", "provider_messages"]

@@ -6,6 +6,8 @@ import json
 import random
 from typing import Any
 
+import pytest
+
 from app.worker.plan import Entry, ToolCall
 from app.worker.transcript import INTERRUPTED_RESULT, Transcript, provider_messages
 from tests.unit.entries import A, B, C, answer, calls, result, user
@@ -78,6 +80,23 @@ def test_invalid_json_arguments_are_sent_as_an_empty_object() -> None:
     assert json.loads(sent) == {}
 
 
+@pytest.mark.parametrize("arguments", ["[1,2]", '"x"', "3", "null", "", "not json"])
+def test_arguments_that_are_not_a_json_object_are_sent_as_an_empty_object(arguments: str) -> None:
+    # Anthropic rejects a tool_use `input` that is not an object; the planner never ran the call.
+    bad = ToolCall("call_x", "add", arguments)
+    transcript = Transcript(None, [user(1), calls(2, bad), result(3, bad, "bad", is_error=True)])
+    sent = transcript.provider_messages()[1]["tool_calls"][0]["function"]["arguments"]
+    assert sent == "{}"
+    assert transcript[1].tool_calls[0].arguments == arguments  # what the model said is kept
+
+
+@pytest.mark.parametrize("arguments", ['{"a": 1, "b": 2}', ' {\n  "a" : [1, 2] }', "{}"])
+def test_a_json_object_is_sent_byte_for_byte(arguments: str) -> None:
+    call = ToolCall("call_x", "add", arguments)
+    messages = provider_messages(None, [user(1), calls(2, call), result(3, call)])
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == arguments
+
+
 def random_transcript(draw: random.Random, length: int) -> list[Entry]:
     """Entries in the shapes a conversation can hold, including turns that failed midway."""
     entries: list[Entry] = []
@@ -117,7 +136,7 @@ def reference_messages(entries: list[Entry]) -> list[dict[str, Any]]:
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.name, "arguments": _valid_or_empty(c.arguments)},
+                        "function": {"name": c.name, "arguments": _object_or_empty(c.arguments)},
                     }
                     for c in entry.tool_calls
                 ]
@@ -129,12 +148,12 @@ def reference_messages(entries: list[Entry]) -> list[dict[str, Any]]:
     return messages
 
 
-def _valid_or_empty(arguments: str) -> str:
+def _object_or_empty(arguments: str) -> str:
     try:
-        json.loads(arguments)
+        parsed = json.loads(arguments)
     except ValueError:
         return "{}"
-    return arguments
+    return arguments if isinstance(parsed, dict) else "{}"
 
 
 def test_appending_entry_by_entry_gives_what_a_pass_over_the_whole_history_gives() -> None:
