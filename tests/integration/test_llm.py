@@ -5,6 +5,7 @@ values, transient failures are retried by the one policy, and no error message l
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import pytest
 
 from app.worker.llm import LiteLLMClient
-from app.worker.plan import ToolCall
+from app.worker.plan import Entry, ToolCall, check_call
 from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
+from app.worker.transcript import Transcript
 from tests.servers.fake_llm import FakeLLMServer
 
 API_KEY = "sk-test-canary-1234567890"
@@ -223,3 +225,50 @@ def test_empty_choices_are_a_model_error(server: FakeLLMServer, sleep: Recording
 
     assert failure(server, sleep) == "The model returned no choices"
     assert len(server.requests()) == 1
+
+
+# --- the history as litellm converts it for Anthropic -----------------------------------------
+
+
+def anthropic_tool_inputs(messages: list[dict[str, Any]]) -> list[Any]:
+    """The `input` of every tool_use block litellm's Anthropic conversion makes of `messages`."""
+    from app.worker.llm import prepare_litellm
+
+    prepare_litellm()
+    from litellm.litellm_core_utils.prompt_templates.factory import anthropic_messages_pt
+
+    converted = anthropic_messages_pt(
+        messages,  # type: ignore[arg-type]
+        model="claude-sonnet-4-5",
+        llm_provider="anthropic",
+    )
+    return [
+        block["input"]
+        for message in converted
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_use"
+    ]
+
+
+def test_a_call_whose_arguments_are_not_an_object_is_resent_to_anthropic_as_an_object() -> None:
+    call = ToolCall("call_1", "add", "[1,2]")
+    refusal = check_call(call, offered={"add"}, known={"add"})
+    assert isinstance(refusal, str) and "expected a JSON object" in refusal
+    transcript = Transcript(
+        None,
+        [
+            Entry(1, "user", "add one and two"),
+            Entry(2, "assistant", None, (call,)),
+            Entry(3, "tool", refusal, tool_call_id=call.id, tool_name=call.name, is_error=True),
+        ],
+    )
+    messages = transcript.provider_messages()
+
+    inputs = anthropic_tool_inputs(messages)
+    assert len(inputs) == 1
+    assert all(isinstance(tool_input, dict) for tool_input in inputs)
+    # The model's raw arguments, resent verbatim, become a list `input`, which Anthropic rejects.
+    verbatim = copy.deepcopy(messages)
+    verbatim[1]["tool_calls"][0]["function"]["arguments"] = call.arguments
+    assert anthropic_tool_inputs(verbatim) == [[1, 2]]
