@@ -12,17 +12,13 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
 from app import __version__
 from app.errors import ChatWorkerError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUNDLED_MCP_SERVER = REPO_ROOT / "tests" / "servers" / "mcp_server.py"
 DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
-DEMO_TOOLS = ("search_docs", "calculate", "current_time")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,53 +99,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Migrate, start an in-process worker, run one turn, print it as it happens."""
-    _default_to_bundled_tools()
-    import dramatiq
+    from app.demo.run import run_demo
 
-    from app.client import ChatClient
-    from app.config import get_settings
-    from app.follow import follow
-    from app.migrate import upgrade
-
-    settings = get_settings()
-    upgrade(settings.database_url)
-    from app.worker import actors
-
-    worker = dramatiq.Worker(actors.broker, worker_threads=2, worker_timeout=100)
-    worker.start()
-    client = ChatClient(settings)
-    try:
-        offered = {tool.name for tool in client.list_tools()}
-        tools = [name for name in DEMO_TOOLS if name in offered] or sorted(offered)
-        model = args.model or settings.model
-        print(f"model {model}; tools {', '.join(tools) or '(none)'}")
-        print(f"database {_shown(settings.database_url)}")
-        conversation_id = client.create_conversation(model=model, tools=tools)
-        client.submit_message(conversation_id, args.message)
-        print(f"conversation {conversation_id}")
-        view = follow(client, conversation_id, sys.stdout, timeout=args.timeout)
-    finally:
-        worker.stop()
-        actors.stop_host()
-        client.close()
-    return 0 if view.status == "idle" else 1
-
-
-def _default_to_bundled_tools() -> None:
-    """The demo's embedded default: the MCP test server shipped in this checkout."""
-    if os.environ.get("CHATWORKER_MCP_SERVERS") or not BUNDLED_MCP_SERVER.is_file():
-        return
-    config = {
-        "mcpServers": {
-            "demo-tools": {
-                "command": sys.executable,
-                "args": ["-m", "tests.servers.mcp_server"],
-                "cwd": str(REPO_ROOT),
-            }
-        }
-    }
-    os.environ["CHATWORKER_MCP_SERVERS"] = json.dumps(config)
+    return run_demo(args.message, args.model, args.timeout)
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.migrate import upgrade
+from app.testing import services
 from bench.capacity import measure_capacity
 from bench.footprint import measure_footprint
 from bench.history import measure_history
@@ -31,7 +32,6 @@ from bench.recovery import measure_recovery
 from bench.stats import Row, median, p95, single
 from bench.storage import measure_storage
 from bench.throughput import measure_throughput
-from tests import services
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import psycopg
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.worker import testing
+from app.testing import fakes
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import Snapshot, TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
@@ -50,8 +50,8 @@ def _model(request: ModelRequest) -> ModelReply:
             break
         rounds += message["role"] == "assistant"
     if rounds < ITERATIONS_PER_TURN - 1:
-        return testing.calls((f"c{rounds}", "echo", {"n": rounds}))
-    return testing.text("done")
+        return fakes.calls((f"c{rounds}", "echo", {"n": rounds}))
+    return fakes.text("done")
 
 
 def _prepare(client: ChatClient, dsn: str, size: int, count: int) -> list[uuid.UUID]:
@@ -82,11 +82,11 @@ def measure_history(database_url: str, conversations: int) -> tuple[list[Row], d
     engine = make_engine(database_url)
     store = _TimedStore(engine)
     store.claims = []
-    tools = testing.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo})
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
-    model = testing.ScriptedModel(_model, record=False)
+    model = fakes.ScriptedModel(_model, record=False)
     runner = TurnRunner(store, model=model, tools=tools, settings=settings, owner="bench")
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     prepared = {size: _prepare(client, dsn, size, conversations) for size in SIZES}

@@ -21,7 +21,9 @@ from typing import Any
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.worker import testing
+from app.testing import fakes
+from app.testing.fake_llm import FakeLLMServer
+from app.testing.worker_process import FAKE_KEY, FAKE_MODEL
 from app.worker.llm import LiteLLMClient, prepare_litellm
 from app.worker.ports import ModelClient
 from app.worker.store import TurnStore, Upkeep
@@ -29,8 +31,6 @@ from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.overhead import _model as instant_reply
 from bench.stats import Row, single
-from tests.servers.fake_llm import FakeLLMServer
-from tests.worker_process import FAKE_KEY, FAKE_MODEL
 
 # The same OpenAI-compatible server through litellm's OpenAI provider (the openai SDK underneath)
 # and through its hosted_vllm provider (litellm's own HTTP handler).
@@ -46,7 +46,7 @@ def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str,
     prepare_litellm()
     engine = make_engine(database_url)
     store = TurnStore(engine)
-    tools = testing.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo})
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
@@ -54,7 +54,7 @@ def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str,
     with FakeLLMServer() as llm:
         llm.script(STEPS, mode="by_iteration")
         real = LiteLLMClient(timeout=20, api_base=llm.api_base, api_key=FAKE_KEY)
-        instant = testing.ScriptedModel(instant_reply, record=False)
+        instant = fakes.ScriptedModel(instant_reply, record=False)
         for route in ROUTES:  # warm-up: lazy imports, connection pools
             _turns(store, real, tools, client, 3, route=route)
         _turns(store, instant, tools, client, 3, route=FAKE_MODEL)
@@ -83,7 +83,7 @@ def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str,
 def _turns(
     store: TurnStore,
     model: ModelClient,
-    tools: testing.InMemoryTools,
+    tools: fakes.InMemoryTools,
     client: ChatClient,
     count: int,
     *,

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.worker import testing
+from app.testing import fakes
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
@@ -54,12 +54,12 @@ def _echo(n: int) -> str:
 def _model(request: ModelRequest) -> ModelReply:
     rounds = sum(1 for m in request.messages if m["role"] == "assistant")
     if rounds < ITERATIONS_PER_TURN - 1:
-        return testing.calls((f"c{rounds}", "echo", {"n": rounds}))
-    return testing.text("done")
+        return fakes.calls((f"c{rounds}", "echo", {"n": rounds}))
+    return fakes.text("done")
 
 
 def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
-    tools = testing.InMemoryTools({"echo": str})
+    tools = fakes.InMemoryTools({"echo": str})
     Upkeep(client.engine).publish_catalog(asyncio.run(tools.definitions()))
     ids = []
     for _ in range(count):
@@ -74,14 +74,14 @@ TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
 
 def measure_loop(database_url: str, conversations: int) -> Result:
     engine = make_engine(database_url)
-    tools = testing.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo})
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     ids = _prepare(client, conversations)
     traced_ids = _prepare(client, TRACED_TURNS)
     runner = TurnRunner(
         TurnStore(engine),
-        model=testing.ScriptedModel(_model, record=False),
+        model=fakes.ScriptedModel(_model, record=False),
         tools=tools,
         settings=settings,
         owner="bench",

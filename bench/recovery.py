@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.testing.worker_process import WorkerProcess
 from bench.stats import Row, median, p95, single
 from bench.workers import Rig, rig
-from tests.worker_process import WorkerProcess
 
 SLOW_STEP = {"delay": 3, "text": "ok"}
 GOAL_SECONDS = 60.0

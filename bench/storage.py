@@ -11,7 +11,7 @@ import psycopg
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.worker import testing
+from app.testing import fakes
 from app.worker.store import TurnStore
 from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import _echo, _model, _prepare
@@ -22,12 +22,12 @@ SIZE = "SELECT pg_total_relation_size('messages') + pg_total_relation_size('conv
 
 def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
     engine = make_engine(database_url)
-    tools = testing.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo})
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     runner = TurnRunner(
         TurnStore(engine),
-        model=testing.ScriptedModel(_model),
+        model=fakes.ScriptedModel(_model),
         tools=tools,
         settings=settings,
         owner="bench",

@@ -1,7 +1,7 @@
 """End-to-end throughput: turns per second with 1 and then 2 real worker processes over Redis.
 
-Every turn is the product's main job: the fake LLM (answering at once) asks for the MCP test
-server's `add` tool, the worker runs it on the real MCP server, the model answers. Two LLM calls,
+Every turn is the product's main job: the fake LLM (answering at once) asks for the demo MCP
+server's `add` tool, the worker runs it on that real MCP server, the model answers. Two LLM calls,
 one MCP call, three step commits. A burst of N conversations is submitted at once and timed until
 the last one is idle. The machine's 2 cores also run PostgreSQL, Redis, the fake LLM and the MCP
 servers, so the second process shows how far the rest of the stack lets it scale here.

@@ -1,4 +1,5 @@
-"""Shared plumbing of the process benchmarks: a fake LLM, a real worker, a client, and /proc.
+"""Shared plumbing of the process benchmarks: a fake LLM, real workers (with the demo's MCP
+server), a client, and /proc.
 
 Capacity, recovery and footprint all need the same setup; reading /proc keeps psutil out.
 """
@@ -6,6 +7,7 @@ Capacity, recovery and footprint all need the same setup; reading /proc keeps ps
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import uuid
@@ -19,11 +21,12 @@ from sqlalchemy import func, select
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
+from app.demo.mcp_server import server_config
 from app.models import RUNNING_STATUSES
 from app.queue import make_broker, ring
+from app.testing.fake_llm import FakeLLMServer
+from app.testing.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
 from app.worker.store.upkeep import conversations
-from tests.servers.fake_llm import FakeLLMServer
-from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -72,9 +75,8 @@ def rig(database_url: str, redis_url: str, workdir: Path, default: dict[str, Any
     """A fake LLM answering every request with `default`, and a client enqueuing on Redis."""
     with FakeLLMServer() as llm:
         llm.script([], default=default)
-        env = worker_environment(
-            database_url, redis_url, llm.api_base, workdir / "ledger.jsonl", workdir / "notes.txt"
-        )
+        tools = json.dumps({"mcpServers": {"tools": server_config()}})
+        env = worker_environment(database_url, redis_url, llm.api_base, tools)
         settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
         broker = make_broker(settings)
         engine = make_engine(database_url)

@@ -1,4 +1,4 @@
-"""Shared fixtures: real PostgreSQL and Redis (see tests/services.py), isolated per test.
+"""Shared fixtures: real PostgreSQL and Redis (see app/testing/services.py), isolated per test.
 
 Each test that asks for `database_url` gets its own database cloned from a migrated template
 (~20 ms); `redis_url` is a logical Redis database claimed for the session and flushed around each
@@ -17,9 +17,9 @@ from sqlalchemy import Engine
 
 from app.db import make_engine
 from app.migrate import upgrade
-from tests import services
+from app.testing import services
+from app.testing.fake_llm import FakeLLMServer
 from tests.invariants import violations
-from tests.servers.fake_llm import FakeLLMServer
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 

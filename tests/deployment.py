@@ -13,7 +13,7 @@ from app.client import ChatClient, ConversationView
 from app.config import load_settings
 from app.db import make_engine
 from app.queue import make_broker, ring
-from tests.servers.fake_llm import FakeLLMServer
+from app.testing.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
 from tests.worker_process import FAKE_MODEL, WorkerProcess, worker_environment
 

@@ -5,9 +5,9 @@ SIGKILLed, Redis restarts and Postgres backends are terminated; at rest every in
                          [--json PATH] [--postgres URL] [--drain 90] [--keep]
 
 The soak builds its own world and tears it down: a throwaway database on the PostgreSQL server
-(`--postgres`, default `tests.services.provide_postgres()`), its own `redis-server` on a free port,
-the fake LLM server (10 % transient 429/503 errors) and a temp dir for the tool ledger and the
-worker logs (kept with `--keep` or when the soak fails). For `--duration` seconds conversations
+(`--postgres`, default `app.testing.services.provide_postgres()`), its own `redis-server` on a free
+port, the fake LLM server (10 % transient 429/503 errors) and a temp dir for the tool ledger and
+the worker logs (kept with `--keep` or when the soak fails). For `--duration` seconds conversations
 start at staggered times and submit their turns one after the other (a failed turn is retried once)
 while the chaos runs: 2-5 s after every worker is up a random one is SIGKILLed and replaced, once
 around the middle Redis is killed and restarted on the same port (doorbells in flight are lost:
@@ -15,8 +15,7 @@ recovery comes from the database sweep), and about every 10 s the workers' Postg
 terminated. Then the chaos stops, every turn gets up to `--drain` seconds to finish, the workers
 stop gracefully and `tests/invariants.py` checks the database at rest; each submitted turn must
 have exactly one final answer, or be the last turn of a conversation that ended `failed` with an
-error. Exit code 0 only when nothing is violated and every conversation is at rest.
-"""
+error. Exit code 0 only when nothing is violated and every conversation is at rest."""
 
 from __future__ import annotations
 
@@ -52,9 +51,9 @@ from app.config import load_settings
 from app.errors import NotRetryable
 from app.migrate import upgrade
 from app.queue import make_broker, ring
-from tests import services
+from app.testing import services
+from app.testing.fake_llm import BY_ITERATION, FakeLLMServer
 from tests.invariants import violations
-from tests.servers.fake_llm import BY_ITERATION, FakeLLMServer
 from tests.servers.mcp_server import read_ledger
 from tests.worker_process import FAKE_MODEL, READY_LINE, WorkerProcess, worker_environment
 
@@ -998,7 +997,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of chaos")
     parser.add_argument("--seed", type=int, default=None, help="default: random, printed")
-    parser.add_argument("--postgres", default=None, help="admin URL (default: tests.services)")
+    parser.add_argument(
+        "--postgres", default=None, help="admin URL (default: app.testing.services)"
+    )
     parser.add_argument("--drain", type=float, default=90.0, help="seconds to let turns finish")
     parser.add_argument(
         "--min-kills", type=int, default=0,

@@ -1,24 +1,16 @@
-"""Real worker processes for tests: `chatworker worker` started with a test environment.
-
-The environment points the worker at the test database, Redis, the fake LLM server and the MCP
-test server (with a side-effect ledger), with short leases so recovery is quick to observe.
-"""
+"""Real worker processes for tests: `app.testing.worker_process`, pointed at the MCP test server
+(with its side-effect ledger) and at this checkout."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.testing import worker_process
+from app.testing.worker_process import FAKE_KEY, FAKE_MODEL, READY_LINE
+
 REPO = Path(__file__).resolve().parent.parent
-FAKE_MODEL = "openai/fake-model"
-FAKE_KEY = "sk-test-worker-key-0123456789"
-READY_LINE = "Worker process is ready for action"
 
 
 def mcp_servers_json(ledger: Path, notes: Path) -> str:
@@ -39,103 +31,18 @@ def mcp_servers_json(ledger: Path, notes: Path) -> str:
 def worker_environment(
     database_url: str, redis_url: str, api_base: str, ledger: Path, notes: Path, **extra: str
 ) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/tmp"),
-        "PYTHONPATH": str(REPO),
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis_url,
-        "CHATWORKER_MODEL": FAKE_MODEL,
-        "CHATWORKER_LLM_API_BASE": api_base,
-        "CHATWORKER_LLM_API_KEY": FAKE_KEY,
-        "CHATWORKER_LLM_TIMEOUT_SECONDS": "20",
-        "CHATWORKER_TOOL_TIMEOUT_SECONDS": "10",
-        "CHATWORKER_LEASE_TTL_SECONDS": "3",
-        "CHATWORKER_HEARTBEAT_SECONDS": "1",
-        "CHATWORKER_RECOVERY_INTERVAL_SECONDS": "1",
-        "CHATWORKER_MCP_SERVERS": mcp_servers_json(ledger, notes),
-    }
-    env.update(extra)
-    return env
+    """The environment of a test worker: the MCP test server, this checkout on PYTHONPATH."""
+    servers = mcp_servers_json(ledger, notes)
+    return worker_process.worker_environment(
+        database_url, redis_url, api_base, servers, **{"PYTHONPATH": str(REPO), **extra}
+    )
 
 
-@dataclass
-class WorkerProcess:
-    """One `dramatiq` worker (a main process and one child) with its own log file."""
+class WorkerProcess(worker_process.WorkerProcess):
+    """A worker process started from this checkout."""
 
-    env: dict[str, str]
-    log_path: Path
-    threads: int = 2
-    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    def __init__(self, env: dict[str, str], log_path: Path, threads: int = 2) -> None:
+        super().__init__(env, log_path, threads, cwd=REPO)
 
-    def start(self, ready: bool = True, timeout: float = 60) -> WorkerProcess:
-        # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
-        command = [
-            sys.executable, "-m", "app.cli", "worker", "--processes", "1",
-            "--threads", str(self.threads),
-        ]  # fmt: skip
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-        if ready:
-            self.wait_until_ready(timeout)
-        return self
 
-    def wait_until_ready(self, timeout: float = 60) -> None:
-        """Ready once this process logged that it is ready (its engine has booted: tools listed
-        and published). The tool catalogue alone is no proof: another worker may have filled it."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited early:\n{self.log()}")
-            if READY_LINE in self.log_path.read_text(errors="replace"):
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
-
-    def pause(self) -> None:
-        """SIGSTOP the whole process group (a worker frozen mid-call: a zombie to be)."""
-        assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGCONT)
-
-    def wait_exit(self, timeout: float) -> int | None:
-        """Wait until the worker's main process is gone (a failpoint killed its child and
-        dramatiq then stops); its exit code, or None if it is still running."""
-        assert self.process is not None
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (the dramatiq main process and its children)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-
-    def terminate(self) -> None:
-        """Ask for a graceful stop without waiting: SIGTERM to the main process only, as a
-        supervisor does (dramatiq forwards it to its children; a second SIGTERM sent to a child
-        directly makes it exit at once, without draining)."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker cannot stop
-            self.process.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.terminate()
-        try:
-            self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+__all__ = ["FAKE_KEY", "FAKE_MODEL", "READY_LINE", "REPO", "WorkerProcess", "worker_environment"]

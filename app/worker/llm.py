@@ -20,7 +20,7 @@ from tenacity import (
     wait_incrementing,
 )
 
-from app.worker.demo_model import DEMO_PROVIDER, demo_handler
+from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.worker.plan import ToolCall
 from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
 

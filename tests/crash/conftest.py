@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from app.testing.fake_llm import FakeLLMServer
 from tests.deployment import Deployment
-from tests.servers.fake_llm import FakeLLMServer
 
 
 @pytest.fixture

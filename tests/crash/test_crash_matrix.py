@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.testing import services
+from app.testing.fake_llm import FakeLLMServer
 from app.worker.failpoints import POINTS
-from tests import services
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
-from tests.servers.fake_llm import FakeLLMServer
 
 TOOLS = {
     "read-only": ("search_docs", {"query": "refund policy"}),

@@ -28,11 +28,11 @@ import pytest
 
 from app.client import ConversationView
 from app.errors import InvalidMessage
+from app.testing import services
+from app.testing.fake_llm import FakeLLMServer
 from app.worker.plan import CONTENT_FILTER_ERROR, CUT_OFF_RESULT, EMPTY_REPLY_ERROR
-from tests import services
 from tests.deployment import Deployment
 from tests.invariants import transcript_violations
-from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
 
 

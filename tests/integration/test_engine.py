@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
-from app.worker import testing
+from app.testing import fakes
 from app.worker.host import WorkerHost
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import TurnStore
@@ -38,8 +38,8 @@ def client(engine: Engine, database_url: str) -> ChatClient:
 
 def make_host(
     engine: Engine,
-    model: testing.ScriptedModel,
-    tools: testing.InMemoryTools | None = None,
+    model: fakes.ScriptedModel,
+    tools: fakes.InMemoryTools | None = None,
     requeued: list[uuid.UUID] | None = None,
     orphan_after: float = 30,
 ) -> WorkerHost:
@@ -53,7 +53,7 @@ def make_host(
         settings,
         engine,
         model=model,
-        tools=tools or testing.InMemoryTools({}),
+        tools=tools or fakes.InMemoryTools({}),
         owner="host-test",
         orphan_after=orphan_after,
         requeue=None if requeued is None else lambda cid, _delay: requeued.append(cid),
@@ -92,9 +92,9 @@ def test_one_process_holds_many_conversations_waiting_on_the_model(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_waiting.wait(), timeout=30)
         in_flight -= 1
-        return testing.text("done")
+        return fakes.text("done")
 
-    worker = make_host(engine, testing.ScriptedModel(slow_model))
+    worker = make_host(engine, fakes.ScriptedModel(slow_model))
     worker.start()
     try:
         ids = [client.create_conversation() for _ in range(conversations)]
@@ -114,7 +114,7 @@ def test_the_sweep_revives_a_dead_worker_s_turn_without_anyone_ringing(
     client.submit_message(conversation_id, "hi")
     dead = TurnStore(engine, clock=lambda: datetime.now(UTC) - timedelta(seconds=120))
     assert dead.claim(conversation_id, "dead-worker", ttl=30) is not None  # expired long ago
-    model = testing.ScriptedModel(lambda _: testing.text("recovered"))
+    model = fakes.ScriptedModel(lambda _: fakes.text("recovered"))
     worker = make_host(engine, model)
     worker.start()
     try:
@@ -130,7 +130,7 @@ def test_a_lost_doorbell_is_rung_again_by_the_sweep(engine: Engine, client: Chat
     requeued: list[uuid.UUID] = []
     worker = make_host(
         engine,
-        testing.ScriptedModel(lambda _: testing.text("ok")),
+        fakes.ScriptedModel(lambda _: fakes.text("ok")),
         requeued=requeued,
         orphan_after=0.3,
     )
@@ -151,7 +151,7 @@ def test_a_conversation_that_is_not_running_is_not_swept(
     requeued: list[uuid.UUID] = []
     worker = make_host(
         engine,
-        testing.ScriptedModel(lambda _: testing.text("ok")),
+        fakes.ScriptedModel(lambda _: fakes.text("ok")),
         requeued=requeued,
         orphan_after=0,
     )
@@ -172,9 +172,9 @@ def test_stopping_releases_unfinished_turns_and_re_enqueues_them(
         await asyncio.sleep(60)
         return "never"
 
-    tools = testing.InMemoryTools({"hang": hang})
-    model = testing.ScriptedModel(
-        testing.by_iteration([testing.calls(("c1", "hang", {})), testing.text("ok")])
+    tools = fakes.InMemoryTools({"hang": hang})
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "hang", {})), fakes.text("ok")])
     )
     requeued: list[uuid.UUID] = []
     worker = make_host(engine, model, tools=tools, requeued=requeued)

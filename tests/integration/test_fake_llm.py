@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers.fake_llm import FakeLLMServer
+from app.testing.fake_llm import FakeLLMServer
 
 # Both must be set before the first litellm import: no cost-map fetch, no load_dotenv().
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -55,15 +55,15 @@ from typing import Any
 import psycopg
 import pytest
 import redis
+from app.testing.services import libpq_dsn, wait_until
 from sqlalchemy.engine import make_url
 
 from app.client import ConversationView, MessageView
-from tests import services
+from app.testing import services
+from app.testing.fake_llm import FakeLLMServer
 from tests.deployment import Deployment
 from tests.invariants import violations
-from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import EXTRA_TOOLS_ENV, huge_text, read_ledger
-from tests.services import libpq_dsn, wait_until
 from tests.worker_process import REPO, WorkerProcess
 
 REDIS_SERVER = "/usr/bin/redis-server"

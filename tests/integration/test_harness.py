@@ -15,12 +15,12 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
+from app.testing.services import libpq_dsn
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
-from tests import services
+from app.testing import services
 from tests.invariants import violations
-from tests.services import libpq_dsn
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = "CHATWORKER_HARNESS_PROBE"

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, text, update
 from app.client import ChatClient
 from app.config import load_settings
 from app.models import Conversation
-from app.worker import testing
+from app.testing import fakes
 from app.worker.janitor import clean_up, stale_error
 from app.worker.store import LeaseLost, TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
@@ -97,13 +97,13 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
         await asyncio.sleep(4)
         return "finally"
 
-    tools = testing.InMemoryTools({"slow": slow_tool})
+    tools = fakes.InMemoryTools({"slow": slow_tool})
     upkeep = Upkeep(engine)
     asyncio.run(_publish(upkeep, tools))
     conversation_id = client.create_conversation(tools=["slow"])
     client.submit_message(conversation_id, "take your time")
-    model = testing.ScriptedModel(
-        testing.by_iteration([testing.calls(("c1", "slow", {})), testing.text("done")])
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "slow", {})), fakes.text("done")])
     )
     runner = TurnRunner(
         TurnStore(engine),
@@ -126,7 +126,7 @@ def test_a_slow_tool_with_a_live_heartbeat_is_not_failed(
     assert client.get_conversation(conversation_id).status == "idle"
 
 
-async def _publish(upkeep: Upkeep, tools: testing.InMemoryTools) -> None:
+async def _publish(upkeep: Upkeep, tools: fakes.InMemoryTools) -> None:
     upkeep.publish_catalog(await tools.definitions())
 
 

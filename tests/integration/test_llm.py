@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from app.testing.fake_llm import FakeLLMServer
 from app.worker.llm import LiteLLMClient
 from app.worker.plan import Entry, ToolCall, check_call
 from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
 from app.worker.transcript import Transcript
-from tests.servers.fake_llm import FakeLLMServer
 
 API_KEY = "sk-test-canary-1234567890"
 ENV_CANARY = "sk-canary-abcdefgh12345"

@@ -1,4 +1,4 @@
-"""The durable loop on a real database, with in-process model and tools (app.worker.testing).
+"""The durable loop on a real database, with in-process model and tools (app.testing.fakes).
 
 Crash points are reproduced by committing the state a dead worker would have left (through the
 store, under an expired lease) and running a fresh TurnRunner on it.
@@ -21,7 +21,7 @@ from app.client import ChatClient
 from app.config import Settings, load_settings
 from app.db import make_engine
 from app.models import Conversation
-from app.worker import testing
+from app.testing import fakes
 from app.worker.plan import GAVE_UP_ERROR, MAX_ITERATIONS_ERROR, ToolCall
 from app.worker.ports import ModelError, ModelReply, Usage
 from app.worker.store import TurnStore, Upkeep
@@ -39,12 +39,12 @@ class World:
     store: TurnStore
     upkeep: Upkeep
     client: ChatClient
-    tools: testing.InMemoryTools
+    tools: fakes.InMemoryTools
     rung: list[uuid.UUID] = field(default_factory=list)
 
     def runner(
         self,
-        model: testing.ScriptedModel,
+        model: fakes.ScriptedModel,
         owner: str = "worker-1",
         settings: Settings = CONFIG,
         store: TurnStore | None = None,
@@ -69,7 +69,7 @@ class World:
             return session.get_one(Conversation, conversation_id)
 
 
-def make_tools() -> testing.InMemoryTools:
+def make_tools() -> fakes.InMemoryTools:
     def explode() -> str:
         raise RuntimeError("kaboom")
 
@@ -79,7 +79,7 @@ def make_tools() -> testing.InMemoryTools:
         notes.append(text)
         return f"saved {len(notes)}"
 
-    return testing.InMemoryTools(
+    return fakes.InMemoryTools(
         {
             "add": lambda a, b: str(a + b),
             "write_note": write_note,
@@ -102,7 +102,7 @@ def world(any_database_url: str) -> Iterator[World]:
     engine.dispose()
 
 
-async def _publish(upkeep: Upkeep, tools: testing.InMemoryTools) -> None:
+async def _publish(upkeep: Upkeep, tools: fakes.InMemoryTools) -> None:
     upkeep.publish_catalog(await tools.definitions())
 
 
@@ -115,8 +115,8 @@ def gap_free(world: World, conversation_id: uuid.UUID) -> bool:
     return seqs == list(range(1, len(seqs) + 1))
 
 
-ADD_THEN_ANSWER = testing.by_iteration(
-    [testing.calls(("c1", "add", {"a": 1, "b": 2})), testing.text("It is 3.")]
+ADD_THEN_ANSWER = fakes.by_iteration(
+    [fakes.calls(("c1", "add", {"a": 1, "b": 2})), fakes.text("It is 3.")]
 )
 
 
@@ -125,7 +125,7 @@ ADD_THEN_ANSWER = testing.by_iteration(
 
 def test_simple_path_is_one_model_call(world: World) -> None:
     conversation_id = world.conversation("Hello", tools=[])
-    model = testing.ScriptedModel(lambda _: testing.text("Hi there"))
+    model = fakes.ScriptedModel(lambda _: fakes.text("Hi there"))
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert len(model.requests) == 1 and model.requests[0].tools == []
     view = world.client.get_conversation(conversation_id)
@@ -139,14 +139,14 @@ def test_simple_path_is_one_model_call(world: World) -> None:
 
 def test_tool_choice_none_takes_the_simple_path(world: World) -> None:
     conversation_id = world.conversation(tool_choice="none")
-    model = testing.ScriptedModel(lambda _: testing.text("no tools"))
+    model = fakes.ScriptedModel(lambda _: fakes.text("no tools"))
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert model.requests[0].tools == []
 
 
 def test_a_turn_with_a_tool_call(world: World) -> None:
     conversation_id = world.conversation(instructions="Be exact.")
-    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     view = world.client.get_conversation(conversation_id)
     assert view.status == "idle" and view.iterations == 2
@@ -172,15 +172,15 @@ def test_a_turn_with_a_tool_call(world: World) -> None:
 
 def test_several_tool_calls_in_one_message_run_in_order(world: World) -> None:
     conversation_id = world.conversation()
-    model = testing.ScriptedModel(
-        testing.by_iteration(
+    model = fakes.ScriptedModel(
+        fakes.by_iteration(
             [
-                testing.calls(
+                fakes.calls(
                     ("c1", "add", {"a": 1, "b": 1}),
                     ("c2", "write_note", {"text": "x"}),
                     ("c3", "add", {"a": 2, "b": 2}),
                 ),
-                testing.text("done"),
+                fakes.text("done"),
             ]
         )
     )
@@ -197,7 +197,7 @@ def test_several_tool_calls_in_one_message_run_in_order(world: World) -> None:
 
 def test_the_iteration_cap_fails_the_turn_after_20_model_calls(world: World) -> None:
     conversation_id = world.conversation()
-    model = testing.ScriptedModel(lambda _: testing.calls(("", "add", {"a": 1, "b": 1})))
+    model = fakes.ScriptedModel(lambda _: fakes.calls(("", "add", {"a": 1, "b": 1})))
     assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert (view.status, view.error, view.iterations) == ("failed", MAX_ITERATIONS_ERROR, 20)
@@ -227,7 +227,7 @@ def test_tool_errors_become_error_results_and_the_loop_goes_on(
 ) -> None:
     conversation_id = world.conversation()
     reply = ModelReply(None, (call,), "tool_calls", Usage())
-    model = testing.ScriptedModel(testing.by_iteration([reply, testing.text("sorry")]))
+    model = fakes.ScriptedModel(fakes.by_iteration([reply, fakes.text("sorry")]))
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     result = world.client.get_conversation(conversation_id).messages[2]
     assert result.role == "tool" and result.is_error
@@ -237,8 +237,8 @@ def test_tool_errors_become_error_results_and_the_loop_goes_on(
 
 def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
     conversation_id = world.conversation(tools=["add"])
-    model = testing.ScriptedModel(
-        testing.by_iteration([testing.calls(("c1", "secret", {})), testing.text("ok")])
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "secret", {})), fakes.text("ok")])
     )
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert world.tools.executed == []
@@ -249,8 +249,8 @@ def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
 
 def test_a_model_error_fails_the_turn_with_its_message(world: World) -> None:
     conversation_id = world.conversation()
-    model = testing.ScriptedModel(
-        testing.by_iteration([ModelError("LLM call failed (HTTP 400 BadRequestError): bad")])
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([ModelError("LLM call failed (HTTP 400 BadRequestError): bad")])
     )
     assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
@@ -262,7 +262,7 @@ def test_a_model_error_fails_the_turn_with_its_message(world: World) -> None:
 
 def test_an_empty_reply_fails_the_turn_clearly(world: World) -> None:
     conversation_id = world.conversation()
-    model = testing.ScriptedModel(lambda _: testing.text("  "))
+    model = fakes.ScriptedModel(lambda _: fakes.text("  "))
     assert run(world.runner(model), conversation_id) is Outcome.FAILED
     assert (
         world.client.get_conversation(conversation_id).error
@@ -283,8 +283,8 @@ THREE_CALLS = (
     ToolCall("c2", "write_note", '{"text": "once"}'),
     ToolCall("c3", "add", '{"a": 2, "b": 2}'),
 )
-RESUME_MODEL = testing.by_iteration(
-    [ModelReply(None, THREE_CALLS, "tool_calls", Usage(10, 5)), testing.text("all done")]
+RESUME_MODEL = fakes.by_iteration(
+    [ModelReply(None, THREE_CALLS, "tool_calls", Usage(10, 5)), fakes.text("all done")]
 )
 
 
@@ -324,7 +324,7 @@ def test_resume_runs_only_unanswered_tool_calls(
 ) -> None:
     conversation_id = world.conversation()
     dead_worker_left(world, conversation_id, results, calls)
-    model = testing.ScriptedModel(RESUME_MODEL)
+    model = fakes.ScriptedModel(RESUME_MODEL)
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert [name for name, _ in world.tools.executed] == expected_runs
     view = world.client.get_conversation(conversation_id)
@@ -343,8 +343,8 @@ def test_resume_runs_only_unanswered_tool_calls(
 
 def test_resume_after_the_final_answer_does_nothing(world: World) -> None:
     conversation_id = world.conversation()
-    run(world.runner(testing.ScriptedModel(ADD_THEN_ANSWER)), conversation_id)
-    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    run(world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER)), conversation_id)
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
     assert run(world.runner(model, owner="redelivered"), conversation_id) is Outcome.NOT_CLAIMED
     assert model.requests == []
     assert world.roles(conversation_id) == ["user", "assistant", "tool", "assistant"]
@@ -353,7 +353,7 @@ def test_resume_after_the_final_answer_does_nothing(world: World) -> None:
 def test_a_live_lease_is_not_taken(world: World) -> None:
     conversation_id = world.conversation()
     assert world.store.claim(conversation_id, "alive", ttl=30) is not None
-    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
     assert run(world.runner(model, owner="other"), conversation_id) is Outcome.NOT_CLAIMED
     assert model.requests == []
 
@@ -367,10 +367,10 @@ def test_two_workers_handed_the_same_job_run_it_once(world: World) -> None:
 
     async def slow_model(_: Any) -> ModelReply:
         await asyncio.to_thread(release.wait, 5)
-        return testing.calls(("c1", "write_note", {"text": "once"}))
+        return fakes.calls(("c1", "write_note", {"text": "once"}))
 
-    calls_then_answer = testing.by_iteration(
-        [testing.calls(("c1", "write_note", {"text": "once"})), testing.text("ok")]
+    calls_then_answer = fakes.by_iteration(
+        [fakes.calls(("c1", "write_note", {"text": "once"})), fakes.text("ok")]
     )
 
     def responder(request: Any) -> Any:
@@ -378,7 +378,7 @@ def test_two_workers_handed_the_same_job_run_it_once(world: World) -> None:
             return slow_model(request)
         return calls_then_answer(request)
 
-    first, second = testing.ScriptedModel(responder), testing.ScriptedModel(responder)
+    first, second = fakes.ScriptedModel(responder), fakes.ScriptedModel(responder)
 
     async def both() -> list[Outcome]:
         tasks = [
@@ -405,10 +405,8 @@ def test_a_worker_whose_lease_was_taken_over_writes_nothing_more(world: World) -
         return "written late"
 
     world.tools.tools["write_note"] = blocking_note
-    model = testing.ScriptedModel(
-        testing.by_iteration(
-            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
-        )
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "write_note", {"text": "x"})), fakes.text("ok")])
     )
     # The zombie's clock says its lease is long expired, so a second worker may claim at once.
     zombie = world.runner(model, owner="zombie", store=past_store(world))
@@ -438,10 +436,8 @@ def test_the_heartbeat_renews_the_lease_while_a_tool_runs(world: World) -> None:
         return "ok"
 
     world.tools.tools["write_note"] = slow_note
-    model = testing.ScriptedModel(
-        testing.by_iteration(
-            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
-        )
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "write_note", {"text": "x"})), fakes.text("ok")])
     )
     settings = load_settings(lease_ttl_seconds=5, heartbeat_seconds=0.1)
     assert run(world.runner(model, settings=settings), conversation_id) is Outcome.IDLE
@@ -456,10 +452,8 @@ def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -
         return "never"
 
     world.tools.tools["write_note"] = hang
-    model = testing.ScriptedModel(
-        testing.by_iteration(
-            [testing.calls(("c1", "write_note", {"text": "x"})), testing.text("ok")]
-        )
+    model = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "write_note", {"text": "x"})), fakes.text("ok")])
     )
     settings = load_settings(lease_ttl_seconds=30, heartbeat_seconds=0.05)
     zombie = world.runner(model, owner="zombie", settings=settings, store=past_store(world))
@@ -479,7 +473,7 @@ def test_a_turn_that_keeps_killing_its_worker_gives_up_after_max_attempts(world:
     for attempt in range(CONFIG.max_attempts):  # each dead claim expired before the next
         dead = past_store(world, seconds=100 * (CONFIG.max_attempts - attempt))
         assert dead.claim(conversation_id, "dies-every-time", ttl=30) is not None
-    model = testing.ScriptedModel(ADD_THEN_ANSWER)
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
     assert run(world.runner(model), conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert view.error == GAVE_UP_ERROR.format(attempts=CONFIG.max_attempts)
@@ -503,7 +497,7 @@ def test_retry_runs_the_pending_calls_of_a_failed_turn_first(world: World) -> No
     submitted = world.client.retry_conversation(conversation_id)
     assert submitted.enqueued and world.rung[-1] == conversation_id
     assert world.client.get_conversation(conversation_id).status == "processing"
-    model = testing.ScriptedModel(RESUME_MODEL)
+    model = fakes.ScriptedModel(RESUME_MODEL)
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert [name for name, _ in world.tools.executed] == ["write_note", "add"]
     assert len(model.requests) == 1
@@ -514,7 +508,7 @@ def test_a_new_message_after_a_failed_turn_repairs_the_dangling_calls(world: Wor
     dead_worker_left(world, conversation_id, results=1, calls=True)
     world.upkeep.fail_stale(older_than=0, error="stuck")
     world.client.submit_message(conversation_id, "Forget it, just say hi")
-    model = testing.ScriptedModel(lambda _: testing.text("hi"))
+    model = fakes.ScriptedModel(lambda _: fakes.text("hi"))
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     sent = model.requests[0].messages
     tool_messages = [m for m in sent if m["role"] == "tool"]

@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 import psycopg
+from app.testing.services import libpq_dsn
 from sqlalchemy import Engine, event, text
 
 from app.db import make_engine
 from bench.roundtrips import traced_engine
-from tests.services import libpq_dsn
 
 
 def backend_pid(engine: Engine) -> int:

@@ -30,14 +30,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from app.testing.services import libpq_dsn
 from sqlalchemy.engine import make_url
 
 from app.client import ConversationView
+from app.testing.fake_llm import FakeLLMServer
 from tests.deployment import Deployment
 from tests.invariants import violations
-from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import LEDGER_ENV, NOTES_ENV, read_ledger
-from tests.services import libpq_dsn
 from tests.worker_process import REPO, WorkerProcess
 
 TOKEN = secrets.token_hex(8)

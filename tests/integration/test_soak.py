@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.servers.fake_llm import FakeLLMServer
+from app.testing.fake_llm import FakeLLMServer
 from tests.worker_process import REPO
 
 SOAK_TIMEOUT_S = 250  # ~80 s; at most 90 s of chaos (--min-kills) + 45 s drain + boots

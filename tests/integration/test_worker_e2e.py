@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from app.testing.fake_llm import FakeLLMServer
 from app.worker.host import START_FAILED
 from tests.deployment import Deployment
-from tests.servers.fake_llm import FakeLLMServer
 from tests.servers.mcp_server import read_ledger
 from tests.worker_process import FAKE_KEY, REPO, WorkerProcess, worker_environment
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.worker.demo_model import DEFAULT_DEMO_MODEL, demo_reply, find_expression
+from app.demo.model import DEFAULT_DEMO_MODEL, demo_reply, find_expression
 
 
 def function_tool(name: str, required: list[str] | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Find a real PostgreSQL and Redis for the tests, in a fixed order of preference.
+"""Find a real PostgreSQL and Redis for the tests and benchmarks, in a fixed order of preference.
 
 1. `TEST_DATABASE_URL` / `TEST_REDIS_URL` from the environment (used as given, never started);
 2. testcontainers (postgres:16, redis:7) when a Docker engine answers;
@@ -12,6 +12,7 @@ claim a free logical database (Redis), and drop or flush them afterwards.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import secrets
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import redis
+from psycopg import sql
 from sqlalchemy.engine import make_url
 
 ENV_DATABASE = "TEST_DATABASE_URL"
@@ -113,8 +115,8 @@ def redis_answers(url: str) -> bool:
 
 def docker_answers() -> bool:
     try:
-        import docker  # testcontainers' own dependency
-
+        # testcontainers' own dependency (a dev extra): absent from a plain install.
+        docker = importlib.import_module("docker")
         client = docker.from_env(timeout=CONNECT_TIMEOUT_S)
         with contextlib.closing(client):
             return bool(client.ping())
@@ -170,15 +172,19 @@ def database_url(server_url: str, name: str) -> str:
 
 def create_database(server_url: str, name: str, template: str | None = None) -> str:
     """Create database `name` (optionally cloned from `template`) and return its URL."""
-    clause = f' TEMPLATE "{template}"' if template else ""
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
     with psycopg.connect(libpq_dsn(server_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"{clause}')  # type: ignore[arg-type]
+        conn.execute(statement)
     return database_url(server_url, name)
 
 
 def drop_database(server_url: str, name: str) -> None:
     with psycopg.connect(libpq_dsn(server_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
 
 # --- a claimed logical Redis database ---------------------------------------------------------

@@ -1,0 +1,162 @@
+"""`FakeLLMServer`: starts the fake LLM as a real process, scripts it, reads what it was asked,
+and stops it, from a test or a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from app.testing.fake_llm.script import JSON, SEQUENCE, Step
+
+
+class FakeLLMServer:
+    """A fake LLM server subprocess, driven through its control API."""
+
+    def __init__(self, startup_timeout: float = 10.0) -> None:
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.port: int | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("FakeLLMServer is not started")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def start(self) -> FakeLLMServer:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app.testing.fake_llm", "--port", "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )
+        self.port = self._read_port(self.process)
+        return self
+
+    def _read_port(self, process: subprocess.Popen[str]) -> int:
+        stdout = process.stdout
+        if stdout is None:
+            raise RuntimeError("fake LLM server was started without a stdout pipe")
+        lines: list[str] = []
+        # readline() has no timeout of its own: a thread bounds the wait for a stuck child.
+        reader = threading.Thread(target=lambda: lines.append(stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(self.startup_timeout)
+        line = lines[0].strip() if lines else ""
+        if not line.startswith("LISTENING "):
+            self.stop()
+            raise RuntimeError(
+                f"fake LLM server did not print 'LISTENING <port>' within {self.startup_timeout} s "
+                f"(got {line!r}, exit code {process.poll()})"
+            )
+        return int(line.split()[1])
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+
+    def __enter__(self) -> FakeLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def script(
+        self,
+        steps: list[Step],
+        match: str | None = None,
+        mode: str = SEQUENCE,
+        default: Step | None = None,
+        *,
+        transient_error_rate: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
+        """Install a script; one with the same `match` is replaced.
+
+        A request is served by the first script whose `match` occurs in the JSON text of its
+        `messages` (`json.dumps(messages, ensure_ascii=False)`), else by the script with no
+        match; with no script installed at all every request gets the text "ok".
+        `mode="sequence"`: each request takes the next step. `mode="by_iteration"`: the step
+        index is the number of assistant messages after the last user message, so a re-sent
+        transcript gets the same answer. Past the last step: `default`, else HTTP 500 "exhausted".
+
+        Steps (`delay` seconds and `finish_reason` combine with any of them):
+            {"text": "hello"}
+            {"tool_calls": [{"id": "call_1", "name": "add", "arguments": "{...}" or {...}}],
+             "text": optional}    arguments given as a string are sent verbatim
+            {"stream": true, ...}  SSE even if the request did not ask; `chunk_delay` optional
+            {"error": 429, "message": ..., "retry_after": 1, "type": ..., "code": ...}
+            {"hang": 30}           sleep, then answer (the client has usually given up)
+            {"empty_choices": true}
+            {"raw": {...}}         that exact JSON body with 200, never streamed
+
+        Chaos: `transient_error_rate` (0 to 1) of the requests this script serves get HTTP 429
+        (`Retry-After: 0`) or 503 instead, without consuming a step; `seed` makes the draw
+        repeatable for a given order of requests. Injected errors are recorded with
+        `step["chaos"] is True`.
+        """
+        payload: JSON = {"steps": steps, "mode": mode}
+        if match is not None:
+            payload["match"] = match
+        if default is not None:
+            payload["default"] = default
+        if transient_error_rate:
+            payload["transient_error_rate"] = transient_error_rate
+        if seed is not None:
+            payload["seed"] = seed
+        self._call("POST", "/_script", payload)
+
+    def requests(self, match: str | None = None) -> list[JSON]:
+        query = "" if match is None else "?" + urlencode({"match": match})
+        result: list[JSON] = self._call("GET", f"/_requests{query}")["requests"]
+        return result
+
+    def reset(self) -> None:
+        self._call("POST", "/_reset", {})
+
+    def health(self) -> bool:
+        return bool(self._call("GET", "/_health").get("ok"))
+
+    def _call(self, method: str, path: str, payload: Any = None) -> JSON:
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                result: JSON = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"fake LLM {method} {path}: {exc.code} {exc.read()!r}") from exc
+        return result
+
+
+def fake_llm_server() -> Iterator[FakeLLMServer]:
+    """Generator for a pytest fixture: `yield from fake_llm_server()`."""
+    with FakeLLMServer() as server:
+        yield server

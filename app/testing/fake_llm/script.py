@@ -1,0 +1,163 @@
+"""The fake LLM's scripts and state: which step answers a request, and what it was asked.
+
+A script is a list of steps served in order (`sequence`) or by the number of assistant messages
+since the last user message (`by_iteration`, so a re-sent transcript gets the same answer).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+Step = dict[str, Any]
+JSON = dict[str, Any]
+
+SEQUENCE = "sequence"
+BY_ITERATION = "by_iteration"
+DEFAULT_STEP: Step = {"text": "ok"}
+TRANSIENT_STATUSES = (429, 503)
+
+
+@dataclass
+class Script:
+    steps: list[Step]
+    match: str | None = None
+    mode: str = SEQUENCE
+    default: Step | None = None
+    transient_error_rate: float = 0.0
+    seed: int | None = None
+    served: int = 0
+    rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def transient_error(self) -> Step | None:
+        """An injected 429/503 step for this request, or None (then the script's step answers)."""
+        if self.transient_error_rate <= 0 or self.rng.random() >= self.transient_error_rate:
+            return None
+        status = self.rng.choice(TRANSIENT_STATUSES)
+        if status == 429:
+            message = "fake_llm chaos: rate limit exceeded, retry later"
+            return {"error": 429, "retry_after": 0, "message": message, "chaos": True}
+        return {"error": 503, "message": "fake_llm chaos: the model is overloaded", "chaos": True}
+
+    def next_step(self, messages: list[Any]) -> tuple[Step | None, int]:
+        """Return the step for this request and its index; None when the script is exhausted."""
+        if self.mode == BY_ITERATION:
+            index = assistant_turns_since_last_user(messages)
+        else:
+            index = self.served
+            self.served += 1
+        if index < len(self.steps):
+            return self.steps[index], index
+        return self.default, index
+
+
+def assistant_turns_since_last_user(messages: list[Any]) -> int:
+    count = 0
+    for message in reversed(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        if role == "user":
+            break
+        if role == "assistant":
+            count += 1
+    return count
+
+
+def messages_text(body: Any) -> str:
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    return json.dumps(messages, ensure_ascii=False)
+
+
+@dataclass
+class ServerState:
+    scripts: list[Script] = field(default_factory=list)
+    requests: list[JSON] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def install(self, script: Script) -> None:
+        with self.lock:
+            for i, existing in enumerate(self.scripts):
+                if existing.match == script.match:
+                    self.scripts[i] = script
+                    return
+            self.scripts.append(script)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.scripts.clear()
+            self.requests.clear()
+
+    def choose_step(self, body: Any) -> tuple[Step | None, str]:
+        """Pick the step answering `body`; the string explains an exhausted script."""
+        text = messages_text(body)
+        messages = body.get("messages", []) if isinstance(body, dict) else []
+        with self.lock:
+            script = self._script_for(text)
+            if script is None:
+                return DEFAULT_STEP, ""
+            injected = script.transient_error()
+            if injected is not None:
+                return injected, ""
+            step, index = script.next_step(messages if isinstance(messages, list) else [])
+        if step is None:
+            return None, (
+                f"fake_llm: script exhausted (match={script.match!r}, mode={script.mode}, "
+                f"step index {index}, {len(script.steps)} steps, no default)"
+            )
+        return step, ""
+
+    def _script_for(self, text: str) -> Script | None:
+        matching = [s for s in self.scripts if s.match is not None and s.match in text]
+        if matching:
+            return matching[0]
+        fallbacks = [s for s in self.scripts if s.match is None]
+        return fallbacks[0] if fallbacks else None
+
+    def record(self, entry: JSON) -> None:
+        with self.lock:
+            self.requests.append(entry)
+
+    def recorded(self, match: str | None) -> list[JSON]:
+        with self.lock:
+            entries = list(self.requests)
+        if match is None:
+            return entries
+        return [e for e in entries if match in messages_text(e["body"])]
+
+
+def parse_json_object(raw: bytes) -> JSON | None:
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_script(payload: Any) -> Script:
+    if not isinstance(payload, dict) or not isinstance(payload.get("steps"), list):
+        raise ValueError(
+            'a script is {"steps": [...], "match"?, "mode"?, "default"?, '
+            '"transient_error_rate"?, "seed"?}'
+        )
+    mode = payload.get("mode") or SEQUENCE
+    if mode not in (SEQUENCE, BY_ITERATION):
+        raise ValueError(f"unknown mode {mode!r}")
+    rate = payload.get("transient_error_rate") or 0.0
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+        raise ValueError(f"transient_error_rate must be a number from 0 to 1, not {rate!r}")
+    seed = payload.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer, not {seed!r}")
+    return Script(
+        steps=payload["steps"],
+        match=payload.get("match"),
+        mode=mode,
+        default=payload.get("default"),
+        transient_error_rate=float(rate),
+        seed=seed,
+    )
