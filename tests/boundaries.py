@@ -1,0 +1,116 @@
+"""The import boundaries of `app/`, checked by reading every module's imports (lazy ones inside
+functions included), so a crossing fails the suite instead of waiting for a reviewer.
+
+    modules                               may import
+    ------------------------------------  --------------------------------------------------------
+    app.worker.plan, app.worker.transcript  the standard library (and each other) only: pure
+    app.client and all it imports         never app.worker, litellm or mcp (a web process stays
+                                          light and cannot run a turn by accident)
+    everything under app/                 never tests or bench (the wheel ships without them)
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+PURE = ("app.worker.plan", "app.worker.transcript")
+CLIENT = "app.client"
+CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
+APP_FORBIDDEN = ("tests", "bench")
+
+
+@dataclass(frozen=True)
+class Crossing:
+    module: str
+    imported: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.module} imports {self.imported}: {self.rule}"
+
+
+def check(root: Path, package: str = "app") -> list[Crossing]:
+    """Every boundary crossed by the modules of `package` under `root` (its parent directory)."""
+    graph = import_graph(root, package)
+    found = [*_pure(graph), *_client(graph), *_app(graph)]
+    return sorted(found, key=str)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module name -> the absolute names it imports, for every module of the package."""
+    modules = {_name(path, root): path for path in sorted((root / package).rglob("*.py"))}
+    return {name: _imports(path, name, set(modules)) for name, path in modules.items()}
+
+
+def _pure(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module in PURE:
+        for imported in graph.get(module, ()):
+            top = imported.split(".")[0]
+            if top not in sys.stdlib_module_names and top != "__future__" and imported not in PURE:
+                yield Crossing(module, imported, "the planner and the transcript are pure")
+
+
+def _client(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module in _reachable(graph, [m for m in graph if _within(m, CLIENT)]):
+        for imported in graph[module]:
+            if any(_within(imported, forbidden) for forbidden in CLIENT_FORBIDDEN):
+                yield Crossing(module, imported, f"reached from {CLIENT}, which must stay light")
+
+
+def _app(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module, imported_names in graph.items():
+        for imported in imported_names:
+            if any(_within(imported, forbidden) for forbidden in APP_FORBIDDEN):
+                yield Crossing(module, imported, "the package never imports tests or bench")
+
+
+def _reachable(graph: dict[str, set[str]], start: list[str]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for imported in graph[todo.pop()]:
+            for module in _with_parents(imported):
+                if module in graph and module not in seen:
+                    seen.add(module)
+                    todo.append(module)
+    return seen
+
+
+def _imports(path: Path, module: str, known: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, package)
+            names.add(base)
+            # `from app.worker import plan` imports the module app.worker.plan
+            names.update(f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known)
+    return names
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{base}.{node.module}" if node.module else base
+
+
+def _name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _with_parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]

@@ -1,0 +1,61 @@
+"""The import boundaries of `app/` hold (`tests/boundaries.py` has the rules), and the check
+catches each kind of crossing, lazy imports and imports through another module included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.boundaries import Crossing, check, import_graph
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_package_crosses_no_boundary() -> None:
+    assert [str(crossing) for crossing in check(REPO)] == []
+
+
+def test_the_check_reads_the_real_package() -> None:
+    graph = import_graph(REPO, "app")
+    assert "app.worker.plan" in graph and "app.client" in graph
+    assert "app.worker.plan" in graph["app.worker.transcript"]
+    assert "app.models" in graph["app.worker.store.fence"]
+
+
+def write(root: Path, module: str, source: str) -> None:
+    path = root.joinpath(*module.split(".")).with_suffix(".py")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for parent in [path.parent, *path.parent.parents]:
+        if parent == root:
+            break
+        (parent / "__init__.py").touch()
+    path.write_text(source)
+
+
+def test_each_kind_of_crossing_is_caught(tmp_path: Path) -> None:
+    write(tmp_path, "app.worker.plan", "import json\nimport sqlalchemy\n")
+    write(tmp_path, "app.worker.transcript", "from app.worker.plan import Entry\n")
+    # The client reaches litellm through a helper, lazily, inside a function.
+    write(tmp_path, "app.client.facade", "from app import helper\n")
+    write(tmp_path, "app.helper", "def go():\n    import litellm\n")
+    write(tmp_path, "app.client.views", "from ..worker import plan\n")  # relative
+    write(tmp_path, "app.demo.run", "from tests.servers import mcp_server\n")
+    write(tmp_path, "app.worker.llm", "import litellm\n")  # fine: nothing light reaches it
+
+    assert check(tmp_path) == [
+        Crossing(
+            "app.client.views", "app.worker.plan", "reached from app.client, which must stay light"
+        ),
+        Crossing(
+            "app.client.views", "app.worker", "reached from app.client, which must stay light"
+        ),
+        Crossing("app.demo.run", "tests.servers", "the package never imports tests or bench"),
+        Crossing("app.helper", "litellm", "reached from app.client, which must stay light"),
+        Crossing("app.worker.plan", "sqlalchemy", "the planner and the transcript are pure"),
+    ]
+
+
+def test_a_clean_tree_passes(tmp_path: Path) -> None:
+    write(tmp_path, "app.worker.plan", "import json\nfrom dataclasses import dataclass\n")
+    write(tmp_path, "app.client.facade", "import sqlalchemy\nfrom app import queue\n")
+    write(tmp_path, "app.queue", "import dramatiq\n")
+    assert check(tmp_path) == []
