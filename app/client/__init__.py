@@ -1,0 +1,16 @@
+"""The web-app client: `ChatClient` / `AsyncChatClient` and the views they return.
+
+It never imports the worker, litellm or MCP: a web process pays only for SQLAlchemy and the queue.
+"""
+
+from app.client.facade import AsyncChatClient, ChatClient
+from app.client.views import ConversationView, MessageView, Submitted, ToolInfo
+
+__all__ = [
+    "AsyncChatClient",
+    "ChatClient",
+    "ConversationView",
+    "MessageView",
+    "Submitted",
+    "ToolInfo",
+]
