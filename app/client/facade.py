@@ -96,7 +96,7 @@ class ChatClient:
     def get_conversation(
         self, conversation_id: uuid.UUID | str, after_seq: int | None = None
     ) -> ConversationView:
-        """Status, error, counters, and the messages with `seq > after_seq` (all when None)."""
+        """Status, error, setup, counters and the messages with `seq > after_seq` (all if None)."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.connect() as connection:
             return reads.read_conversation(connection, conversation_id, after_seq)

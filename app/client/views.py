@@ -27,12 +27,16 @@ class MessageView:
 
 @dataclass(frozen=True)
 class ConversationView:
-    """A conversation's state and the messages after the caller's cursor."""
+    """A conversation's state, how it was set up, and the messages after the caller's cursor."""
 
     id: uuid.UUID
     status: str
     error: str | None
     model: str
+    instructions: str | None
+    tools: list[str]
+    tool_choice: str
+    context: dict[str, Any] | None
     iterations: int
     prompt_tokens: int
     completion_tokens: int

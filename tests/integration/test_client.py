@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select, update
@@ -87,6 +88,33 @@ def test_create_submit_and_poll(client: ChatClient, rung: list[uuid.UUID]) -> No
     assert [(m.seq, m.role, m.content) for m in view.messages] == [(1, "user", "hello")]
     assert client.get_conversation(conversation_id, after_seq=1).messages == []
     assert view.cursor() == 1
+
+
+@pytest.mark.parametrize(
+    "context",
+    [None, {}, {"user": 42, "tags": ["a", "b"], "page": {"id": None, "title": "Caf\u00e9 \u2603"}}],
+)
+def test_the_context_reads_back_as_it_was_given(
+    client: ChatClient, context: dict[str, Any] | None
+) -> None:
+    conversation_id = client.create_conversation(context=context)
+    assert client.get_conversation(conversation_id).context == context
+
+
+def test_the_view_shows_how_the_conversation_was_set_up(client: ChatClient) -> None:
+    conversation_id = client.create_conversation(
+        instructions="Be brief.", tools=["search", "add", "search"], tool_choice="required"
+    )
+    view = client.get_conversation(conversation_id)
+    assert view.instructions == "Be brief."
+    assert view.tools == ["search", "add"]  # as stored: duplicates dropped, order kept
+    assert view.tool_choice == "required"
+
+
+def test_the_setup_of_a_conversation_has_defaults(client: ChatClient) -> None:
+    view = client.get_conversation(client.create_conversation())
+    assert view.instructions is None and view.tools == [] and view.context is None
+    assert view.tool_choice == "auto"
 
 
 def test_the_default_model_comes_from_the_settings(client: ChatClient) -> None:
