@@ -153,13 +153,7 @@ def _submit(args: argparse.Namespace) -> int:
     finally:
         client.close()
     print(f"conversation {submitted.conversation_id} message {submitted.seq}")
-    if not client.settings.redis_url:
-        print(
-            "warning: REDIS_URL is not set, so no worker process will see this message; the "
-            "message is saved and runs when a worker with the same database starts",
-            file=sys.stderr,
-        )
-    elif not submitted.enqueued:
+    if not submitted.enqueued:
         print(f"warning: {submitted.detail}", file=sys.stderr)
     return 0
 

@@ -1,6 +1,6 @@
-"""Telling a worker that a stored turn is waiting: ring the queue, or say why it could not.
+"""Telling a worker that a stored turn is waiting: ring the queue, or say why no one was told.
 
-The turn is committed before the ring, so a failed ring loses nothing: a worker's
+The turn is committed before the ring, so a missing or failed ring loses nothing: a worker's
 recovery sweep starts any running turn that nobody has touched.
 """
 
@@ -11,17 +11,30 @@ import uuid
 from collections.abc import Callable
 
 from app.client.views import Submitted
+from app.config import Settings
 
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[uuid.UUID], None]
 
+NO_QUEUE = (
+    "REDIS_URL is not set, so no worker was told about this message; the message is saved, and a "
+    "worker using the same database starts the turn when its recovery sweep finds it"
+)
+
+
+def default_enqueue(settings: Settings) -> Enqueue | None:
+    """The process's queue when `REDIS_URL` is set; None without it, because the in-process
+    broker of a web-app process has no worker reading it (a ring there would be lost)."""
+    return _ring_process_queue if settings.redis_url else None
+
 
 def ring(enqueue: Enqueue | None, conversation_id: uuid.UUID, seq: int) -> Submitted:
-    """Ring the doorbell of a committed turn (the process's queue unless `enqueue` is given);
-    `enqueued` says whether the queue took it."""
+    """Ring the doorbell of a committed turn; `enqueued` says whether a worker was told."""
+    if enqueue is None:
+        return Submitted(conversation_id, seq, enqueued=False, detail=NO_QUEUE)
     try:
-        (enqueue or _ring_process_queue)(conversation_id)
+        enqueue(conversation_id)
     except Exception as exc:  # the turn is committed; the recovery sweep will enqueue it
         log.warning("conversation %s: queue unreachable (%s)", conversation_id, exc)
         detail = (

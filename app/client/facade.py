@@ -25,14 +25,19 @@ from app.client.checks import (
     check_tools_offered,
     parse_conversation_id,
 )
-from app.client.doorbell import Enqueue, ring
+from app.client.doorbell import Enqueue, default_enqueue, ring
 from app.client.views import ConversationView, Submitted, ToolInfo
 from app.config import Settings, get_settings
 from app.db import make_engine
 
 
 class ChatClient:
-    """The synchronous web-app API over the database and the queue."""
+    """The synchronous web-app API over the database and the queue.
+
+    `enqueue` rings a worker for a conversation id. By default: the process's queue (`app.queue`)
+    when the settings have a `REDIS_URL`, and nothing at all without one (the turn then waits for
+    a worker's recovery sweep; `Submitted.detail` says so).
+    """
 
     def __init__(
         self,
@@ -43,7 +48,7 @@ class ChatClient:
     ) -> None:
         self.settings = settings or get_settings()
         self.engine = engine or make_engine(self.settings.database_url)
-        self._enqueue = enqueue
+        self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)
 
     def create_conversation(
         self,

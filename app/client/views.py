@@ -58,8 +58,9 @@ class ConversationView:
 
 @dataclass(frozen=True)
 class Submitted:
-    """A message was stored; `enqueued` is False when the queue was unreachable (the worker's
-    recovery sweep will pick the turn up when the queue is back: nothing is lost)."""
+    """A message was stored; `enqueued` is False when no doorbell was rung (no queue configured,
+    or the queue was unreachable): `detail` says why. Nothing is lost either way: a worker's
+    recovery sweep starts the turn."""
 
     conversation_id: uuid.UUID
     seq: int

@@ -10,13 +10,19 @@
 | context not a JSON object                   | InvalidRequest                           |
 | retry of a conversation that has not failed | NotRetryable                             |
 | queue unreachable after the commit          | Submitted(enqueued=False), message kept  |
+| no `REDIS_URL` and no `enqueue=`            | Submitted(enqueued=False, detail naming  |
+|                                             | REDIS_URL), message kept, nothing queued |
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +44,7 @@ from app.worker.ports import ToolDefinition
 from app.worker.store import Upkeep
 
 LIMIT = 1000
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -267,6 +274,50 @@ def test_an_unreachable_queue_keeps_the_message_and_says_so(
     assert [m.content for m in view.messages] == ["are you there?"]
 
 
+def test_without_redis_url_or_enqueue_the_message_is_kept_and_the_detail_says_why(
+    engine: Engine, database_url: str
+) -> None:
+    client = ChatClient(load_settings(database_url=database_url, redis_url=None), engine=engine)
+    conversation_id = client.create_conversation()
+    submitted = client.submit_message(conversation_id, "anyone there?")
+    assert (submitted.seq, submitted.enqueued) == (1, False)
+    assert "REDIS_URL" in (submitted.detail or "")
+    assert "saved" in (submitted.detail or "") and "recovery sweep" in (submitted.detail or "")
+    view = client.get_conversation(conversation_id)
+    assert view.status == "processing"
+    assert [m.content for m in view.messages] == ["anyone there?"]
+    set_status(engine, conversation_id, "failed")
+    retried = client.retry_conversation(conversation_id)
+    assert (retried.enqueued, retried.detail) == (False, submitted.detail)
+
+
+def test_without_redis_url_or_enqueue_nothing_is_put_on_the_process_broker(
+    database_url: str, tmp_path: Path
+) -> None:
+    """A web-app process as a new user starts it: no REDIS_URL. Its broker (an in-process one
+    that no worker reads) must stay empty instead of swallowing the doorbell."""
+    code = (
+        "from app.client import ChatClient\n"
+        "from app.queue import get_broker\n"
+        "client = ChatClient()\n"
+        "submitted = client.submit_message(client.create_conversation(), 'hi')\n"
+        "broker = get_broker()\n"
+        "print(submitted.enqueued, type(broker).__name__, "
+        "sum(q.qsize() for q in broker.queues.values()))\n"
+    )
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO),
+        "DATABASE_URL": database_url,
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert result.stdout.split() == ["False", "StubBroker", "0"], result.stderr
+
+
 def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID]) -> None:
     async def scenario() -> None:
         async_client = AsyncChatClient(client)
@@ -284,9 +335,6 @@ def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID
 
 
 def test_the_client_module_does_not_import_litellm() -> None:
-    import subprocess
-    import sys
-
     code = (
         "import app.client, app.queue, sys; print('litellm' in sys.modules, 'mcp' in sys.modules)"
     )
