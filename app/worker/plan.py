@@ -365,38 +365,3 @@ def check_call(
         return f"Invalid arguments for {call.name}: expected a JSON object, got {kind}."
     return arguments
 
-
-__all__ = [
-    "CONTENT_FILTER_ERROR",
-    "CUT_OFF_RESULT",
-    "EMPTY_REPLY_ERROR",
-    "ERROR_ROUNDS_ERROR",
-    "GAVE_UP_ERROR",
-    "MAX_ERROR_ROUNDS",
-    "MAX_ITERATIONS_ERROR",
-    "NO_TOOLS",
-    "NO_USER_MESSAGE_ERROR",
-    "Action",
-    "CallModel",
-    "Entry",
-    "Fail",
-    "Finish",
-    "RecordAnswer",
-    "RecordCalls",
-    "RejectCall",
-    "RunTool",
-    "ToolCall",
-    "Toolbox",
-    "Verdict",
-    "check_call",
-    "current_turn",
-    "judge_reply",
-    "model_failed",
-    "next_action",
-    "on_claim",
-    "pending_calls",
-    "recovery_delay",
-    "toolbox",
-    "unique_tool_calls",
-    "uses_tools",
-]
