@@ -364,4 +364,3 @@ def check_call(
         kind = type(arguments).__name__
         return f"Invalid arguments for {call.name}: expected a JSON object, got {kind}."
     return arguments
-
