@@ -130,7 +130,10 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None,
         validation_alias="REDIS_URL",
-        description="Redis URL of the queue; unset runs an in-process broker and worker",
+        description=(
+            "Redis URL of the queue; unset, a web app rings no worker (enqueued=False) and "
+            "`chatworker demo` runs an in-process broker and worker"
+        ),
     )
     model: str = Field(DEMO_MODEL, min_length=1, description="default litellm model string")
     max_iterations: int = Field(20, ge=1, le=1000, description="LLM calls allowed per turn")

@@ -85,7 +85,7 @@ def check_tools_offered(names: Sequence[str], offered: Collection[str]) -> None:
     if not offered:
         raise UnknownTool(
             f"unknown tool(s): {', '.join(missing)}; no worker has published its tools yet "
-            "(start one with `chatworker worker`, or run `chatworker tools`)"
+            "(start one with `chatworker worker`, or run `chatworker tools --refresh`)"
         )
     raise UnknownTool(
         f"unknown tool(s): {', '.join(missing)}; available: {', '.join(sorted(offered))}"

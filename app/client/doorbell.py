@@ -7,8 +7,10 @@ recovery sweep starts any running turn that nobody has touched.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from app.client.views import Submitted
 from app.config import Settings
@@ -23,10 +25,10 @@ NO_QUEUE = (
 )
 
 
-def default_enqueue(settings: Settings) -> Enqueue | None:
-    """The process's queue when `REDIS_URL` is set; None without it, because the in-process
-    broker of a web-app process has no worker reading it (a ring there would be lost)."""
-    return _ring_process_queue if settings.redis_url else None
+def default_enqueue(settings: Settings) -> QueueRinger | None:
+    """The queue at these settings' `REDIS_URL`; None without one, because the in-process broker
+    of a web-app process has no worker reading it (a ring there would be lost)."""
+    return QueueRinger(settings) if settings.redis_url else None
 
 
 def ring(enqueue: Enqueue | None, conversation_id: uuid.UUID, seq: int) -> Submitted:
@@ -45,7 +47,25 @@ def ring(enqueue: Enqueue | None, conversation_id: uuid.UUID, seq: int) -> Submi
     return Submitted(conversation_id, seq, enqueued=True)
 
 
-def _ring_process_queue(conversation_id: uuid.UUID) -> None:
-    from app.queue import ring as ring_queue  # dramatiq only when a message is sent
+class QueueRinger:
+    """Rings the queue at the client's own `REDIS_URL`, not the process's (a client may be given
+    settings other than the environment's); its broker is made on the first ring."""
 
-    ring_queue(conversation_id)
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._broker: Any = None
+        self._lock = threading.Lock()
+
+    def __call__(self, conversation_id: uuid.UUID) -> None:
+        from app.queue import make_broker, ring  # dramatiq only when a message is sent
+
+        with self._lock:
+            if self._broker is None:
+                self._broker = make_broker(self.settings)
+        ring(conversation_id, self._broker)
+
+    def close(self) -> None:
+        with self._lock:
+            broker, self._broker = self._broker, None
+        if broker is not None:
+            broker.close()

@@ -25,7 +25,7 @@ from app.client.checks import (
     check_tools_offered,
     parse_conversation_id,
 )
-from app.client.doorbell import Enqueue, default_enqueue, ring
+from app.client.doorbell import Enqueue, QueueRinger, default_enqueue, ring
 from app.client.views import ConversationView, Submitted, ToolInfo
 from app.config import Settings, get_settings
 from app.db import make_engine
@@ -112,6 +112,8 @@ class ChatClient:
             return reads.read_catalogue(connection)
 
     def close(self) -> None:
+        if isinstance(self._enqueue, QueueRinger):
+            self._enqueue.close()
         self.engine.dispose()
 
     @property

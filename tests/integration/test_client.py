@@ -12,11 +12,15 @@
 | queue unreachable after the commit          | Submitted(enqueued=False), message kept  |
 | no `REDIS_URL` and no `enqueue=`            | Submitted(enqueued=False, detail naming  |
 |                                             | REDIS_URL), message kept, nothing queued |
+| settings with a `REDIS_URL` other than the  | the doorbell goes to the client's Redis  |
+| environment's                               |                                          |
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from sqlalchemy import Engine, func, select, update
 
 from app.client import AsyncChatClient, ChatClient
@@ -40,6 +45,7 @@ from app.errors import (
     UnknownTool,
 )
 from app.models import Conversation, Message
+from app.queue import QUEUE_NAME
 from app.worker.ports import ToolDefinition
 from app.worker.store import Upkeep
 
@@ -316,6 +322,25 @@ def test_without_redis_url_or_enqueue_nothing_is_put_on_the_process_broker(
         timeout=60,
     )  # fmt: skip
     assert result.stdout.split() == ["False", "StubBroker", "0"], result.stderr
+
+
+def test_a_client_rings_the_queue_at_its_own_redis_url(
+    engine: Engine, database_url: str, redis_url: str
+) -> None:
+    """Settings given to the client, not the environment's (this process has no REDIS_URL): the
+    doorbell must reach the Redis they name, not this process's in-process broker."""
+    assert "REDIS_URL" not in os.environ
+    settings = load_settings(database_url=database_url, redis_url=redis_url)
+    client = ChatClient(settings, engine=engine)
+    conversation_id = client.create_conversation()
+    try:
+        assert client.submit_message(conversation_id, "ring me").enqueued
+    finally:
+        client.close()
+    queued = redis.Redis.from_url(redis_url)
+    with contextlib.closing(queued):
+        messages = [json.loads(m) for m in queued.hvals(f"dramatiq:{QUEUE_NAME}.msgs")]
+    assert [m["args"] for m in messages] == [[str(conversation_id)]]
 
 
 def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID]) -> None:
