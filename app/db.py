@@ -1,4 +1,4 @@
-"""Engine and session factory built from the settings.
+"""The SQLAlchemy engine built from a database URL.
 
 Bound parameters never reach the logs (they carry user text); SQLite runs in WAL mode with a busy
 timeout so a worker thread and the CLI can share one file. A pooled PostgreSQL connection is checked
@@ -14,7 +14,6 @@ from typing import Any
 from psycopg import pq
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import DisconnectionError
-from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
@@ -65,8 +64,3 @@ def _tune_sqlite(dbapi_connection: sqlite3.Connection, _record: object) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
-
-
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions that keep loaded objects readable after commit (the worker reads what it wrote)."""
-    return sessionmaker(engine, expire_on_commit=False)
