@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from app.testing.services import libpq_dsn
 from sqlalchemy.engine import make_url
+
+from app.testing.services import libpq_dsn
 
 MCP_SERVER_MARK = "tests.servers.mcp_server"
 

@@ -55,12 +55,12 @@ from typing import Any
 import psycopg
 import pytest
 import redis
-from app.testing.services import libpq_dsn, wait_until
 from sqlalchemy.engine import make_url
 
 from app.client import ConversationView, MessageView
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
+from app.testing.services import libpq_dsn, wait_until
 from tests.deployment import Deployment
 from tests.invariants import violations
 from tests.servers.mcp_server import EXTRA_TOOLS_ENV, huge_text, read_ledger

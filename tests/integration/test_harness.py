@@ -15,11 +15,11 @@ from pathlib import Path
 import psycopg
 import pytest
 import redis
-from app.testing.services import libpq_dsn
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from app.testing import services
+from app.testing.services import libpq_dsn
 from tests.invariants import violations
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import time
 from typing import Any
 
 import psycopg
-from app.testing.services import libpq_dsn
 from sqlalchemy import Engine, event, text
 
 from app.db import make_engine
+from app.testing.services import libpq_dsn
 from bench.roundtrips import traced_engine
 
 

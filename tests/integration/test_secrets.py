@@ -30,11 +30,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from app.testing.services import libpq_dsn
 from sqlalchemy.engine import make_url
 
 from app.client import ConversationView
 from app.testing.fake_llm import FakeLLMServer
+from app.testing.services import libpq_dsn
 from tests.deployment import Deployment
 from tests.invariants import violations
 from tests.servers.mcp_server import LEDGER_ENV, NOTES_ENV, read_ledger
