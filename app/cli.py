@@ -13,8 +13,6 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy.engine import make_url
-
 from app import __version__
 from app.errors import ChatWorkerError
 
@@ -90,11 +88,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _migrate(args: argparse.Namespace) -> int:
     from app.config import load_settings
+    from app.db import shown
     from app.migrate import upgrade
 
     url = args.database_url or load_settings().database_url
     upgrade(url, args.revision)
-    print(f"database at {_shown(url)} is at revision {args.revision}")
+    print(f"database at {shown(url)} is at revision {args.revision}")
     return 0
 
 
@@ -243,10 +242,6 @@ def _as_json(view: object) -> object:
     from dataclasses import asdict, is_dataclass
 
     return asdict(view) if is_dataclass(view) and not isinstance(view, type) else view
-
-
-def _shown(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

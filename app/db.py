@@ -35,6 +35,11 @@ def make_engine(url: str, **options: Any) -> Engine:
     return engine
 
 
+def shown(url: str) -> str:
+    """A database URL fit to print: the password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def _check_alive(dbapi_connection: Any, _record: object, _proxy: object) -> None:
     """A pessimistic disconnect check that costs no round trip (a SELECT 1 costs one per step).
 

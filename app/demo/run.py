@@ -8,8 +8,6 @@ import json
 import os
 import sys
 
-from sqlalchemy.engine import make_url
-
 DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
 DEMO_TOOLS = ("search_docs", "calculate", "current_time")
 
@@ -21,6 +19,7 @@ def run_demo(message: str, model: str | None, timeout: float) -> int:
 
     from app.client import ChatClient
     from app.config import get_settings
+    from app.db import shown
     from app.follow import follow
     from app.migrate import upgrade
     from app.queue import ring
@@ -38,7 +37,7 @@ def run_demo(message: str, model: str | None, timeout: float) -> int:
         tools = [name for name in DEMO_TOOLS if name in offered] or sorted(offered)
         chosen = model or settings.model
         print(f"model {chosen}; tools {', '.join(tools) or '(none)'}")
-        print(f"database {make_url(settings.database_url).render_as_string(hide_password=True)}")
+        print(f"database {shown(settings.database_url)}")
         conversation_id = client.create_conversation(model=chosen, tools=tools)
         client.submit_message(conversation_id, message)
         print(f"conversation {conversation_id}")

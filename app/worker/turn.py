@@ -26,7 +26,7 @@ from app.worker.plan import (
     RunTool,
     ToolCall,
 )
-from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolDefinition, ToolProvider
+from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolProvider
 from app.worker.store import Claim, LeaseLost, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 
@@ -125,7 +125,7 @@ class _Turn:
         self.claim = snapshot.claim
         self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
-        self.offered: list[ToolDefinition] = []
+        self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
         self.toolbox = plan.NO_TOOLS
 
     async def drive(self) -> Outcome:
@@ -161,14 +161,16 @@ class _Turn:
             return  # the simple path: the model gets no tools, so one call answers
         definitions = await self.runner.tools.definitions()
         self.toolbox = plan.toolbox(allowed, (d.name for d in definitions))
-        self.offered = [d for d in definitions if d.name in self.toolbox.offered]
+        self.function_tools = [
+            d.as_function_tool() for d in definitions if d.name in self.toolbox.offered
+        ]
 
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests."""
         request = ModelRequest(
             model=self.snapshot.model,
             messages=self.transcript.provider_messages(),
-            tools=[d.as_function_tool() for d in self.offered],
+            tools=self.function_tools,
             tool_choice=self.snapshot.tool_choice,
         )
         try:
