@@ -5,7 +5,10 @@
     ├── DatabaseUnavailable         the database cannot be reached or migrated
     └── InvalidRequest              the caller's mistake; nothing was written
         ├── ConversationNotFound    no conversation has that id
-        ├── ConversationBusy        a turn is running (`processing`/`tool_loop`): wait for it
+        ├── TurnNotFound            no turn has that id
+        ├── ConversationBusy        a turn is running and the busy policy is `reject`
+        ├── IdempotencyKeyReused    the key was used before, with another text
+        ├── InvalidCursor           an event cursor that is negative or beyond the end
         ├── NotRetryable            only a `failed` conversation can be retried
         ├── InvalidMessage          empty, oversized or unstorable text
         └── UnknownTool             a tool name no worker offers
@@ -15,6 +18,8 @@ Worker-side errors (a model call that failed for good, a lost lease) live beside
 """
 
 from __future__ import annotations
+
+import uuid
 
 
 class ChatWorkerError(Exception):
@@ -38,7 +43,23 @@ class ConversationNotFound(InvalidRequest):
 
 
 class ConversationBusy(InvalidRequest):
-    """The conversation is running a turn; a new message must wait until it is idle or failed."""
+    """The conversation is running a turn (`turn_id`) and the message was not queued behind it."""
+
+    def __init__(self, message: str, turn_id: uuid.UUID | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
+
+
+class TurnNotFound(InvalidRequest):
+    """No turn has that id."""
+
+
+class IdempotencyKeyReused(InvalidRequest):
+    """The idempotency key was already used for this conversation with another text."""
+
+
+class InvalidCursor(InvalidRequest):
+    """An event cursor that is negative or beyond the conversation's last event."""
 
 
 class NotRetryable(InvalidRequest):

@@ -32,9 +32,8 @@ class Deployment:
         settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
         broker = make_broker(settings)
         self.engine = make_engine(database_url)
-        self.client = ChatClient(
-            settings, engine=self.engine, enqueue=lambda cid: ring(cid, broker)
-        )
+        self.ring = lambda cid: ring(cid, broker)  # a doorbell, as a web app would ring it
+        self.client = ChatClient(settings, engine=self.engine, enqueue=self.ring)
         self.workers: list[WorkerProcess] = []
 
     def start_worker(

@@ -7,6 +7,10 @@
   has exactly one result (a failed turn may leave the calls of its last assistant message open);
 - at most one final answer per user turn, and it ends the turn;
 - a conversation at rest has a released lease; a failed one says why;
+- the event log: seq is gap-free (1..event_seq); every message has exactly one
+  `message.committed` event; every finished turn exactly one terminal event (of its status), an
+  unfinished turn none; the last `status.changed` equals the conversation's status (idle when
+  there is none); a conversation at rest has no running turn;
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -42,6 +46,7 @@ def violations(
         conversations = conn.execute(
             "SELECT id, status, error, lease_owner, heartbeat_at FROM conversations"
         ).fetchall()
+        problems += event_log_violations(conn)
         rows = conn.execute(
             "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
             "FROM messages ORDER BY conversation_id, seq"
@@ -67,6 +72,52 @@ def violations(
             problems.append(f"{where}: leased without a live heartbeat ({heartbeat_at})")
     if mcp_marker is not None:
         problems += orphaned_mcp_servers(mcp_marker)
+    return problems
+
+
+def event_log_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """The event log's invariants, as sentences (see the module docstring)."""
+    problems: list[str] = []
+    for cid, seqs, last in conn.execute(
+        "SELECT c.id, coalesce(array_agg(e.seq ORDER BY e.seq) FILTER (WHERE e.seq IS NOT NULL),"
+        " '{}'), c.event_seq FROM conversations c LEFT JOIN events e ON e.conversation_id = c.id"
+        " GROUP BY c.id, c.event_seq"
+    ):
+        if list(seqs) != list(range(1, last + 1)):
+            problems.append(f"conversation {cid}: event seqs {list(seqs)} are not 1..{last}")
+    for cid, seq, count in conn.execute(
+        "SELECT m.conversation_id, m.seq, count(e.seq) FROM messages m LEFT JOIN events e"
+        " ON e.conversation_id = m.conversation_id AND e.message_seq = m.seq"
+        " AND e.type = 'message.committed' GROUP BY m.conversation_id, m.seq"
+        " HAVING count(e.seq) <> 1"
+    ):
+        problems.append(f"conversation {cid}: message {seq} has {count} message.committed events")
+    for cid, seq in conn.execute(
+        "SELECT e.conversation_id, e.message_seq FROM events e LEFT JOIN messages m"
+        " ON m.conversation_id = e.conversation_id AND m.seq = e.message_seq"
+        " WHERE e.type = 'message.committed' AND m.seq IS NULL"
+    ):
+        problems.append(f"conversation {cid}: message.committed for a missing message {seq}")
+    for tid, status, terminals in conn.execute(
+        "SELECT t.id, t.status, array_agg(e.type) FILTER (WHERE e.type IS NOT NULL) FROM turns t"
+        " LEFT JOIN events e ON e.turn_id = t.id AND e.type IN"
+        " ('turn.completed', 'turn.failed', 'turn.cancelled') GROUP BY t.id, t.status"
+    ):
+        expected = [] if status in ("queued", "running") else [f"turn.{status}"]
+        if list(terminals or []) != expected:
+            problems.append(f"turn {tid} ({status}): terminal events {terminals}")
+    for cid, status, logged in conn.execute(
+        "SELECT c.id, c.status, (SELECT e.status FROM events e WHERE e.conversation_id = c.id"
+        " AND e.type = 'status.changed' ORDER BY e.seq DESC LIMIT 1) FROM conversations c"
+    ):
+        if (logged or "idle") != status:
+            problems.append(f"conversation {cid} ({status}): last status event says {logged}")
+    for cid, status, turn_status in conn.execute(
+        "SELECT c.id, c.status, t.status FROM conversations c JOIN turns t"
+        " ON t.conversation_id = c.id AND t.number = c.turn_number"
+        " WHERE c.status IN ('idle', 'failed') AND t.status IN ('queued', 'running')"
+    ):
+        problems.append(f"conversation {cid} ({status}): its current turn is {turn_status}")
     return problems
 
 
@@ -192,4 +243,10 @@ def assert_invariants(
     assert not problems, "invariants violated:\n  " + "\n  ".join(problems)
 
 
-__all__ = ["assert_invariants", "orphaned_mcp_servers", "transcript_violations", "violations"]
+__all__ = [
+    "assert_invariants",
+    "event_log_violations",
+    "orphaned_mcp_servers",
+    "transcript_violations",
+    "violations",
+]

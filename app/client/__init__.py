@@ -4,13 +4,24 @@ It never imports the worker, litellm or MCP: a web process pays only for SQLAlch
 """
 
 from app.client.facade import AsyncChatClient, ChatClient
-from app.client.views import ConversationView, MessageView, Submitted, ToolInfo
+from app.client.views import (
+    ConversationView,
+    EventPage,
+    EventView,
+    MessageView,
+    Submitted,
+    ToolInfo,
+    TurnView,
+)
 
 __all__ = [
     "AsyncChatClient",
     "ChatClient",
     "ConversationView",
+    "EventPage",
+    "EventView",
     "MessageView",
     "Submitted",
     "ToolInfo",
+    "TurnView",
 ]

@@ -10,15 +10,19 @@ import uuid
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from app.client.commands import BUSY_POLICIES
 from app.errors import (
     ConversationNotFound,
+    InvalidCursor,
     InvalidMessage,
     InvalidRequest,
+    TurnNotFound,
     UnknownTool,
 )
-from app.models import TOOL_CHOICES
+from app.models import MAX_IDEMPOTENCY_KEY_CHARS, TOOL_CHOICES
 
 MAX_MODEL_CHARS = 200
+MAX_PAGE = 1000
 
 
 def parse_conversation_id(value: uuid.UUID | str) -> uuid.UUID:
@@ -90,3 +94,41 @@ def check_tools_offered(names: Sequence[str], offered: Collection[str]) -> None:
     raise UnknownTool(
         f"unknown tool(s): {', '.join(missing)}; available: {', '.join(sorted(offered))}"
     )
+
+
+def parse_turn_id(value: uuid.UUID | str) -> uuid.UUID:
+    """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise TurnNotFound(f"no turn {value!r} (not a valid id)") from None
+
+
+def check_idempotency_key(key: Any) -> str | None:
+    """None, or 1 to 200 printable characters."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRequest(
+            f"idempotency_key must be a string of 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters"
+        )
+    if not key.isprintable():
+        raise InvalidRequest("idempotency_key must be printable (no control characters)")
+    return key
+
+
+def check_busy_policy(on_busy: Any) -> str:
+    if on_busy not in BUSY_POLICIES:
+        raise InvalidRequest(f"on_busy must be one of {', '.join(BUSY_POLICIES)}, not {on_busy!r}")
+    return str(on_busy)
+
+
+def check_cursor(after: Any, limit: Any) -> tuple[int, int]:
+    """An event cursor (0 = from the start) and a page size of 1 to 1000."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise InvalidCursor(f"after must be an event seq >= 0, not {after!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}, not {limit!r}")
+    return after, limit

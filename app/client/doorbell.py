@@ -10,6 +10,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from app.client.views import Submitted
@@ -31,10 +32,16 @@ def default_enqueue(settings: Settings) -> QueueRinger | None:
     return QueueRinger(settings) if settings.redis_url else None
 
 
-def ring(enqueue: Enqueue | None, conversation_id: uuid.UUID, seq: int) -> Submitted:
+WAITING = (
+    "the turn waits behind the running one; the worker that finishes that turn starts this one"
+)
+
+
+def ring(enqueue: Enqueue | None, submitted: Submitted) -> Submitted:
     """Ring the doorbell of a committed turn; `enqueued` says whether a worker was told."""
+    conversation_id = submitted.conversation_id
     if enqueue is None:
-        return Submitted(conversation_id, seq, enqueued=False, detail=NO_QUEUE)
+        return replace(submitted, enqueued=False, detail=NO_QUEUE)
     try:
         enqueue(conversation_id)
     except Exception as exc:  # the turn is committed; the recovery sweep will enqueue it
@@ -43,8 +50,8 @@ def ring(enqueue: Enqueue | None, conversation_id: uuid.UUID, seq: int) -> Submi
             f"queue unreachable ({type(exc).__name__}); the message is saved and a worker's "
             "recovery sweep will start the turn when the queue is back"
         )
-        return Submitted(conversation_id, seq, enqueued=False, detail=detail)
-    return Submitted(conversation_id, seq, enqueued=True)
+        return replace(submitted, enqueued=False, detail=detail)
+    return replace(submitted, enqueued=True)
 
 
 class QueueRinger:

@@ -1,4 +1,5 @@
-"""The web app's reads: a conversation with its messages after a cursor, and the tool catalogue.
+"""The web app's reads: a conversation with its messages after a cursor, a turn, a page of the
+event log, and the tool catalogue.
 
 Each function runs its queries on the caller's `Connection` and returns views, never rows.
 """
@@ -11,13 +12,22 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Table, select
 
-from app.client.views import ConversationView, MessageView, ToolInfo
-from app.errors import ConversationNotFound
-from app.models import CatalogTool, Conversation, Message
+from app.client.views import (
+    ConversationView,
+    EventPage,
+    EventView,
+    MessageView,
+    ToolInfo,
+    TurnView,
+)
+from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
+from app.models import CatalogTool, Conversation, Event, Message, Turn
 
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
 catalog = cast(Table, CatalogTool.__table__)
+turns = cast(Table, Turn.__table__)
+events = cast(Table, Event.__table__)
 
 _CONVERSATION_COLUMNS = (
     conversations.c.id,
@@ -51,6 +61,64 @@ def read_conversation(
     return _conversation_view(row, [_message_view(m) for m in rows])
 
 
+def read_turn(connection: Connection, turn_id: uuid.UUID) -> TurnView:
+    """The turn; `TurnNotFound` when there is none."""
+    row = connection.execute(select(turns).where(turns.c.id == turn_id)).one_or_none()
+    if row is None:
+        raise TurnNotFound(f"no turn {turn_id}")
+    return _turn_view(row._mapping)
+
+
+def current_turn(connection: Connection, conversation_id: uuid.UUID) -> TurnView | None:
+    """The conversation's current (or last) turn; None before its first."""
+    row = connection.execute(
+        select(turns)
+        .join(conversations, conversations.c.id == turns.c.conversation_id)
+        .where(turns.c.conversation_id == conversation_id)
+        .where(turns.c.number == conversations.c.turn_number)
+    ).one_or_none()
+    return None if row is None else _turn_view(row._mapping)
+
+
+# Prefixed: events, turns and messages share column names.
+_TURN_COLUMNS = [column.label(f"trn_{column.key}") for column in turns.c]
+_MESSAGE_COLUMNS = [column.label(f"msg_{column.key}") for column in messages.c]
+
+
+def read_events(
+    connection: Connection, conversation_id: uuid.UUID, after: int, limit: int
+) -> EventPage:
+    """Up to `limit` committed events with `seq > after`, with the rows they name.
+
+    `InvalidCursor` for a cursor beyond the last event; `ConversationNotFound`."""
+    head = connection.execute(
+        select(conversations.c.event_seq, conversations.c.status).where(
+            conversations.c.id == conversation_id
+        )
+    ).one_or_none()
+    if head is None:
+        raise ConversationNotFound(f"no conversation {conversation_id}")
+    if after > head.event_seq:
+        raise InvalidCursor(
+            f"cursor {after} is beyond the last event of conversation {conversation_id} "
+            f"({head.event_seq})"
+        )
+    query = (
+        select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS)
+        .outerjoin(turns, turns.c.id == events.c.turn_id)
+        .outerjoin(
+            messages,
+            (messages.c.conversation_id == events.c.conversation_id)
+            & (messages.c.seq == events.c.message_seq),
+        )
+        .where(events.c.conversation_id == conversation_id, events.c.seq > after)
+        .order_by(events.c.seq)
+        .limit(limit)
+    )
+    found = [_event_view(row._mapping) for row in connection.execute(query)]
+    return EventPage(conversation_id, found, head.event_seq, head.status)
+
+
 def read_catalogue(connection: Connection) -> list[ToolInfo]:
     """Every published tool, by name."""
     rows = connection.execute(select(catalog).order_by(catalog.c.name)).all()
@@ -80,16 +148,65 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
     )
 
 
+def _event_view(row: Any) -> EventView:
+    message = None
+    if row["msg_id"] is not None:
+        message = _message_view(_prefixed(row, "msg_"))
+    turn = None
+    if row["trn_id"] is not None and row["type"].startswith("turn."):
+        turn = _turn_view(_prefixed(row, "trn_"))
+    return EventView(
+        seq=row["seq"],
+        type=row["type"],
+        conversation_id=row["conversation_id"],
+        turn_id=row["turn_id"],
+        created_at=_aware(row["created_at"]),
+        status=row["status"],
+        attempt=row["attempt"],
+        message=message,
+        turn=turn,
+        data=row["data"],
+    )
+
+
+def _prefixed(row: Any, prefix: str) -> dict[str, Any]:
+    return {key[len(prefix) :]: value for key, value in row.items() if key.startswith(prefix)}
+
+
+def _turn_view(row: Any) -> TurnView:
+    return TurnView(
+        id=row["id"],
+        conversation_id=row["conversation_id"],
+        number=row["number"],
+        status=row["status"],
+        kind=row["kind"],
+        message_seq=row["message_seq"],
+        idempotency_key=row["idempotency_key"],
+        error=row["error"],
+        prompt_tokens=row["prompt_tokens"],
+        completion_tokens=row["completion_tokens"],
+        created_at=_aware(row["created_at"]),
+        started_at=_maybe_aware(row["started_at"]),
+        finished_at=_maybe_aware(row["finished_at"]),
+        cancel_requested_at=_maybe_aware(row["cancel_requested_at"]),
+    )
+
+
+def _maybe_aware(moment: datetime | None) -> datetime | None:
+    return None if moment is None else _aware(moment)
+
+
 def _message_view(row: Any) -> MessageView:
+    row = row if isinstance(row, dict) else row._mapping
     return MessageView(
-        seq=row.seq,
-        role=row.role,
-        content=row.content,
-        tool_calls=list(row.tool_calls or []),
-        tool_call_id=row.tool_call_id,
-        tool_name=row.tool_name,
-        is_error=row.is_error,
-        created_at=_aware(row.created_at),
+        seq=row["seq"],
+        role=row["role"],
+        content=row["content"],
+        tool_calls=list(row["tool_calls"] or []),
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
+        is_error=row["is_error"],
+        created_at=_aware(row["created_at"]),
     )
 
 

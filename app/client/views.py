@@ -1,4 +1,5 @@
-"""What the web-app client returns: a conversation with its new messages, a submit, a tool.
+"""What the web-app client returns: a conversation with its new messages, a turn, a page of
+events, a submit, a tool.
 
 Frozen dataclasses with no I/O; `reads` builds them from rows, the facade hands them to the caller.
 """
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.models import FAILED, IDLE
+from app.models import FAILED, FINISHED_TURN_STATUSES, IDLE
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,78 @@ class ConversationView:
 
 
 @dataclass(frozen=True)
-class Submitted:
-    """A message was stored; `enqueued` is False when no doorbell was rung (no queue configured,
-    or the queue was unreachable): `detail` says why. Nothing is lost either way: a worker's
-    recovery sweep starts the turn."""
+class TurnView:
+    """A turn: one user message (or a retry) to its end."""
+
+    id: uuid.UUID
+    conversation_id: uuid.UUID
+    number: int
+    status: str  # queued | running | completed | failed | cancelled
+    kind: str  # message | retry
+    message_seq: int | None  # the user's message, once it is in the transcript
+    idempotency_key: str | None
+    error: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested_at: datetime | None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_TURN_STATUSES
+
+
+@dataclass(frozen=True)
+class EventView:
+    """A committed event, with the rows it names: the message of `message.committed`, the turn
+    of `turn.*` (as it is now: a finished turn no longer changes)."""
+
+    seq: int
+    type: str
+    conversation_id: uuid.UUID
+    turn_id: uuid.UUID | None
+    created_at: datetime
+    status: str | None = None  # status.changed
+    attempt: int | None = None  # turn.started / turn.resumed
+    message: MessageView | None = None  # message.committed
+    turn: TurnView | None = None  # turn.*
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """Committed events after a cursor, in order; `last_seq` is the conversation's last event,
+    so `next_after < last_seq` means more are already committed."""
 
     conversation_id: uuid.UUID
-    seq: int
+    events: list[EventView]
+    last_seq: int
+    status: str
+
+    @property
+    def next_after(self) -> int | None:
+        """The cursor for the next page (None if this one is empty)."""
+        return self.events[-1].seq if self.events else None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A message was stored as turn `turn_id`; `enqueued` is False when no doorbell was rung (no
+    queue configured, the queue unreachable, or the turn waits behind another): `detail` says
+    why. Nothing is lost either way: a worker's recovery sweep starts the turn.
+
+    `repeated`: the same idempotency key and text were submitted before; this is that turn, and
+    nothing was written."""
+
+    conversation_id: uuid.UUID
+    seq: int | None  # the user message's seq (None while the turn waits outside the transcript)
     enqueued: bool
     detail: str | None = None
+    turn_id: uuid.UUID | None = None
+    turn_status: str = "queued"
+    repeated: bool = False
 
 
 @dataclass(frozen=True)

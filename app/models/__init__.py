@@ -1,4 +1,4 @@
-"""The typed SQLAlchemy models: a conversation and the messages of its transcript."""
+"""The typed SQLAlchemy models: a conversation, its transcript, its turns and its event log."""
 
 from app.models.base import Base
 from app.models.conversation import (
@@ -12,25 +12,75 @@ from app.models.conversation import (
     TOOL_LOOP,
     Conversation,
 )
+from app.models.event import (
+    CANCEL_REQUESTED,
+    EVENT_TYPES,
+    MESSAGE_COMMITTED,
+    STATUS_CHANGED,
+    TERMINAL_EVENTS,
+    TURN_CANCELLED,
+    TURN_COMPLETED,
+    TURN_FAILED_EVENT,
+    TURN_QUEUED,
+    TURN_RESUMED,
+    TURN_STARTED,
+    Event,
+)
 from app.models.message import ASSISTANT, ROLES, SYSTEM, TOOL, USER, Message
 from app.models.tool import CatalogTool
+from app.models.turn import (
+    CANCELLED,
+    COMPLETED,
+    FINISHED_TURN_STATUSES,
+    FOR_MESSAGE,
+    FOR_RETRY,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    QUEUED,
+    RUNNING,
+    TURN_FAILED,
+    TURN_STATUSES,
+    Turn,
+)
 
 __all__ = [
     "ASSISTANT",
+    "CANCELLED",
+    "CANCEL_REQUESTED",
+    "COMPLETED",
+    "EVENT_TYPES",
     "FAILED",
+    "FINISHED_TURN_STATUSES",
+    "FOR_MESSAGE",
+    "FOR_RETRY",
     "IDLE",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
+    "MESSAGE_COMMITTED",
     "PROCESSING",
+    "QUEUED",
     "RELEASED_LEASE",
     "ROLES",
+    "RUNNING",
     "RUNNING_STATUSES",
     "STATUSES",
+    "STATUS_CHANGED",
     "SYSTEM",
+    "TERMINAL_EVENTS",
     "TOOL",
     "TOOL_CHOICES",
     "TOOL_LOOP",
+    "TURN_CANCELLED",
+    "TURN_COMPLETED",
+    "TURN_FAILED",
+    "TURN_FAILED_EVENT",
+    "TURN_QUEUED",
+    "TURN_RESUMED",
+    "TURN_STARTED",
+    "TURN_STATUSES",
     "USER",
     "Base",
     "CatalogTool",
     "Conversation",
+    "Event",
     "Message",
+    "Turn",
 ]

@@ -26,3 +26,8 @@ BigIntId = BigInteger().with_variant(Integer(), "sqlite")
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def in_list(column: str, values: tuple[str, ...]) -> str:
+    """The SQL of a CHECK that `column` is one of `values`."""
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"

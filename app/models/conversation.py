@@ -16,7 +16,7 @@ from sqlalchemy import BigInteger, CheckConstraint, DateTime, Index, Integer, St
 from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import Base, JsonType
+from app.models.base import Base, JsonType, in_list
 
 IDLE = "idle"
 PROCESSING = "processing"
@@ -34,23 +34,20 @@ RELEASED_LEASE: Mapping[str, None] = MappingProxyType(
 )
 
 
-def _in_list(column: str, values: tuple[str, ...]) -> str:
-    return f"{column} IN ({', '.join(repr(v) for v in values)})"
-
-
 class Conversation(Base):
     __tablename__ = "conversations"
     __table_args__ = (
-        CheckConstraint(_in_list("status", STATUSES), name="status"),
-        CheckConstraint(_in_list("tool_choice", TOOL_CHOICES), name="tool_choice"),
+        CheckConstraint(in_list("status", STATUSES), name="status"),
+        CheckConstraint(in_list("tool_choice", TOOL_CHOICES), name="tool_choice"),
         CheckConstraint("iterations >= 0", name="iterations_not_negative"),
         CheckConstraint("lease_epoch >= 0", name="lease_epoch_not_negative"),
         CheckConstraint("attempts >= 0", name="attempts_not_negative"),
+        CheckConstraint("turn_number <= turn_count", name="turn_number_submitted"),
         Index(
             "ix_conversations_running_heartbeat",
             "heartbeat_at",
-            postgresql_where=sql_text(_in_list("status", RUNNING_STATUSES)),
-            sqlite_where=sql_text(_in_list("status", RUNNING_STATUSES)),
+            postgresql_where=sql_text(in_list("status", RUNNING_STATUSES)),
+            sqlite_where=sql_text(in_list("status", RUNNING_STATUSES)),
         ),
     )
 
@@ -74,6 +71,12 @@ class Conversation(Base):
     heartbeat_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )
+
+    # The turns: the current one's number and the last submitted one's (those between wait).
+    turn_number: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    turn_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The seq of the last event: every writer takes the next ones under this row's lock.
+    event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

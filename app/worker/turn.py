@@ -12,9 +12,11 @@ import asyncio
 import enum
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
+from app.models import PROCESSING
 from app.worker import failpoints, plan
 from app.worker.plan import (
     CallModel,
@@ -26,8 +28,8 @@ from app.worker.plan import (
     RunTool,
     ToolCall,
 )
-from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolProvider
-from app.worker.store import Claim, LeaseLost, Snapshot, TurnStore
+from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolProvider, Usage
+from app.worker.store import Claim, Committed, LeaseLost, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
@@ -62,29 +64,41 @@ class TurnRunner:
         self.db = db or DatabaseThreads()
 
     async def run(self, conversation_id: uuid.UUID) -> Outcome:
-        """Claim the conversation and drive it until it rests; resume whatever is committed."""
+        """Claim the conversation and drive it until it rests; resume whatever is committed.
+
+        A turn that ends while another waits behind it leaves the conversation `processing`
+        with no lease: the next turn is claimed at once (the outcome is the last turn's)."""
+        while True:
+            outcome, next_waits = await self._run_turn(conversation_id)
+            if not next_waits:
+                return outcome
+
+    async def _run_turn(self, conversation_id: uuid.UUID) -> tuple[Outcome, bool]:
         snapshot = await self.db.run(
             self.store.claim, conversation_id, self.owner, self.settings.lease_ttl_seconds
         )
         if snapshot is None:
-            return Outcome.NOT_CLAIMED
+            return Outcome.NOT_CLAIMED, False
         claim = snapshot.claim
         gave_up = plan.on_claim(snapshot.attempts, self.settings.max_attempts)
         if gave_up is not None:
-            await self.db.run(self.store.fail, claim, gave_up.error)
-            return Outcome.FAILED
+            failed = await self.db.run(
+                self.store.fail, claim, gave_up.error, status=snapshot.status
+            )
+            return Outcome.FAILED, failed.status == PROCESSING
         failpoints.hit("after_claim")
         lost = asyncio.Event()
         beating = asyncio.create_task(self._heartbeat(claim, asyncio.current_task(), lost))
+        turn = _Turn(self, snapshot)
         try:
-            return await _Turn(self, snapshot).drive()
+            return await turn.drive(), turn.status == PROCESSING
         except LeaseLost:
             log.warning("conversation %s: lease lost, stopping without writing", conversation_id)
-            return Outcome.LEASE_LOST
+            return Outcome.LEASE_LOST, False
         except asyncio.CancelledError:
             if lost.is_set():
                 log.warning("conversation %s: lease lost while waiting, stopped", conversation_id)
-                return Outcome.LEASE_LOST
+                return Outcome.LEASE_LOST, False
             await asyncio.shield(self._release(claim))
             raise
         finally:
@@ -123,6 +137,7 @@ class _Turn:
         self.db = runner.db
         self.snapshot = snapshot
         self.claim = snapshot.claim
+        self.status = snapshot.status  # as last committed: the next write's `status.changed`
         self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
@@ -149,10 +164,10 @@ class _Turn:
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Finish():
-                    await self.db.run(self.store.finish, self.claim)
+                    await self._commit(self.store.finish, self.claim, status=self.status)
                     return Outcome.IDLE
                 case Fail(error):
-                    await self.db.run(self.store.fail, self.claim, error)
+                    await self._fail(error)
                     return Outcome.FAILED
 
     async def _load_tools(self) -> None:
@@ -176,7 +191,7 @@ class _Turn:
         try:
             reply = await self.runner.model.complete(request)
         except ModelError as exc:
-            await self.db.run(self.store.fail, self.claim, plan.model_failed(str(exc)).error)
+            await self._fail(plan.model_failed(str(exc)).error)
             return Outcome.FAILED
         failpoints.hit("llm_answered")
         seq = self._next_seq()
@@ -189,9 +204,10 @@ class _Turn:
         )
         match verdict:
             case RecordCalls(calls):
-                entry = await self.db.run(
+                await self._commit(
                     self.store.record_tool_calls,
                     self.claim,
+                    status=self.status,
                     seq=seq,
                     content=reply.content,
                     calls=calls,
@@ -199,37 +215,46 @@ class _Turn:
                     ttl=self.runner.settings.lease_ttl_seconds,
                     finish_reason=reply.finish_reason,
                 )
-                self.transcript.append(entry)
                 self.iterations += 1
                 failpoints.hit("tool_calls_committed")
                 return None
             case RecordAnswer(content):
-                entry = await self.db.run(
+                await self._commit(
                     self.store.record_answer,
                     self.claim,
-                    seq,
-                    content,
-                    reply.usage,
-                    reply.finish_reason,
+                    status=self.status,
+                    seq=seq,
+                    content=content,
+                    usage=reply.usage,
+                    finish_reason=reply.finish_reason,
                 )
-                self.transcript.append(entry)
                 failpoints.hit("final_committed")
                 return Outcome.IDLE
             case Fail(error):
-                await self.db.run(self.store.fail, self.claim, error, reply.usage)
+                await self._fail(error, reply.usage)
                 return Outcome.FAILED
 
     async def _record_result(self, call: ToolCall, content: str, is_error: bool) -> None:
-        entry = await self.db.run(
+        await self._commit(
             self.store.record_tool_result,
             self.claim,
+            status=self.status,
             seq=self._next_seq(),
             call=call,
             content=content,
             is_error=is_error,
             ttl=self.runner.settings.lease_ttl_seconds,
         )
-        self.transcript.append(entry)
+
+    async def _fail(self, error: str, usage: Usage | None = None) -> None:
+        await self._commit(self.store.fail, self.claim, error, status=self.status, usage=usage)
+
+    async def _commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
+        """Run one of the store's writes on a database thread; mirror what it committed."""
+        committed = await self.db.run(write, *args, **values)
+        self.status = committed.status
+        if committed.entry is not None:
+            self.transcript.append(committed.entry)
 
     def _next_seq(self) -> int:
         return self.transcript[-1].seq + 1 if self.transcript else 1

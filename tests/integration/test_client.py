@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, select
 
 from app.client import AsyncChatClient, ChatClient
 from app.config import load_settings
@@ -48,6 +48,7 @@ from app.models import Conversation, Message
 from app.queue import QUEUE_NAME
 from app.worker.ports import ToolDefinition
 from app.worker.store import Upkeep
+from tests.rows import force_status
 
 LIMIT = 1000
 REPO = Path(__file__).resolve().parents[2]
@@ -79,13 +80,6 @@ def counts(engine: Engine) -> tuple[int, int]:
         conversations = connection.execute(select(func.count()).select_from(Conversation)).scalar()
         messages = connection.execute(select(func.count()).select_from(Message)).scalar()
     return int(conversations or 0), int(messages or 0)
-
-
-def set_status(engine: Engine, conversation_id: uuid.UUID, status: str) -> None:
-    with engine.begin() as connection:
-        connection.execute(
-            update(Conversation).where(Conversation.id == conversation_id).values(status=status)
-        )
 
 
 def test_create_submit_and_poll(client: ChatClient, rung: list[uuid.UUID]) -> None:
@@ -141,7 +135,7 @@ def test_a_message_to_a_busy_conversation_is_refused_and_writes_nothing(
 ) -> None:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "first")
-    set_status(engine, conversation_id, status)
+    force_status(engine, conversation_id, status)
     before = counts(engine)
     with pytest.raises(ConversationBusy, match=f"is {status}"):
         client.submit_message(conversation_id, "second")
@@ -153,7 +147,7 @@ def test_a_message_to_a_busy_conversation_is_refused_and_writes_nothing(
 def test_a_failed_conversation_accepts_a_new_message(client: ChatClient, engine: Engine) -> None:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "first")
-    set_status(engine, conversation_id, "failed")
+    force_status(engine, conversation_id, "failed")
     assert client.submit_message(conversation_id, "again").seq == 2
     assert client.get_conversation(conversation_id).error is None
 
@@ -244,7 +238,7 @@ def test_only_a_failed_conversation_can_be_retried(
 ) -> None:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "hi")
-    set_status(engine, conversation_id, status)
+    force_status(engine, conversation_id, status)
     with pytest.raises(NotRetryable, match=f"is {status}"):
         client.retry_conversation(conversation_id)
     assert client.get_conversation(conversation_id).status == status
@@ -255,9 +249,11 @@ def test_retry_of_a_failed_conversation_restarts_the_turn(
 ) -> None:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "hi")
-    set_status(engine, conversation_id, "failed")
+    force_status(engine, conversation_id, "failed")
     submitted = client.retry_conversation(conversation_id)
-    assert (submitted.seq, submitted.enqueued) == (1, True)
+    # A retry is a new turn with no message of its own.
+    assert (submitted.seq, submitted.enqueued, submitted.turn_status) == (None, True, "queued")
+    assert client.get_turn(submitted.turn_id or uuid.uuid4()).kind == "retry"
     assert rung == [conversation_id, conversation_id]
     assert client.get_conversation(conversation_id).status == "processing"
 
@@ -292,7 +288,7 @@ def test_without_redis_url_or_enqueue_the_message_is_kept_and_the_detail_says_wh
     view = client.get_conversation(conversation_id)
     assert view.status == "processing"
     assert [m.content for m in view.messages] == ["anyone there?"]
-    set_status(engine, conversation_id, "failed")
+    force_status(engine, conversation_id, "failed")
     retried = client.retry_conversation(conversation_id)
     assert (retried.enqueued, retried.detail) == (False, submitted.detail)
 

@@ -19,6 +19,7 @@ from app.testing import fakes
 from app.worker.janitor import clean_up, stale_error
 from app.worker.store import LeaseLost, TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
+from tests.rows import force_status
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,12 +36,8 @@ def running(
 ) -> uuid.UUID:
     conversation_id = client.create_conversation()
     client.submit_message(conversation_id, "hi")
-    with engine.begin() as connection:
-        connection.execute(
-            update(Conversation)
-            .where(Conversation.id == conversation_id)
-            .values(status=status, heartbeat_at=datetime.now(UTC) - timedelta(seconds=silent_for))
-        )
+    silent_since = datetime.now(UTC) - timedelta(seconds=silent_for)
+    force_status(engine, conversation_id, status, heartbeat_at=silent_since)
     return conversation_id
 
 
@@ -130,6 +127,7 @@ async def _publish(upkeep: Upkeep, tools: fakes.InMemoryTools) -> None:
     upkeep.publish_catalog(await tools.definitions())
 
 
+@pytest.mark.raw_rows  # 20,000 conversations written by hand, without turns or events
 def test_the_janitor_query_uses_the_partial_index(engine: Engine) -> None:
     with engine.begin() as connection:
         connection.execute(

@@ -296,11 +296,18 @@ def dead_worker_left(world: World, conversation_id: uuid.UUID, results: int, cal
     if not calls:
         return
     dead.record_tool_calls(
-        snapshot.claim, seq=2, content=None, calls=THREE_CALLS, usage=Usage(10, 5), ttl=30
+        snapshot.claim,
+        status=snapshot.status,
+        seq=2,
+        content=None,
+        calls=THREE_CALLS,
+        usage=Usage(10, 5),
+        ttl=30,
     )
     for index in range(results):
         dead.record_tool_result(
             snapshot.claim,
+            status="tool_loop",
             seq=3 + index,
             call=THREE_CALLS[index],
             content="done",

@@ -13,7 +13,14 @@ from sqlalchemy import create_engine, inspect
 from app.migrate import downgrade, upgrade
 from app.models import Base
 
-EXPECTED_TABLES = {"alembic_version", "conversations", "messages", "tool_catalog"}
+EXPECTED_TABLES = {
+    "alembic_version",
+    "conversations",
+    "events",
+    "messages",
+    "tool_catalog",
+    "turns",
+}
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

@@ -170,7 +170,7 @@ def test_two_workers_given_the_same_job_run_it_once(deployment: Deployment) -> N
     deployment.start_worker("a")
     deployment.start_worker("b")
     conversation_id = deployment.chat("Write one note", ["write_note"])
-    deployment.client._ring(conversation_id, 1)  # the same doorbell delivered a second time
+    deployment.ring(conversation_id)  # the same doorbell delivered a second time
     view = deployment.wait(conversation_id)
     assert view.status == "idle"
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]

@@ -3,12 +3,13 @@ runs (`fence`), the driver that runs them (`driver`: psycopg's fast path or SQLA
 once), and housekeeping (`Upkeep`: orphans, the janitor, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.lifecycle import Claim, LeaseLost, Snapshot, TurnStore
+from app.worker.store.lifecycle import Claim, Committed, LeaseLost, Snapshot, TurnStore
 from app.worker.store.upkeep import StaleConversation, Upkeep
 
 __all__ = [
     "Claim",
     "Clock",
+    "Committed",
     "LeaseLost",
     "Snapshot",
     "StaleConversation",

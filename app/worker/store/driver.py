@@ -16,22 +16,13 @@ from typing import Any, Protocol
 
 import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from app.worker.store.fence import (
-    CLAIM,
-    INSERT_MESSAGE,
-    JSON_PARAMETERS,
-    STEP,
-    STEP_FENCE,
-    TRANSCRIPT,
-    WRITE,
-    StepKind,
-    Write,
-)
+from app.worker.store.fence import TRANSCRIPT, StepKind, Write
+from app.worker.store.journal import CLAIM_COMPOSITE, COMPOSITES, JSON_PARAMETERS, Composite
 
 Row = tuple[Any, ...]
 
@@ -40,18 +31,19 @@ class StepConflict(Exception):
     """The fence matched but the message's seq or tool-call id is already taken."""
 
 
+Op = Write | StepKind
+
+
 class Driver(Protocol):
     def claim(self, claim: Mapping[str, Any], transcript: Mapping[str, Any]) -> ClaimRows | None:
-        """CLAIM in its own transaction; if it granted a lease, TRANSCRIPT read after it."""
+        """The claim with its parts in one transaction; if it granted a lease, TRANSCRIPT read
+        after it."""
         ...
 
-    def write(self, write: Write, parameters: Mapping[str, Any]) -> bool:
-        """One fenced UPDATE, its own transaction; False if the fence did not match."""
-        ...
-
-    def step(self, kind: StepKind, parameters: Mapping[str, Any]) -> bool:
-        """A fenced step (UPDATE + INSERT, atomically); False if the fence did not match.
-        Raises `StepConflict` when the fence matched but the message could not be inserted."""
+    def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
+        """A fenced UPDATE and its parts, atomically: the UPDATE's row, or None if the fence did
+        not match (nothing was written). Raises `StepConflict` when the fence matched but a part
+        could not be written (a message's seq or tool-call id already taken)."""
         ...
 
 
@@ -71,13 +63,14 @@ def make_driver(engine: Engine) -> Driver:
 class PsycopgDriver:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._claim = DriverStatement(CLAIM, engine)
+        self._claim = self._prepare(CLAIM_COMPOSITE)
         self._transcript = DriverStatement(TRANSCRIPT, engine)
-        self._write = {write: DriverStatement(WRITE[write], engine) for write in Write}
-        self._step = {
-            kind: DriverStatement(STEP[kind], engine, json_parameters=JSON_PARAMETERS)
-            for kind in StepKind
-        }
+        self._ops = {op: self._prepare(composite) for op, composite in COMPOSITES.items()}
+
+    def _prepare(self, composite: Composite) -> DriverStatement:
+        return DriverStatement(
+            composite.one_statement(), self.engine, json_parameters=JSON_PARAMETERS
+        )
 
     def claim(self, claim: Mapping[str, Any], transcript: Mapping[str, Any]) -> ClaimRows | None:
         with autocommit_connection(self.engine) as connection:
@@ -86,16 +79,13 @@ class PsycopgDriver:
                 return None
             return rows[0], self._transcript.rows(connection, transcript)
 
-    def write(self, write: Write, parameters: Mapping[str, Any]) -> bool:
-        with autocommit_connection(self.engine) as connection:
-            return self._write[write].rowcount(connection, parameters) == 1
-
-    def step(self, kind: StepKind, parameters: Mapping[str, Any]) -> bool:
+    def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
         try:
             with autocommit_connection(self.engine) as connection:
-                return len(self._step[kind].rows(connection, parameters)) == 1
+                rows = self._ops[op].rows(connection, parameters)
         except psycopg.IntegrityError as exc:
             raise StepConflict(str(exc)) from exc
+        return rows[0] if rows else None
 
 
 @contextlib.contextmanager
@@ -146,7 +136,7 @@ class DriverStatement:
     def _values(self, parameters: Mapping[str, Any]) -> dict[str, Any]:
         values = {**self.defaults, **parameters}
         for name in self.json_parameters:
-            if values[name] is not None:
+            if values.get(name) is not None:
                 values[name] = Jsonb(values[name])
         return values
 
@@ -157,31 +147,39 @@ class DriverStatement:
 class CoreDriver:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        # A single-statement write needs no BEGIN/COMMIT round trips: it is its own transaction.
-        self._autocommit = engine.execution_options(
-            isolation_level="AUTOCOMMIT", skip_autocommit_rollback=True
-        )
+        self._claim = Sequenced(CLAIM_COMPOSITE)
+        self._ops = {op: Sequenced(composite) for op, composite in COMPOSITES.items()}
 
     def claim(self, claim: Mapping[str, Any], transcript: Mapping[str, Any]) -> ClaimRows | None:
-        with self._autocommit.connect() as connection:
-            found = connection.execute(CLAIM, dict(claim)).one_or_none()
+        with self.engine.begin() as connection:
+            found = self._claim.run(connection, claim)
             if found is None:
                 return None
-            return tuple(found), [tuple(m) for m in connection.execute(TRANSCRIPT, transcript)]
+            return found, [tuple(m) for m in connection.execute(TRANSCRIPT, dict(transcript))]
 
-    def write(self, write: Write, parameters: Mapping[str, Any]) -> bool:
-        with self._autocommit.connect() as connection:
-            return connection.execute(WRITE[write], dict(parameters)).rowcount == 1
-
-    def step(self, kind: StepKind, parameters: Mapping[str, Any]) -> bool:
+    def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
         try:
             with self.engine.begin() as connection:
-                if connection.execute(STEP_FENCE[kind], dict(parameters)).rowcount != 1:
-                    return False
-                connection.execute(INSERT_MESSAGE, dict(parameters))
-                return True
+                return self._ops[op].run(connection, parameters)
         except IntegrityError as exc:
             raise StepConflict(str(exc.orig)) from exc
+
+
+class Sequenced:
+    """A composite as a sequence of statements in the caller's transaction."""
+
+    def __init__(self, composite: Composite) -> None:
+        self.head = composite.head
+        self.parts = composite.bound_parts()
+
+    def run(self, connection: Connection, parameters: Mapping[str, Any]) -> Row | None:
+        found = connection.execute(self.head, dict(parameters)).one_or_none()
+        if found is None:
+            return None
+        row = {f"f_{key}": value for key, value in found._mapping.items()}
+        for part in self.parts:
+            connection.execute(part, {**parameters, **row})
+        return tuple(found)
 
 
 __all__ = [
@@ -189,6 +187,7 @@ __all__ = [
     "Driver",
     "DriverStatement",
     "PsycopgDriver",
+    "Sequenced",
     "StepConflict",
     "autocommit_connection",
     "make_driver",

@@ -1,5 +1,6 @@
-"""The statements of a turn's lease, built once at import: the claim that grants an epoch, and
-every write a running worker makes, fenced by that epoch.
+"""The conversation UPDATEs of a turn's lease, built once at import: the claim that grants an
+epoch, and every write a running worker makes, fenced by that epoch. (What each one also writes
+about the turn, the transcript and the event log is in `journal`.)
 
 Each rule is written once and shared by every statement that needs it:
 
@@ -7,11 +8,10 @@ Each rule is written once and shared by every statement that needs it:
                     worker claimed the conversation since: the write did not happen
     PROGRESS        a committed step renews the lease and resets the attempt count
     RELEASED_LEASE  no worker holds the conversation (app.models; the web app writes it too)
-
-A step is the fenced conversation UPDATE plus the message INSERT. On PostgreSQL they are one
-statement (`STEP[kind]`: `WITH fenced AS (UPDATE ... RETURNING id) INSERT ... SELECT ... FROM
-fenced`), one round trip and one transaction, inserting nothing unless the fence matched; other
-databases run `STEP_FENCE[kind]` and `INSERT_MESSAGE` in one transaction.
+    NEXT_TURN       a turn ends: if another was submitted meanwhile (turn_count > turn_number), the
+                    conversation moves to it and stays `processing`, else it rests
+    EVENTS          every UPDATE takes the seqs of the events it appends from `event_seq`, so the
+                    row lock orders the log exactly as the commits
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from typing import Any
 from typing import cast as typed
 
 from sqlalchemy import (
-    JSON,
-    Boolean,
+    ColumnElement,
     DateTime,
-    Insert,
     Integer,
     String,
     Table,
@@ -33,47 +31,114 @@ from sqlalchemy import (
     Update,
     and_,
     bindparam,
+    case,
     cast,
-    insert,
+    func,
     literal,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
 from app.models import (
     FAILED,
     IDLE,
+    PROCESSING,
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
     Conversation,
     Message,
+    Turn,
 )
-from app.worker.plan import Entry
-from app.worker.ports import Usage
 
 conversations = typed(Table, Conversation.__table__)
 messages = typed(Table, Message.__table__)
+turns = typed(Table, Turn.__table__)
 c = conversations.c
 
-_NOW = bindparam("now", type_=DateTime(timezone=True))
+NOW = bindparam("now", type_=DateTime(timezone=True))
 _EXPIRES = bindparam("expires", type_=DateTime(timezone=True))
+# The status the lease holder last committed: a step logs `status.changed` only when it differs.
+OLD_STATUS = bindparam("old_status", type_=String)
 
 FENCE = and_(c.id == bindparam("fence_id"), c.lease_epoch == bindparam("fence_epoch"))
 PROGRESS = {"lease_expires_at": _EXPIRES, "attempts": 0}
-_TOUCHED = {"heartbeat_at": _NOW, "updated_at": _NOW}  # every write is a sign of life
+NEXT_TURN = c.turn_count > c.turn_number
+_TOUCHED = {"heartbeat_at": NOW, "updated_at": NOW}  # every write is a sign of life
+ADD_PROMPT = bindparam("add_prompt_tokens", type_=Integer)
+ADD_COMPLETION = bindparam("add_completion_tokens", type_=Integer)
 _COUNTED = {
-    "prompt_tokens": c.prompt_tokens + bindparam("add_prompt_tokens", type_=Integer),
-    "completion_tokens": c.completion_tokens + bindparam("add_completion_tokens", type_=Integer),
+    "prompt_tokens": c.prompt_tokens + ADD_PROMPT,
+    "completion_tokens": c.completion_tokens + ADD_COMPLETION,
 }
 
+#: What every fenced UPDATE returns; the statements that depend on it read these.
+SOURCE = (c.id, c.event_seq, c.status, c.lease_epoch)
 
-def _fenced(**values: Any) -> Update:
-    return update(conversations).where(FENCE).values(**_TOUCHED, **values)
+
+def _fenced(events: int | ColumnElement[int] = 0, /, **values: Any) -> Update:
+    if not isinstance(events, int) or events:
+        values["event_seq"] = c.event_seq + events
+    return update(conversations).where(FENCE).values(**_TOUCHED, **values).returning(*SOURCE)
+
+
+def _changes(status: ColumnElement[str]) -> ColumnElement[int]:
+    """1 when the step moves the conversation to another status (one more event), else 0."""
+    return case((status != OLD_STATUS, 1), else_=0)
+
+
+def _ending(rest_status: str, *, counted: bool, **values: Any) -> dict[str, Any]:
+    """The values of a turn's end: rest in `rest_status`, or move on to the next turn."""
+    iterations = c.iterations + 1 if counted else c.iterations
+    return {
+        "status": ending_status(rest_status),
+        "turn_number": c.turn_number + case((NEXT_TURN, 1), else_=0),
+        "iterations": case((NEXT_TURN, 0), else_=iterations),
+        "attempts": 0,
+        **RELEASED_LEASE,
+        **values,
+    }
+
+
+def ending_status(rest_status: str) -> ColumnElement[str]:
+    """`processing` when another turn waits, else `rest_status`."""
+    return case((NEXT_TURN, literal(PROCESSING)), else_=literal(rest_status))
 
 
 # --- the claim --------------------------------------------------------------------------------
+
+# The conversation's current turn and the seq its waiting message would take, as of the
+# statement's snapshot. The claim only succeeds while that turn is still the current one: a turn
+# that ended while the claim waited for the row moved `turn_number` on (a later claim starts it).
+_snapshot = conversations.alias("snapshot")
+CURRENT_TURN = (
+    select(
+        turns.c.id,
+        turns.c.number,
+        turns.c.started_at,
+        turns.c.input,
+        select(func.coalesce(func.max(messages.c.seq), 0) + 1)
+        .where(messages.c.conversation_id == bindparam("claim_id"))
+        .scalar_subquery()
+        .label("next_message_seq"),
+    )
+    .where(
+        turns.c.conversation_id == bindparam("claim_id"),
+        # An alias: the UPDATE's own table would be correlated (the new row, not the snapshot's).
+        turns.c.number
+        == select(_snapshot.c.turn_number)
+        .where(_snapshot.c.id == bindparam("claim_id"))
+        .scalar_subquery(),
+    )
+    .cte("current_turn")
+)
+
+
+def _current(column: str) -> Any:
+    return select(CURRENT_TURN.c[column]).scalar_subquery()
+
+
+_PROMOTES = _current("input").is_not(None)  # the turn's message waited outside the transcript
 
 CLAIM = (
     update(conversations)
@@ -81,24 +146,32 @@ CLAIM = (
         c.id == bindparam("claim_id"),
         # Plain parameters, not an expanding IN: the text is compiled once, values never change.
         c.status.in_([literal(status) for status in RUNNING_STATUSES]),
-        (c.lease_owner.is_(None)) | (c.lease_expires_at < _NOW),
+        (c.lease_owner.is_(None)) | (c.lease_expires_at < NOW),
+        c.turn_number == _current("number"),
     )
     .values(
         lease_owner=bindparam("owner", type_=String),
         lease_epoch=c.lease_epoch + 1,
         lease_expires_at=_EXPIRES,
         attempts=c.attempts + 1,
+        # turn.started or turn.resumed, after the promoted message's message.committed
+        event_seq=c.event_seq + 1 + case((_PROMOTES, 1), else_=0),
         **_TOUCHED,
     )
     .returning(
-        c.lease_epoch,
+        *SOURCE,
         c.model,
         c.instructions,
         c.allowed_tools,
         c.tool_choice,
         c.iterations,
         c.attempts,
+        _current("id").label("turn_id"),
+        _current("started_at").is_(None).label("turn_first"),
+        _current("input").label("turn_input"),
+        _current("next_message_seq").label("message_seq"),
     )
+    .add_cte(CURRENT_TURN)
 )
 
 # tool_calls comes back as text, parsed by the caller: a driver's JSON loader costs ~4 us a value.
@@ -124,66 +197,50 @@ TRANSCRIPT = (
 class Write(enum.Enum):
     HEARTBEAT = "heartbeat"  # the lease renewed while the model or a tool is slow
     RELEASE = "release"  # the lease given up (shutdown): another worker may claim at once
-    FINISH = "finish"  # the final text is already committed: idle
-    FAIL = "fail"  # failed with a readable error; a failed model call's tokens still count
+    FINISH = "finish"  # the final text is already committed: the turn completes
+    FAIL = "fail"  # the turn failed with a readable error; a failed call's tokens still count
 
 
-WRITE = {
+ERROR = bindparam("error", type_=Text)
+
+HEADS: dict[Any, Update] = {
     Write.HEARTBEAT: _fenced(lease_expires_at=_EXPIRES),
     Write.RELEASE: _fenced(**RELEASED_LEASE),
-    Write.FINISH: _fenced(status=IDLE, **RELEASED_LEASE),
+    # turn.completed / turn.failed, and status.changed unless the status stays
+    Write.FINISH: _fenced(1 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=False)),
     Write.FAIL: _fenced(
-        status=FAILED, error=bindparam("error", type_=Text), **RELEASED_LEASE, **_COUNTED
+        1 + _changes(ending_status(FAILED)),
+        **_ending(
+            FAILED,
+            counted=False,
+            error=case((NEXT_TURN, None), else_=ERROR),
+            **_COUNTED,
+        ),
     ),
 }
 
 
-# --- steps: the conversation update and the message insert, atomically ----------------------
+# --- steps: a message and the conversation's state, atomically -------------------------------
 
 
 class StepKind(enum.Enum):
     TOOL_CALLS = "tool_calls"  # the assistant asks for tools: tool_loop, one LLM call counted
     TOOL_RESULT = "tool_result"  # one tool's result: tool_loop
-    ANSWER = "answer"  # the final text: idle, lease released, one LLM call counted
+    ANSWER = "answer"  # the final text: the turn completes, one LLM call counted
 
 
 _ITERATION = {"iterations": c.iterations + 1, **_COUNTED}
-_STEP_SET: dict[StepKind, dict[str, Any]] = {
-    StepKind.TOOL_CALLS: {"status": TOOL_LOOP, **PROGRESS, **_ITERATION},
-    StepKind.TOOL_RESULT: {"status": TOOL_LOOP, **PROGRESS},
-    StepKind.ANSWER: {"status": IDLE, **RELEASED_LEASE, **_ITERATION},
-}
-
-# The message's columns and their parameters; None is SQL NULL, not JSON null.
-_MESSAGE_PARAMS = {
-    "seq": bindparam("m_seq", type_=Integer),
-    "role": bindparam("m_role", type_=String),
-    "content": bindparam("m_content", type_=Text),
-    "tool_calls": bindparam(
-        "m_tool_calls",
-        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
-    ),
-    "tool_call_id": bindparam("m_tool_call_id", type_=String),
-    "tool_name": bindparam("m_tool_name", type_=String),
-    "is_error": bindparam("m_is_error", type_=Boolean),
-    "finish_reason": bindparam("m_finish_reason", type_=String),
-}
-JSON_PARAMETERS = ("m_tool_calls",)
-
-
-def _one_statement(kind: StepKind) -> Insert:
-    fenced = STEP_FENCE[kind].returning(c.id).cte("fenced")
-    source = select(fenced.c.id, *_MESSAGE_PARAMS.values())
-    return (
-        insert(messages)
-        .from_select(["conversation_id", *_MESSAGE_PARAMS], source)
-        .returning(messages.c.seq)
-    )
-
-
-STEP_FENCE = {kind: _fenced(**_STEP_SET[kind]) for kind in StepKind}
-INSERT_MESSAGE = insert(messages).values(conversation_id=bindparam("fence_id"), **_MESSAGE_PARAMS)
-STEP = {kind: _one_statement(kind) for kind in StepKind}
+# message.committed, and status.changed when the conversation was `processing` before
+HEADS[StepKind.TOOL_CALLS] = _fenced(
+    1 + _changes(literal(TOOL_LOOP)), status=TOOL_LOOP, **PROGRESS, **_ITERATION
+)
+HEADS[StepKind.TOOL_RESULT] = _fenced(
+    1 + _changes(literal(TOOL_LOOP)), status=TOOL_LOOP, **PROGRESS
+)
+# message.committed, turn.completed, and status.changed unless the status stays
+HEADS[StepKind.ANSWER] = _fenced(
+    2 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=True, **_COUNTED)
+)
 
 
 # --- parameters -------------------------------------------------------------------------------
@@ -201,40 +258,22 @@ def fence_parameters(
     }
 
 
-def usage_parameters(usage: Usage | None) -> dict[str, int]:
-    usage = usage or Usage()
-    return {
-        "add_prompt_tokens": usage.prompt_tokens,
-        "add_completion_tokens": usage.completion_tokens,
-    }
-
-
-def message_parameters(entry: Entry) -> dict[str, Any]:
-    return {
-        "m_seq": entry.seq,
-        "m_role": entry.role,
-        "m_content": entry.content,
-        "m_tool_calls": [call.as_json() for call in entry.tool_calls] or None,
-        "m_tool_call_id": entry.tool_call_id,
-        "m_tool_name": entry.tool_name,
-        "m_is_error": entry.is_error,
-        "m_finish_reason": entry.finish_reason,
-    }
-
-
 __all__ = [
+    "ADD_COMPLETION",
+    "ADD_PROMPT",
     "CLAIM",
+    "CURRENT_TURN",
+    "ERROR",
     "FENCE",
-    "INSERT_MESSAGE",
-    "JSON_PARAMETERS",
+    "HEADS",
+    "NEXT_TURN",
+    "NOW",
+    "OLD_STATUS",
     "PROGRESS",
-    "STEP",
-    "STEP_FENCE",
+    "SOURCE",
     "TRANSCRIPT",
-    "WRITE",
     "StepKind",
     "Write",
+    "ending_status",
     "fence_parameters",
-    "message_parameters",
-    "usage_parameters",
 ]

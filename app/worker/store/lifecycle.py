@@ -2,7 +2,10 @@
 
 Every write after the claim is fenced by the lease epoch the claim granted: when the fence does not
 match, another worker owns the conversation now, and `LeaseLost` is raised with nothing written.
-Each call is one short transaction; none is held open across an LLM or tool call.
+Each call is one short transaction; none is held open across an LLM or tool call. Every write
+also appends its events to the conversation's log and updates the turn it belongs to (`journal`),
+in the same statement: the caller passes the status it last committed, so a step logs a
+`status.changed` exactly when it changes the status, and gets the new status back.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from sqlalchemy import Engine
 from app.errors import ChatWorkerError
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
-from app.worker.store import fence
+from app.worker.store import fence, journal
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.driver import Row, StepConflict, make_driver
+from app.worker.store.driver import Op, Row, StepConflict, make_driver
 from app.worker.store.fence import StepKind, Write
 from app.worker.transcript import Transcript
 
@@ -37,6 +40,7 @@ class Claim:
     conversation_id: uuid.UUID
     owner: str
     epoch: int
+    turn_id: uuid.UUID  # the turn this lease runs
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Snapshot:
     transcript (built here, on the database thread, for the turn that owns it from now on)."""
 
     claim: Claim
+    status: str  # the conversation's, as the claim found it
+    first: bool  # the turn's first claim (turn.started), not a resumed one (turn.resumed)
     model: str
     allowed_tools: tuple[str, ...]
     tool_choice: str
@@ -81,7 +87,9 @@ class TurnStore:
         found, transcript = claimed
         row = _ClaimRow(*found)
         return Snapshot(
-            claim=Claim(conversation_id, owner, row.lease_epoch),
+            claim=Claim(conversation_id, owner, row.lease_epoch, row.turn_id),
+            status=row.status,
+            first=bool(row.turn_first),
             model=row.model,
             allowed_tools=tuple(row.allowed_tools or ()),
             tool_choice=row.tool_choice,
@@ -92,88 +100,123 @@ class TurnStore:
 
     def heartbeat(self, claim: Claim, ttl: float) -> None:
         """Renew the lease; raise `LeaseLost` if it was taken over."""
-        self._write(Write.HEARTBEAT, claim, ttl=ttl)
+        self._run(Write.HEARTBEAT, claim, ttl=ttl)
 
     def release(self, claim: Claim) -> None:
         """Give the lease up (graceful shutdown) so another worker may claim at once."""
-        self._write(Write.RELEASE, claim)
+        self._run(Write.RELEASE, claim)
 
     def record_tool_calls(
         self,
         claim: Claim,
         *,
+        status: str,
         seq: int,
         content: str | None,
         calls: Sequence[ToolCall],
         usage: Usage,
         ttl: float,
         finish_reason: str | None = None,
-    ) -> Entry:
+    ) -> Committed:
         """The assistant's tool calls and status `tool_loop`, in one transaction."""
         entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
-        self._step(StepKind.TOOL_CALLS, claim, entry, ttl=ttl, usage=usage)
-        return entry
+        return self._step(StepKind.TOOL_CALLS, claim, status, entry, ttl=ttl, usage=usage)
 
     def record_tool_result(
-        self, claim: Claim, *, seq: int, call: ToolCall, content: str, is_error: bool, ttl: float
-    ) -> Entry:
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        call: ToolCall,
+        content: str,
+        is_error: bool,
+        ttl: float,
+    ) -> Committed:
         """One tool result, in its own transaction."""
         entry = Entry(
             seq, "tool", content, tool_call_id=call.id, tool_name=call.name, is_error=is_error
         )
-        self._step(StepKind.TOOL_RESULT, claim, entry, ttl=ttl)
-        return entry
+        return self._step(StepKind.TOOL_RESULT, claim, status, entry, ttl=ttl)
 
     def record_answer(
-        self, claim: Claim, seq: int, content: str, usage: Usage, finish_reason: str | None = None
-    ) -> Entry:
-        """The final text and status `idle` (lease released), in one transaction."""
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        content: str,
+        usage: Usage,
+        finish_reason: str | None = None,
+    ) -> Committed:
+        """The final text; the turn completes and the conversation rests (`idle`) or moves on
+        to the next waiting turn (`processing`), lease released, in one transaction."""
         entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
-        self._step(StepKind.ANSWER, claim, entry, usage=usage)
-        return entry
+        return self._step(StepKind.ANSWER, claim, status, entry, usage=usage)
 
-    def finish(self, claim: Claim) -> None:
-        """Mark the turn done when its final text is already committed."""
-        self._write(Write.FINISH, claim)
+    def finish(self, claim: Claim, *, status: str) -> Committed:
+        """Complete the turn when its final text is already committed."""
+        return self._run(Write.FINISH, claim, old_status=status)
 
-    def fail(self, claim: Claim, error: str, usage: Usage | None = None) -> None:
-        """Status `failed` with a readable error (lease released); a failed call's tokens count."""
-        self._write(Write.FAIL, claim, error=error, **fence.usage_parameters(usage))
+    def fail(
+        self, claim: Claim, error: str, *, status: str, usage: Usage | None = None
+    ) -> Committed:
+        """The turn fails with a readable error (lease released); a failed call's tokens count.
+        The conversation is `failed`, or `processing` when another turn waits."""
+        return self._run(
+            Write.FAIL, claim, old_status=status, error=error, **journal.usage_parameters(usage)
+        )
 
-    def _write(self, write: Write, claim: Claim, ttl: float | None = None, **values: Any) -> None:
+    def _run(self, op: Op, claim: Claim, ttl: float | None = None, **values: Any) -> Committed:
         parameters = fence.fence_parameters(
             claim.conversation_id, claim.epoch, now=self.clock(), ttl=ttl
         )
-        if not self._driver.write(write, {**parameters, **values}):
+        found = self._driver.run(op, {**parameters, "turn_id": claim.turn_id, **values})
+        if found is None:
             raise _lost(claim)
+        return Committed(status=found[_STATUS])
 
     def _step(
         self,
         kind: StepKind,
         claim: Claim,
+        status: str,
         entry: Entry,
         *,
         ttl: float | None = None,
         usage: Usage | None = None,
-    ) -> None:
-        """The fenced UPDATE and the entry's INSERT, atomically: both happen, or neither."""
-        parameters = fence.fence_parameters(
-            claim.conversation_id, claim.epoch, now=self.clock(), ttl=ttl
-        )
-        parameters.update(fence.usage_parameters(usage))
-        parameters.update(fence.message_parameters(entry))
+    ) -> Committed:
+        """The fenced UPDATE, the entry's INSERT and their events, atomically: all, or nothing."""
+        values = {
+            "old_status": status,
+            **journal.usage_parameters(usage),
+            **journal.message_parameters(entry),
+        }
         try:
-            written = self._driver.step(kind, parameters)
+            committed = self._run(kind, claim, ttl=ttl, **values)
         except StepConflict as exc:
             # The fence passed, so only a writer that bypassed it could have taken this seq.
             raise LeaseLost(
                 f"conversation {claim.conversation_id}: seq {entry.seq} already written"
             ) from exc
-        if not written:
-            raise _lost(claim)
+        return Committed(committed.status, entry)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a write left: the conversation's status, and the transcript entry it added."""
+
+    status: str
+    entry: Entry | None = None
+
+
+_STATUS = 2  # the position of `status` in every head's row (fence.SOURCE)
 
 
 class _ClaimRow(NamedTuple):
+    id: uuid.UUID
+    event_seq: int
+    status: str
     lease_epoch: int
     model: str
     instructions: str | None
@@ -181,6 +224,10 @@ class _ClaimRow(NamedTuple):
     tool_choice: str
     iterations: int
     attempts: int
+    turn_id: uuid.UUID
+    turn_first: bool
+    turn_input: str | None
+    message_seq: int
 
 
 def _entry(row: Row) -> Entry:
@@ -196,4 +243,4 @@ def _lost(claim: Claim) -> LeaseLost:
     return LeaseLost(f"conversation {claim.conversation_id}: lease epoch {claim.epoch} lost")
 
 
-__all__ = ["Claim", "LeaseLost", "Snapshot", "TurnStore"]
+__all__ = ["Claim", "Committed", "LeaseLost", "Snapshot", "TurnStore"]

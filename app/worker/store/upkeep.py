@@ -17,12 +17,17 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, Table, and_, delete, insert, select, text, update
 
-from app.models import FAILED, RELEASED_LEASE, RUNNING_STATUSES, CatalogTool, Conversation
+from app.models import RUNNING_STATUSES, CatalogTool, Conversation, Turn
 from app.worker.ports import ToolDefinition
 from app.worker.store.clock import Clock, utc_now
+from app.worker.store.driver import Sequenced
+from app.worker.store.fence import Write, fence_parameters
+from app.worker.store.journal import COMPOSITES, usage_parameters
 
 conversations = cast(Table, Conversation.__table__)
 catalog = cast(Table, CatalogTool.__table__)
+turns = cast(Table, Turn.__table__)
+JANITOR = "janitor"  # the lease owner for the moment the janitor fails a turn
 
 # Serializes recovery sweeps across the worker processes of one Postgres database.
 _SWEEP_LOCK_KEY = 0x636877  # "chw"
@@ -76,34 +81,39 @@ class Upkeep:
             return [StaleConversation(*row) for row in connection.execute(statement)]
 
     def fail_stale(self, older_than: float, error: str) -> list[StaleConversation]:
-        """Fail every running conversation silent for `older_than` seconds; return what changed.
+        """Fail the turn of every running conversation silent for `older_than` seconds; return
+        what changed. Each is failed like a worker fails a turn (the turn, its events, the next
+        waiting turn), in its own transaction, after moving the epoch on: a worker that was only
+        frozen can write nothing when it wakes."""
+        return [
+            failed
+            for found in self.stale(older_than)
+            if (failed := self._fail_one(found, older_than, error)) is not None
+        ]
 
-        The epoch moves on, so a worker that was only frozen can write nothing when it wakes."""
+    def _fail_one(
+        self, found: StaleConversation, older_than: float, error: str
+    ) -> StaleConversation | None:
         now = self.clock()
         cutoff = now - timedelta(seconds=older_than)
-        statement = (
-            update(conversations)
-            .where(_silent_since(cutoff))
-            .values(
-                status=FAILED,
-                error=error,
-                lease_epoch=conversations.c.lease_epoch + 1,
-                updated_at=now,
-                **RELEASED_LEASE,
-            )
-            .returning(conversations.c.id, conversations.c.heartbeat_at)
-        )
         with self.engine.begin() as connection:
-            before = {
-                row.id: row.status
-                for row in connection.execute(
-                    select(conversations.c.id, conversations.c.status).where(_silent_since(cutoff))
-                )
+            taken = connection.execute(
+                update(conversations)
+                .where(conversations.c.id == found.id, _silent_since(cutoff))
+                .values(lease_epoch=conversations.c.lease_epoch + 1, lease_owner=JANITOR)
+                .returning(conversations.c.lease_epoch, conversations.c.status)
+            ).one_or_none()
+            if taken is None:
+                return None  # it moved, or another janitor got it first
+            parameters = {
+                **fence_parameters(found.id, taken.lease_epoch, now=now),
+                "turn_id": current_turn_id(connection, found.id),
+                "old_status": taken.status,
+                "error": error,
+                **usage_parameters(None),
             }
-            changed = connection.execute(statement).all()
-        return [
-            StaleConversation(row.id, before.get(row.id, "?"), row.heartbeat_at) for row in changed
-        ]
+            Sequenced(COMPOSITES[Write.FAIL]).run(connection, parameters)
+        return StaleConversation(found.id, taken.status, found.heartbeat_at)
 
     def publish_catalog(self, definitions: Iterable[ToolDefinition]) -> None:
         """Replace the tool catalogue with what this worker's servers offer.
@@ -129,6 +139,16 @@ class Upkeep:
             connection.execute(delete(catalog))
             if rows:
                 connection.execute(insert(catalog), rows)
+
+
+def current_turn_id(connection: Connection, conversation_id: uuid.UUID) -> uuid.UUID | None:
+    """The id of the conversation's current turn (by `turn_number`)."""
+    return connection.execute(
+        select(turns.c.id)
+        .join(conversations, conversations.c.id == turns.c.conversation_id)
+        .where(conversations.c.id == conversation_id)
+        .where(turns.c.number == conversations.c.turn_number)
+    ).scalar_one_or_none()
 
 
 def _silent_since(cutoff: datetime) -> Any:

@@ -1,0 +1,65 @@
+"""An event of a conversation's append-only log, numbered by a gap-free `seq` in commit order.
+
+Events are small: they name what changed (a message by its seq, a turn by its id, the new status)
+and the reader joins the rows they name. Each is written in the same statement or transaction as
+the state it describes, so the log and the tables agree after any crash.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String
+from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, JsonType, in_list
+
+TURN_QUEUED = "turn.queued"
+TURN_STARTED = "turn.started"
+TURN_RESUMED = "turn.resumed"  # a claim that is not the turn's first: a crash was recovered
+TURN_COMPLETED = "turn.completed"
+TURN_FAILED_EVENT = "turn.failed"
+TURN_CANCELLED = "turn.cancelled"
+CANCEL_REQUESTED = "turn.cancel_requested"
+STATUS_CHANGED = "status.changed"
+MESSAGE_COMMITTED = "message.committed"
+EVENT_TYPES = (
+    TURN_QUEUED,
+    TURN_STARTED,
+    TURN_RESUMED,
+    TURN_COMPLETED,
+    TURN_FAILED_EVENT,
+    TURN_CANCELLED,
+    CANCEL_REQUESTED,
+    STATUS_CHANGED,
+    MESSAGE_COMMITTED,
+)
+TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (
+        CheckConstraint(in_list("type", EVENT_TYPES), name="type"),
+        CheckConstraint("seq >= 1", name="seq_positive"),
+    )
+
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    type: Mapped[str] = mapped_column(String(32))
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"))
+    message_seq: Mapped[int | None] = mapped_column(Integer)  # message.committed
+    status: Mapped[str | None] = mapped_column(String(16))  # status.changed
+    attempt: Mapped[int | None] = mapped_column(Integer)  # turn.started / turn.resumed
+    data: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
+
+    def __repr__(self) -> str:
+        return f"<Event {self.conversation_id}#{self.seq} {self.type}>"

@@ -1,0 +1,77 @@
+"""A turn: one user message (or a retry) to its end, the unit a web app tracks.
+
+A conversation's turns are numbered 1, 2, ... in submission order; the conversation's
+`turn_number` names the current one and `turn_count` the last submitted, so the turns between
+them are waiting (`queued`) behind it. A waiting turn keeps its message in `input`, outside the
+transcript, until the claim that starts it moves the message in (`message_seq`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy import text as sql_text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, in_list
+
+QUEUED = "queued"
+RUNNING = "running"
+COMPLETED = "completed"
+TURN_FAILED = "failed"
+CANCELLED = "cancelled"
+TURN_STATUSES = (QUEUED, RUNNING, COMPLETED, TURN_FAILED, CANCELLED)
+FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
+
+FOR_MESSAGE = "message"  # a user message started it
+FOR_RETRY = "retry"  # a failed turn is continued from its transcript
+TURN_KINDS = (FOR_MESSAGE, FOR_RETRY)
+
+MAX_IDEMPOTENCY_KEY_CHARS = 200
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (
+        UniqueConstraint("conversation_id", "number"),
+        UniqueConstraint("conversation_id", "idempotency_key"),
+        CheckConstraint(in_list("status", TURN_STATUSES), name="status"),
+        CheckConstraint(in_list("kind", TURN_KINDS), name="kind"),
+        CheckConstraint("number >= 1", name="number_positive"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE")
+    )
+    number: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default=QUEUED, server_default=QUEUED)
+    kind: Mapped[str] = mapped_column(String(16), default=FOR_MESSAGE, server_default=FOR_MESSAGE)
+    # The user's message: its seq once it is in the transcript; its text while it waits outside.
+    message_seq: Mapped[int | None] = mapped_column(Integer)
+    input: Mapped[str | None] = mapped_column(Text)
+    idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY_CHARS))
+    error: Mapped[str | None] = mapped_column(Text)
+    # This turn's model calls only (the conversation's columns hold the running total).
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    def __repr__(self) -> str:
+        return f"<Turn {self.conversation_id}#{self.number} {self.status}>"

@@ -1,0 +1,328 @@
+"""What each fenced conversation UPDATE also writes: the step's message, the turn's row, and the
+events that describe them. Each such part reads the UPDATE's returned row (the source), so it
+writes nothing unless the fence matched.
+
+On PostgreSQL an UPDATE and its parts are one statement (`WITH fenced AS (UPDATE ... RETURNING
+...), part_0 AS (INSERT ...), ... SELECT * FROM fenced`): one round trip, one transaction. Other
+databases run the UPDATE, then each part over the returned row bound as `f_<column>` parameters,
+in one transaction. Either way the parts are built once, from the same functions.
+
+The events a statement appends take the seqs its UPDATE reserved: `event_seq` ends at the last
+one, so they are `event_seq - n + 1 .. event_seq` in the order they are listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from typing import cast as typed
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CompoundSelect,
+    FromClause,
+    Insert,
+    Integer,
+    Select,
+    String,
+    Table,
+    Text,
+    Update,
+    Uuid,
+    bindparam,
+    case,
+    cast,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeEngine
+
+from app.models import (
+    COMPLETED,
+    MESSAGE_COMMITTED,
+    RUNNING,
+    STATUS_CHANGED,
+    TURN_COMPLETED,
+    TURN_FAILED,
+    TURN_FAILED_EVENT,
+    TURN_RESUMED,
+    TURN_STARTED,
+    USER,
+    Event,
+)
+from app.worker.plan import Entry
+from app.worker.ports import Usage
+from app.worker.store.fence import (
+    ADD_COMPLETION,
+    ADD_PROMPT,
+    CLAIM,
+    ERROR,
+    HEADS,
+    NOW,
+    OLD_STATUS,
+    StepKind,
+    Write,
+    messages,
+    turns,
+)
+
+events = typed(Table, Event.__table__)
+
+Part = Callable[[FromClause], Insert | Update]
+TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A fenced UPDATE (the head, returning its row) and the statements that depend on it."""
+
+    head: Update
+    parts: tuple[Part, ...] = ()
+
+    def one_statement(self) -> Select[Any] | Update:
+        """PostgreSQL: the head and every part in one statement, returning the head's row."""
+        if not self.parts:
+            return self.head
+        fenced = self.head.cte("fenced")
+        written = [part(fenced).cte(f"part_{n}") for n, part in enumerate(self.parts)]
+        return select(*fenced.c).add_cte(*written)
+
+    def bound_parts(self) -> tuple[Insert | Update, ...]:
+        """Elsewhere: each part over the head's row, bound as `f_<column>` parameters."""
+        row = select(
+            *(
+                bindparam(f"f_{column.key}", type_=column.type).label(column.key)
+                for column in self.head.exported_columns
+            )
+        ).cte("fenced")
+        return tuple(part(row) for part in self.parts)
+
+
+# --- the parts --------------------------------------------------------------------------------
+
+# The message's columns and their parameters; None is SQL NULL, not JSON null.
+_MESSAGE_PARAMS = {
+    "seq": bindparam("m_seq", type_=Integer),
+    "role": bindparam("m_role", type_=String),
+    "content": bindparam("m_content", type_=Text),
+    "tool_calls": bindparam(
+        "m_tool_calls",
+        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
+    ),
+    "tool_call_id": bindparam("m_tool_call_id", type_=String),
+    "tool_name": bindparam("m_tool_name", type_=String),
+    "is_error": bindparam("m_is_error", type_=Boolean),
+    "finish_reason": bindparam("m_finish_reason", type_=String),
+}
+JSON_PARAMETERS = ("m_tool_calls",)
+
+
+def _insert_message(fenced: FromClause) -> Insert:
+    source = select(fenced.c.id, *_MESSAGE_PARAMS.values())
+    return insert(messages).from_select(["conversation_id", *_MESSAGE_PARAMS], source)
+
+
+def _promote_message(fenced: FromClause) -> Insert:
+    """A turn that waited outside the transcript: its message goes in as the claim starts it."""
+    source = select(
+        fenced.c.id, fenced.c.message_seq, literal(USER, String), fenced.c.turn_input
+    ).where(fenced.c.turn_input.is_not(None))
+    return insert(messages).from_select(["conversation_id", "seq", "role", "content"], source)
+
+
+def _start_turn(fenced: FromClause) -> Update:
+    promoted = select(
+        case((fenced.c.turn_input.is_not(None), fenced.c.message_seq))
+    ).scalar_subquery()
+    return (
+        update(turns)
+        .where(turns.c.id == select(fenced.c.turn_id).scalar_subquery())
+        .values(
+            status=RUNNING,
+            started_at=func.coalesce(turns.c.started_at, NOW),
+            input=None,
+            message_seq=func.coalesce(turns.c.message_seq, promoted),
+        )
+    )
+
+
+_TURN_USAGE = {
+    "prompt_tokens": turns.c.prompt_tokens + ADD_PROMPT,
+    "completion_tokens": turns.c.completion_tokens + ADD_COMPLETION,
+}
+
+
+def _running_turn(**values: Any) -> Part:
+    """An UPDATE of the lease holder's turn, only if the fence matched."""
+
+    def part(fenced: FromClause) -> Update:
+        fence_matched = select(fenced.c.id).exists()
+        return update(turns).where(turns.c.id == TURN_ID, fence_matched).values(**values)
+
+    return part
+
+
+_add_usage = _running_turn(**_TURN_USAGE)
+
+
+def _end_turn(status: str, **values: Any) -> Part:
+    return _running_turn(status=status, finished_at=NOW, **_TURN_USAGE, **values)
+
+
+@dataclass(frozen=True)
+class Logged:
+    """One event a statement appends; `when` (over the source row) makes it conditional."""
+
+    type: str | Any
+    message_seq: Any = None
+    status: Any = None
+    attempt: Any = None
+    when: Any = None
+
+
+def _log(rows_of: Callable[[FromClause], Sequence[Logged]], turn: Any = TURN_ID) -> Part:
+    """An INSERT of the events `rows_of(source)`, numbered from the seqs the head reserved."""
+
+    def part(fenced: FromClause) -> Insert:
+        branches = []
+        for k, row in enumerate(rows_of(fenced)):
+            branch = select(
+                literal(k, Integer).label("k"),
+                _typed(row.type, String()).label("type"),
+                _typed(row.message_seq, Integer()).label("message_seq"),
+                _typed(row.status, String()).label("status"),
+                _typed(row.attempt, Integer()).label("attempt"),
+            ).select_from(fenced)
+            branches.append(branch if row.when is None else branch.where(row.when))
+        logged = _union(branches).subquery("logged")
+        turn_id = turn(fenced) if callable(turn) else turn
+        seq = fenced.c.event_seq - func.count().over() + func.row_number().over(order_by=logged.c.k)
+        columns = ("type", "message_seq", "status", "attempt")
+        source = select(
+            fenced.c.id, seq, turn_id, *(logged.c[name] for name in columns), NOW
+        ).select_from(logged.join(fenced, true()))
+        return insert(events).from_select(
+            ["conversation_id", "seq", "turn_id", *columns, "created_at"], source
+        )
+
+    return part
+
+
+def _union(branches: list[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
+    return branches[0] if len(branches) == 1 else union_all(*branches)
+
+
+def _typed(value: Any, type_: TypeEngine[Any]) -> Any:
+    if value is None:
+        return cast(null(), type_)
+    if isinstance(value, str | int):
+        return literal(value, type_)
+    return value
+
+
+def _status_changed(fenced: FromClause) -> Logged:
+    return Logged(STATUS_CHANGED, status=fenced.c.status, when=fenced.c.status != OLD_STATUS)
+
+
+def _committed(fenced: FromClause) -> Logged:
+    return Logged(MESSAGE_COMMITTED, message_seq=_MESSAGE_PARAMS["seq"])
+
+
+def _claim_events(fenced: FromClause) -> list[Logged]:
+    started = case((fenced.c.turn_first, literal(TURN_STARTED)), else_=literal(TURN_RESUMED))
+    return [
+        Logged(
+            MESSAGE_COMMITTED,
+            message_seq=fenced.c.message_seq,
+            when=fenced.c.turn_input.is_not(None),
+        ),
+        Logged(started, attempt=fenced.c.attempts),
+    ]
+
+
+# --- the statements ---------------------------------------------------------------------------
+
+CLAIM_COMPOSITE = Composite(
+    CLAIM,
+    (_promote_message, _start_turn, _log(_claim_events, turn=lambda f: f.c.turn_id)),
+)
+
+COMPOSITES: dict[Write | StepKind, Composite] = {
+    Write.HEARTBEAT: Composite(HEADS[Write.HEARTBEAT]),
+    Write.RELEASE: Composite(HEADS[Write.RELEASE]),
+    Write.FINISH: Composite(
+        HEADS[Write.FINISH],
+        (
+            _end_turn(COMPLETED),
+            _log(lambda f: [Logged(TURN_COMPLETED), _status_changed(f)]),
+        ),
+    ),
+    Write.FAIL: Composite(
+        HEADS[Write.FAIL],
+        (
+            _end_turn(TURN_FAILED, error=ERROR),
+            _log(lambda f: [Logged(TURN_FAILED_EVENT), _status_changed(f)]),
+        ),
+    ),
+    StepKind.TOOL_CALLS: Composite(
+        HEADS[StepKind.TOOL_CALLS],
+        (_insert_message, _add_usage, _log(lambda f: [_committed(f), _status_changed(f)])),
+    ),
+    StepKind.TOOL_RESULT: Composite(
+        HEADS[StepKind.TOOL_RESULT],
+        (_insert_message, _log(lambda f: [_committed(f), _status_changed(f)])),
+    ),
+    StepKind.ANSWER: Composite(
+        HEADS[StepKind.ANSWER],
+        (
+            _insert_message,
+            _end_turn(COMPLETED),
+            _log(lambda f: [_committed(f), Logged(TURN_COMPLETED), _status_changed(f)]),
+        ),
+    ),
+}
+
+
+# --- parameters -------------------------------------------------------------------------------
+
+
+def usage_parameters(usage: Usage | None) -> dict[str, int]:
+    usage = usage or Usage()
+    return {
+        "add_prompt_tokens": usage.prompt_tokens,
+        "add_completion_tokens": usage.completion_tokens,
+    }
+
+
+def message_parameters(entry: Entry) -> dict[str, Any]:
+    return {
+        "m_seq": entry.seq,
+        "m_role": entry.role,
+        "m_content": entry.content,
+        "m_tool_calls": [call.as_json() for call in entry.tool_calls] or None,
+        "m_tool_call_id": entry.tool_call_id,
+        "m_tool_name": entry.tool_name,
+        "m_is_error": entry.is_error,
+        "m_finish_reason": entry.finish_reason,
+    }
+
+
+__all__ = [
+    "CLAIM_COMPOSITE",
+    "COMPOSITES",
+    "JSON_PARAMETERS",
+    "TURN_ID",
+    "Composite",
+    "Logged",
+    "message_parameters",
+    "usage_parameters",
+]
