@@ -7,34 +7,47 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, TextClause, Uuid, bindparam
+from sqlalchemy import text as sql_text
+
+
+def text(sql: str) -> TextClause:
+    """SQL whose id parameters are UUIDs on every database (SQLite stores them as hex)."""
+    clause = sql_text(sql)
+    ids = [bindparam(name, type_=Uuid) for name in ("id", "cid", "turn") if f":{name}" in sql]
+    return clause.bindparams(*ids)
+
 
 TURN_OF = {"idle": "completed", "failed": "failed"}  # a running status leaves the turn as it is
+
+
+_CURRENT = (
+    "SELECT c.event_seq, c.status AS was, t.id, t.status FROM conversations c LEFT JOIN turns t"
+    " ON t.conversation_id = c.id AND t.number = c.turn_number WHERE c.id = :id"
+)
+_FINISH_TURN = (
+    "UPDATE turns SET status = :status, started_at = coalesce(started_at, CURRENT_TIMESTAMP),"
+    " finished_at = CURRENT_TIMESTAMP, error = :error WHERE id = :id"
+)
 
 
 def force_status(engine: Engine, conversation_id: uuid.UUID, status: str, **values: Any) -> None:
     """Set the conversation's `status` (and other columns), logged as a worker would log it."""
     with engine.begin() as connection:
         row = connection.execute(
-            text(
-                "SELECT c.event_seq, c.status AS was, t.id, t.status FROM conversations c LEFT JOIN turns t"
-                " ON t.conversation_id = c.id AND t.number = c.turn_number WHERE c.id = :id"
-                " FOR UPDATE OF c"
-            ),
+            text(_CURRENT + (" FOR UPDATE OF c" if engine.dialect.name == "postgresql" else "")),
             {"id": conversation_id},
         ).one()
+        turn_id = None if row.id is None else uuid.UUID(str(row.id))  # SQLite: hex text
         logged: list[dict[str, Any]] = []
         turn_status = TURN_OF.get(status, row.status)
-        if row.id is not None and row.status != turn_status:
+        if turn_id is not None and row.status != turn_status:
             connection.execute(
-                text(
-                    "UPDATE turns SET status = :status, started_at = coalesce(started_at, now()),"
-                    " finished_at = now(), error = :error WHERE id = :id"
-                ),
+                text(_FINISH_TURN),
                 {
                     "status": turn_status,
                     "error": "forged by a test" if turn_status == "failed" else None,
-                    "id": row.id,
+                    "id": turn_id,
                 },
             )
             logged.append({"type": f"turn.{turn_status}", "status": None})
@@ -46,7 +59,7 @@ def force_status(engine: Engine, conversation_id: uuid.UUID, status: str, **valu
                     "INSERT INTO events (conversation_id, seq, type, turn_id, status)"
                     " VALUES (:cid, :seq, :type, :turn, :status)"
                 ),
-                {"cid": conversation_id, "seq": row.event_seq + offset, "turn": row.id, **event},
+                {"cid": conversation_id, "seq": row.event_seq + offset, "turn": turn_id, **event},
             )
         assignments = ", ".join(f"{name} = :{name}" for name in values)
         error = "'forged by a test'" if status == "failed" else "error"

@@ -107,9 +107,9 @@ def _backfill(connection: sa.Connection) -> None:
     turns = sa.Table("turns", meta, autoload_with=connection)
     events = sa.Table("events", meta, autoload_with=connection)
     rows = connection.execute(
-        sa.select(
-            conversations.c.id, conversations.c.status, conversations.c.error
-        ).where(sa.exists().where(messages.c.conversation_id == conversations.c.id))
+        sa.select(conversations.c.id, conversations.c.status, conversations.c.error).where(
+            sa.exists().where(messages.c.conversation_id == conversations.c.id)
+        )
     ).all()
     for conversation_id, status, error in rows:
         seqs = connection.execute(

@@ -134,9 +134,14 @@ def _insert_message(fenced: FromClause) -> Insert:
 def _promote_message(fenced: FromClause) -> Insert:
     """A turn that waited outside the transcript: its message goes in as the claim starts it."""
     source = select(
-        fenced.c.id, fenced.c.message_seq, literal(USER, String), fenced.c.turn_input
+        fenced.c.id,
+        fenced.c.message_seq,
+        literal(USER, String),
+        fenced.c.turn_input,
+        literal(False, Boolean),  # a prebuilt statement gets no Python-side column defaults
     ).where(fenced.c.turn_input.is_not(None))
-    return insert(messages).from_select(["conversation_id", "seq", "role", "content"], source)
+    columns = ["conversation_id", "seq", "role", "content", "is_error"]
+    return insert(messages).from_select(columns, source)
 
 
 def _start_turn(fenced: FromClause) -> Update:
