@@ -69,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show a conversation's status and transcript")
     status.add_argument("conversation", help="conversation id")
     status.add_argument("--follow", action="store_true", help="keep printing until it rests")
+    status.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        help="with --follow: start after this event seq (resume where an earlier follow stopped)",
+    )
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(run=_status)
 
@@ -164,7 +170,7 @@ def _status(args: argparse.Namespace) -> int:
     client = ChatClient()
     try:
         if args.follow:
-            view = follow(client, uuid.UUID(args.conversation), sys.stdout)
+            view = follow(client, uuid.UUID(args.conversation), sys.stdout, after=args.after)
         else:
             view = client.get_conversation(args.conversation)
             if args.json:

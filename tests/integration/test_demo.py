@@ -28,6 +28,9 @@ def test_the_demo_runs_a_turn_with_a_tool_to_idle_offline(tmp_path: Path) -> Non
     assert "tool search_docs: 1. northwind-refund-policy.md" in out
     assert "assistant: [demo model]" in out
     assert out.rstrip().endswith("[idle]")
+    # every status change, from the event log, in order (polls used to miss tool_loop)
+    statuses = [line for line in out.splitlines() if line.startswith("[")]
+    assert statuses == ["[processing]", "[tool_loop]", "[idle]"]
     assert (tmp_path / "chatworker.db").exists()  # the embedded SQLite default
 
 

@@ -4,6 +4,7 @@ a queued message and the janitor each append, and what every bad input gets."""
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from app.errors import (
     InvalidRequest,
     TurnNotFound,
 )
+from app.follow import follow, render_event
 from app.models import Event, Message, Turn
 from app.testing import fakes
 from app.worker.janitor import clean_up
@@ -364,3 +366,29 @@ def test_a_step_logs_status_changed_only_when_the_status_changes(engine_: Engine
         "status.changed tool_loop",
         "message.committed tool",
     ]
+
+
+def test_follow_prints_every_status_and_resumes_after_any_event(
+    client: ChatClient, engine_: Engine
+) -> None:
+    conversation_id = client.create_conversation(tools=["add"])
+    client.submit_message(conversation_id, "1 + 2?")
+    run(engine_, conversation_id)
+    whole = io.StringIO()
+    follow(client, conversation_id, whole)
+    lines = whole.getvalue().splitlines()
+    assert [line for line in lines if line.startswith("[")] == [
+        "[processing]",
+        "[tool_loop]",
+        "[idle]",
+    ]
+    # Stopped after event k and resumed with after=k: the same lines, none twice.
+    for k in range(client.events(conversation_id).last_seq + 1):
+        rest = io.StringIO()
+        printed = [
+            line
+            for event in client.events(conversation_id, after=0, limit=k or 1).events[:k]
+            if (line := render_event(event)) is not None
+        ]
+        follow(client, conversation_id, rest, after=k)
+        assert printed + rest.getvalue().splitlines() == lines, k
