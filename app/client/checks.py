@@ -27,12 +27,21 @@ MAX_PAGE = 1000
 
 def parse_conversation_id(value: uuid.UUID | str) -> uuid.UUID:
     """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
+    return _parse_id(value, ConversationNotFound, "conversation")
+
+
+def parse_turn_id(value: uuid.UUID | str) -> uuid.UUID:
+    """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
+    return _parse_id(value, TurnNotFound, "turn")
+
+
+def _parse_id(value: uuid.UUID | str, not_found: type[InvalidRequest], noun: str) -> uuid.UUID:
     if isinstance(value, uuid.UUID):
         return value
     try:
         return uuid.UUID(str(value))
     except ValueError:
-        raise ConversationNotFound(f"no conversation {value!r} (not a valid id)") from None
+        raise not_found(f"no {noun} {value!r} (not a valid id)") from None
 
 
 def check_model(model: Any) -> str:
@@ -94,16 +103,6 @@ def check_tools_offered(names: Sequence[str], offered: Collection[str]) -> None:
     raise UnknownTool(
         f"unknown tool(s): {', '.join(missing)}; available: {', '.join(sorted(offered))}"
     )
-
-
-def parse_turn_id(value: uuid.UUID | str) -> uuid.UUID:
-    """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(str(value))
-    except ValueError:
-        raise TurnNotFound(f"no turn {value!r} (not a valid id)") from None
 
 
 def check_idempotency_key(key: Any) -> str | None:

@@ -126,7 +126,6 @@ def submit_turn(
                 conversation_id=conversation_id, seq=message_seq, role="user", content=text
             )
         )
-        _start(connection, conversation_id, row, number)
         _append(
             connection,
             conversation_id,
@@ -136,6 +135,7 @@ def submit_turn(
                 {"type": MESSAGE_COMMITTED, "turn_id": turn.id, "message_seq": message_seq},
                 {"type": STATUS_CHANGED, "turn_id": turn.id, "status": PROCESSING},
             ],
+            **_started(number),
         )
         return turn
     if on_busy != ENQUEUE:
@@ -146,10 +146,8 @@ def submit_turn(
             turn_id=running,
         )
     turn = _insert_turn(connection, conversation_id, number, idempotency_key, waiting_text=text)
-    connection.execute(
-        update(conversations).where(conversations.c.id == conversation_id).values(turn_count=number)
-    )
-    _append(connection, conversation_id, row.event_seq, [{"type": TURN_QUEUED, "turn_id": turn.id}])
+    queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
+    _append(connection, conversation_id, row.event_seq, queued, turn_count=number)
     return turn
 
 
@@ -162,7 +160,6 @@ def retry_turn(connection: Connection, conversation_id: uuid.UUID) -> NewTurn:
         )
     number = row.turn_count + 1
     turn = _insert_turn(connection, conversation_id, number, None, kind=FOR_RETRY)
-    _start(connection, conversation_id, row, number)
     _append(
         connection,
         conversation_id,
@@ -171,6 +168,7 @@ def retry_turn(connection: Connection, conversation_id: uuid.UUID) -> NewTurn:
             {"type": TURN_QUEUED, "turn_id": turn.id},
             {"type": STATUS_CHANGED, "turn_id": turn.id, "status": PROCESSING},
         ],
+        **_started(number),
     )
     return turn
 
@@ -241,24 +239,20 @@ def _insert_turn(
     return turn
 
 
-def _start(connection: Connection, conversation_id: uuid.UUID, row: Any, number: int) -> None:
-    """The resting conversation runs turn `number` now, with a fresh budget."""
+def _started(number: int) -> dict[str, Any]:
+    """The values of a resting conversation that runs turn `number` now, with a fresh budget."""
     now = datetime.now(UTC)
-    connection.execute(
-        update(conversations)
-        .where(conversations.c.id == conversation_id)
-        .values(
-            status=PROCESSING,
-            error=None,
-            iterations=0,
-            attempts=0,
-            turn_number=number,
-            turn_count=number,
-            **RELEASED_LEASE,
-            heartbeat_at=now,
-            updated_at=now,
-        )
-    )
+    return {
+        "status": PROCESSING,
+        "error": None,
+        "iterations": 0,
+        "attempts": 0,
+        "turn_number": number,
+        "turn_count": number,
+        **RELEASED_LEASE,
+        "heartbeat_at": now,
+        "updated_at": now,
+    }
 
 
 def _append(
@@ -266,12 +260,14 @@ def _append(
     conversation_id: uuid.UUID,
     last_seq: int,
     logged: Sequence[Mapping[str, Any]],
+    **values: Any,
 ) -> None:
-    """Events after `last_seq`; the caller moved the row's `event_seq` past them."""
+    """Events after `last_seq`, and the conversation's `event_seq` (with `values`) moved past
+    them in one UPDATE."""
     connection.execute(
         update(conversations)
         .where(conversations.c.id == conversation_id)
-        .values(event_seq=last_seq + len(logged))
+        .values(event_seq=last_seq + len(logged), **values)
     )
     connection.execute(
         insert(events),
