@@ -8,6 +8,9 @@ outlives a test; the ledger (one JSON line per tool run, with the server's pid) 
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
+import logging
 import os
 import signal
 import socket
@@ -20,6 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 import uvicorn
+from mcp import Client
 from mcp.types import Tool
 from starlette.types import Receive, Scope, Send
 
@@ -27,17 +31,23 @@ from app.config import McpServerConfig
 from app.worker.mcp import McpToolProvider, expose_tools
 from app.worker.ports import ToolResult
 from tests.servers.mcp_server import (
+    EXTRA_TOOLS_ENV,
     LEDGER_ENV,
     REPO_ROOT,
     SERVER_MODULE,
     huge_text,
     read_ledger,
+    stdio_params,
 )
 from tests.servers.mcp_server import server as test_server
 
 T = TypeVar("T")
 
 SCENARIO_TIMEOUT_S = 60.0
+# A cancelled call must end at once for the caller; the server hears of it just as fast, but gets
+# slack for a loaded machine.
+CANCEL_RETURNS_WITHIN_S = 2.0
+SERVER_STOPS_WITHIN_S = 5.0
 TOOL_NAMES = {
     "search_docs",
     "calculate",
@@ -50,6 +60,7 @@ TOOL_NAMES = {
     "hang",
     "exit_process",
     "huge_output",
+    "slow",
 }
 
 
@@ -91,6 +102,27 @@ def is_running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+async def wait_for_ledger(
+    ledger: Path, tool: str, count: int = 1, timeout: float = SERVER_STOPS_WITHIN_S
+) -> list[dict[str, Any]]:
+    """The ledger's entries for `tool`, once there are at least `count` of them."""
+    deadline = time.monotonic() + timeout
+    while len(found := [e for e in read_ledger(ledger) if e["tool"] == tool]) < count:
+        assert time.monotonic() < deadline, f"{tool!r} not in the ledger {count}x after {timeout} s"
+        await asyncio.sleep(0.02)
+    return found
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> float:
+    """Cancel `task`, check it ends cancelled, and return how long that took."""
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    return time.monotonic() - started
 
 
 def ok(content: str) -> ToolResult:
@@ -496,6 +528,162 @@ def test_close_stops_every_server_and_is_idempotent(tmp_path: Path) -> None:
     assert after_close == error("Tool one__add failed: the tool provider is closed")
 
 
+# --- cancellation -------------------------------------------------------------------------------
+# Cancelling the task awaiting `execute` is enough: mcp's dispatcher sends the server
+# `notifications/cancelled` for the request (a "courtesy cancel"), and the server cancels the tool.
+
+
+def test_cancelling_the_calling_task_sends_notifications_cancelled_and_the_server_stops_the_tool(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ledger = tmp_path / "ledger"
+    caplog.set_level(logging.WARNING)
+
+    async def scenario(tools: McpToolProvider) -> tuple[float, float, ToolResult]:
+        task = asyncio.create_task(tools.execute("slow", {"seconds": 30}))
+        await wait_for_ledger(ledger, "slow")
+        started = time.monotonic()
+        returned = await cancel_and_wait(task)
+        await wait_for_ledger(ledger, "slow:cancelled")
+        stopped = time.monotonic() - started
+        return returned, stopped, await tools.execute("add", {"a": 1, "b": 2})
+
+    returned, stopped, after = with_provider([stdio_server("tools", ledger)], scenario)
+    gc.collect()  # a task or future left behind would complain now
+
+    assert returned < CANCEL_RETURNS_WITHIN_S
+    assert stopped < SERVER_STOPS_WITHIN_S
+    assert after == ok("3.0")
+    entries = read_ledger(ledger)
+    assert [(e["tool"], e["arguments"]) for e in entries] == [
+        ("slow", {"seconds": 30, "label": ""}),
+        ("slow:cancelled", {"seconds": 30, "label": ""}),
+        ("add", {"a": 1, "b": 2}),
+    ]
+    assert len(set(pids(ledger))) == 1  # the same server process, still serving
+    # No "Task was destroyed", "exception was never retrieved" or "courtesy cancel gave up".
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+def test_cancelling_one_of_several_concurrent_calls_leaves_the_others_running(
+    tmp_path: Path,
+) -> None:
+    ledger = tmp_path / "ledger"
+    labels = ["a", "b", "c"]
+
+    async def scenario(tools: McpToolProvider) -> tuple[list[ToolResult], float]:
+        await tools.start()
+        started = time.monotonic()
+        others = [
+            asyncio.create_task(tools.execute("slow", {"seconds": 1.5, "label": label}))
+            for label in labels
+        ]
+        doomed = asyncio.create_task(tools.execute("slow", {"seconds": 30, "label": "doomed"}))
+        await wait_for_ledger(ledger, "slow", count=4)
+        await cancel_and_wait(doomed)
+        await wait_for_ledger(ledger, "slow:cancelled")
+        assert not any(task.done() for task in others)  # still working when the cancel landed
+        results = await asyncio.gather(*others)
+        return results, time.monotonic() - started
+
+    results, elapsed = with_provider([stdio_server("tools", ledger)], scenario)
+
+    assert results == [ok(f"Worked 1.5 seconds ({label}).") for label in labels]
+    assert 1.5 <= elapsed < 5.0  # they ran their full time, concurrently
+    cancelled = [e["arguments"] for e in read_ledger(ledger) if e["tool"] == "slow:cancelled"]
+    assert cancelled == [{"seconds": 30, "label": "doomed"}]
+    assert len(set(pids(ledger))) == 1
+
+
+RECORDING_SERVER = r"""
+import json, sys
+
+record = open(sys.argv[1], "a", encoding="utf-8")
+
+def reply(request_id, result):
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+
+for line in sys.stdin.buffer:
+    record.write(line.decode().strip() + "\n")
+    record.flush()
+    message = json.loads(line)
+    method, request_id = message.get("method"), message.get("id")
+    if request_id is None or method == "tools/call":
+        continue  # a call is never answered: only a cancellation ends it
+    if method == "initialize":
+        version = message["params"]["protocolVersion"]
+        out = reply(request_id, {"protocolVersion": version, "capabilities": {"tools": {}},
+                                 "serverInfo": {"name": "recording", "version": "0"}})
+    elif method == "tools/list":
+        out = reply(request_id, {"tools": [{"name": "wait", "inputSchema": {"type": "object"}}]})
+    else:
+        out = json.dumps({"jsonrpc": "2.0", "id": request_id,
+                          "error": {"code": -32601, "message": "Method not found"}}).encode()
+    sys.stdout.buffer.write(out + b"\n")
+    sys.stdout.buffer.flush()
+"""
+
+
+def test_the_cancellation_on_the_wire_names_the_cancelled_request(tmp_path: Path) -> None:
+    # A hand-written server (older protocol, `initialize` handshake) that records every message.
+    script, record = tmp_path / "recording_server.py", tmp_path / "received.jsonl"
+    script.write_text(RECORDING_SERVER)
+    config = McpServerConfig(name="rec", command=sys.executable, args=(str(script), str(record)))
+
+    def received() -> list[dict[str, Any]]:
+        text = record.read_text() if record.exists() else ""
+        return [json.loads(line) for line in text.splitlines()]
+
+    async def scenario(tools: McpToolProvider) -> list[dict[str, Any]]:
+        task = asyncio.create_task(tools.execute("wait", {}))
+        deadline = time.monotonic() + SERVER_STOPS_WITHIN_S
+        while not any(m.get("method") == "tools/call" for m in received()):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        assert await cancel_and_wait(task) < CANCEL_RETURNS_WITHIN_S
+        while not any(m.get("method") == "notifications/cancelled" for m in received()):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        return received()
+
+    messages = with_provider([config], scenario)
+
+    (call,) = [m for m in messages if m.get("method") == "tools/call"]
+    (cancel,) = [m for m in messages if m.get("method") == "notifications/cancelled"]
+    assert call["params"]["name"] == "wait"
+    assert "id" not in cancel  # a notification
+    assert cancel["params"]["requestId"] == call["id"]
+    assert isinstance(cancel["params"].get("reason"), str)
+
+
+# --- request _meta -------------------------------------------------------------------------------
+
+
+def test_a_client_passes_meta_with_a_call_and_the_tool_reads_it_from_its_request_context(
+    tmp_path: Path,
+) -> None:
+    """Not through the provider yet: `Client.call_tool(..., meta=...)` sends `params._meta`, and
+    a tool taking a `Context` reads it as `ctx.request_context.meta` (see the server's echo_meta).
+    """
+    params = stdio_params(tmp_path / "ledger", extra_env={EXTRA_TOOLS_ENV: "echo_meta"})
+
+    async def scenario() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        async with Client(params, read_timeout_seconds=10.0) as client:
+            with_meta = await client.call_tool("echo_meta", {}, meta={"chatworker/call_id": "c1"})
+            without = await client.call_tool("echo_meta", {})
+            return with_meta.structured_content, without.structured_content
+
+    with_meta, without = asyncio.run(asyncio.wait_for(scenario(), SCENARIO_TIMEOUT_S))
+
+    assert with_meta is not None and without is not None
+    assert with_meta["chatworker/call_id"] == "c1"
+    # The SDK adds its own reserved keys on a 2026 connection: look a key up, never compare all.
+    assert "chatworker/call_id" not in without
+    assert {key for key in with_meta if key != "chatworker/call_id"} == set(without)
+    assert all(key.startswith("io.modelcontextprotocol/") for key in without)
+    assert [entry["arguments"] for entry in read_ledger(tmp_path / "ledger")] == [{}, {}]
+
+
 # --- streamable HTTP ----------------------------------------------------------------------------
 
 
@@ -580,3 +768,25 @@ def test_a_remote_server_is_reached_over_streamable_http_with_its_headers(
     assert http_server.headers
     assert all(h.get("authorization") == "Bearer s3cret" for h in http_server.headers)
     assert all(h.get("authorization") == "Bearer s3cret" for h in restarted[0].headers)
+
+
+def test_cancelling_a_call_to_a_remote_server_stops_the_tool_there(
+    http_server: HttpServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server runs in this process: it reads the ledger's path from this environment.
+    ledger = tmp_path / "ledger"
+    monkeypatch.setenv(LEDGER_ENV, str(ledger))
+    config = McpServerConfig(name="remote", url=http_server.url)
+
+    async def scenario(tools: McpToolProvider) -> tuple[float, ToolResult]:
+        task = asyncio.create_task(tools.execute("slow", {"seconds": 30}))
+        await wait_for_ledger(ledger, "slow")
+        returned = await cancel_and_wait(task)
+        await wait_for_ledger(ledger, "slow:cancelled")
+        return returned, await tools.execute("add", {"a": 1, "b": 2})
+
+    returned, after = with_provider([config], scenario)
+
+    assert returned < CANCEL_RETURNS_WITHIN_S
+    assert after == ok("3.0")
+    assert [entry["tool"] for entry in read_ledger(ledger)] == ["slow", "slow:cancelled", "add"]

@@ -57,6 +57,7 @@ EXPECTED_REQUIRED_PARAMS = {
     "hang": [],
     "exit_process": [],
     "huge_output": [],
+    "slow": [],
 }
 
 

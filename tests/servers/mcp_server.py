@@ -1,5 +1,6 @@
 """The MCP test server (mcp 2.x `MCPServer`, stdio): the demo's tools (`app.demo.mcp_server`) plus
-a tool with a side effect and deliberately faulty ones (raise, hang, exit, huge output).
+a tool with a side effect, deliberately faulty ones (raise, hang, exit, huge output) and `slow`,
+which records in the ledger when the client cancels it (`notifications/cancelled`).
 
 Tests spawn it through `stdio_params()`; every call can be recorded in a JSON-lines ledger.
 """
@@ -19,7 +20,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import anyio
 from mcp.client.stdio import StdioServerParameters
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
@@ -71,20 +72,25 @@ def read_ledger(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def _arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A call's arguments as the client sent them: without an injected `Context`."""
+    return {key: value for key, value in kwargs.items() if not isinstance(value, Context)}
+
+
 def _with_ledger(fn: F) -> F:
     """Wrap a tool so the call is recorded before the tool body runs (even if it then dies)."""
     if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def async_wrapper(**kwargs: Any) -> Any:
-            _append_ledger(fn.__name__, kwargs)
+            _append_ledger(fn.__name__, _arguments(kwargs))
             return await fn(**kwargs)
 
         return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> Any:
-        _append_ledger(fn.__name__, kwargs)
+        _append_ledger(fn.__name__, _arguments(kwargs))
         return fn(**kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -180,7 +186,27 @@ def huge_output(
     return huge_text(size)
 
 
-# --- opt-in fault tools (see EXTRA_TOOLS_ENV) ----------------------------------------------------
+# --- cancellation -------------------------------------------------------------------------------
+
+
+@tool()
+async def slow(
+    seconds: Annotated[float, Field(ge=0, description="How long to work.")] = 30,
+    label: Annotated[str, Field(description="Tells concurrent calls apart.")] = "",
+) -> str:
+    """Work (sleep) for the given number of seconds, then return; a call the client cancels
+    stops at once and is recorded as `slow:cancelled` in the ledger."""
+    # The ledger's "slow" line (written by the wrapper before this body runs) marks the start.
+    try:
+        await anyio.sleep(seconds)
+    except anyio.get_cancelled_exc_class():
+        # The server cancels the handler when the client sends `notifications/cancelled`.
+        _append_ledger("slow:cancelled", {"seconds": seconds, "label": label})
+        raise
+    return f"Worked {seconds:g} seconds{f' ({label})' if label else ''}."
+
+
+# --- opt-in tools (see EXTRA_TOOLS_ENV) ---------------------------------------------------------
 
 INVALID_UTF8_LINE = (
     b'{"jsonrpc":"2.0","method":"notifications/message",'
@@ -215,7 +241,15 @@ async def emit_invalid_utf8() -> str:
     return "ok"
 
 
-_OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {"emit_invalid_utf8": emit_invalid_utf8}
+async def echo_meta(ctx: Context) -> dict[str, Any]:
+    """Return the `_meta` of this `tools/call` request, as the server received it."""
+    return dict(ctx.request_context.meta or {})
+
+
+_OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {
+    "emit_invalid_utf8": emit_invalid_utf8,
+    "echo_meta": echo_meta,
+}
 
 
 def _register_opt_in_tools(names: str) -> None:

@@ -97,6 +97,11 @@ class McpToolProvider:
             return error_result(
                 f"Tool {name} failed: the tool server '{server.name}' is unavailable ({exc})"
             )
+        # Cancelling the task awaiting this call (a cancelled turn) tells the server: mcp's
+        # dispatcher sends `notifications/cancelled` for the request before the CancelledError
+        # propagates (over streamable HTTP it aborts the request's POST instead), and the server
+        # cancels the tool. Pinned by the "cancellation" tests of
+        # tests/integration/test_mcp_provider.py.
         try:
             result = await connection.client.call_tool(
                 definition.original_name, arguments, read_timeout_seconds=self._call_timeout
