@@ -9,26 +9,32 @@ appends take the next seqs in commit order, interleaved correctly with a worker'
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, Table, insert, select
 
+from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
+from app.client.ledger import (
+    AT_REST,
+    append,
+    last_message_seq,
+    lock_conversation,
+    turn_id_of,
+)
 from app.errors import ConversationBusy, ConversationNotFound, IdempotencyKeyReused, NotRetryable
 from app.models import (
     FAILED,
     FOR_MESSAGE,
     FOR_RETRY,
-    IDLE,
     MESSAGE_COMMITTED,
     PROCESSING,
     RELEASED_LEASE,
     STATUS_CHANGED,
     TURN_QUEUED,
     Conversation,
-    Event,
     Message,
     Turn,
 )
@@ -36,15 +42,11 @@ from app.models import (
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
 turns = cast(Table, Turn.__table__)
-events = cast(Table, Event.__table__)
 
-AT_REST = (IDLE, FAILED)
 REJECT = "reject"
 ENQUEUE = "enqueue"
-BUSY_POLICIES = (REJECT, ENQUEUE)
-
-
-_NO_REFERENCES = {"turn_id": None, "message_seq": None, "status": None, "attempt": None}
+INTERRUPT = "interrupt"
+BUSY_POLICIES = (REJECT, ENQUEUE, INTERRUPT)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class NewTurn:
     message_seq: int | None
     waits: bool = False  # queued behind the running turn, its message outside the transcript
     repeated: bool = False  # the same key and text were submitted before: nothing was written
+    announce: bool = False  # `interrupt` asked the running turn's worker to cancel it: tell it
 
 
 def insert_conversation(
@@ -82,23 +85,6 @@ def insert_conversation(
     )
 
 
-def lock_conversation(connection: Connection, conversation_id: uuid.UUID) -> Any:
-    """The conversation's row, locked until the transaction ends; `ConversationNotFound`."""
-    row = connection.execute(
-        select(
-            conversations.c.status,
-            conversations.c.turn_number,
-            conversations.c.turn_count,
-            conversations.c.event_seq,
-        )
-        .where(conversations.c.id == conversation_id)
-        .with_for_update()
-    ).one_or_none()
-    if row is None:
-        raise ConversationNotFound(f"no conversation {conversation_id}")
-    return row
-
-
 def submit_turn(
     connection: Connection,
     conversation_id: uuid.UUID,
@@ -108,7 +94,8 @@ def submit_turn(
     on_busy: str,
 ) -> NewTurn:
     """A turn for the user's message: started at once when the conversation rests, else refused
-    (`reject`) or queued behind the running turn (`enqueue`). A key seen before with the same text
+    (`reject`), queued behind the running turn (`enqueue`), or queued next while the running turn
+    and any other waiting turn are cancelled (`interrupt`). A key seen before with the same text
     returns that turn and writes nothing; with another text, `IdempotencyKeyReused`."""
     row = lock_conversation(connection, conversation_id)
     if idempotency_key is not None:
@@ -117,7 +104,7 @@ def submit_turn(
             return seen
     number = row.turn_count + 1
     if row.status in AT_REST:
-        message_seq = _last_message_seq(connection, conversation_id) + 1
+        message_seq = last_message_seq(connection, conversation_id) + 1
         turn = _insert_turn(
             connection, conversation_id, number, idempotency_key, message_seq=message_seq
         )
@@ -126,7 +113,7 @@ def submit_turn(
                 conversation_id=conversation_id, seq=message_seq, role="user", content=text
             )
         )
-        _append(
+        append(
             connection,
             conversation_id,
             row.event_seq,
@@ -138,17 +125,32 @@ def submit_turn(
             **_started(number),
         )
         return turn
-    if on_busy != ENQUEUE:
-        running = _turn_id(connection, conversation_id, row.turn_number)
+    running = turn_id_of(connection, conversation_id, row.turn_number)
+    if on_busy == REJECT:
         raise ConversationBusy(
             f"conversation {conversation_id} is {row.status}: turn {running} is running; "
-            "submit with on_busy='enqueue' to queue the message behind it",
+            "submit with on_busy='enqueue' to queue the message behind it, or 'interrupt' to "
+            "cancel it and run this one",
             turn_id=running,
         )
+    last_seq = row.event_seq
+    now = datetime.now(UTC)
+    if on_busy == INTERRUPT:
+        waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
+        last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
     turn = _insert_turn(connection, conversation_id, number, idempotency_key, waiting_text=text)
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
-    _append(connection, conversation_id, row.event_seq, queued, turn_count=number)
-    return turn
+    append(connection, conversation_id, last_seq, queued, turn_count=number)
+    if on_busy != INTERRUPT or running is None:
+        return turn
+    cancelled = cancel_current(
+        connection,
+        conversation_id,
+        lock_conversation(connection, conversation_id),
+        running,
+        now=now,
+    )
+    return replace(turn, waits=not cancelled.ring, announce=cancelled.announce)
 
 
 def retry_turn(connection: Connection, conversation_id: uuid.UUID) -> NewTurn:
@@ -160,7 +162,7 @@ def retry_turn(connection: Connection, conversation_id: uuid.UUID) -> NewTurn:
         )
     number = row.turn_count + 1
     turn = _insert_turn(connection, conversation_id, number, None, kind=FOR_RETRY)
-    _append(
+    append(
         connection,
         conversation_id,
         row.event_seq,
@@ -255,51 +257,13 @@ def _started(number: int) -> dict[str, Any]:
     }
 
 
-def _append(
-    connection: Connection,
-    conversation_id: uuid.UUID,
-    last_seq: int,
-    logged: Sequence[Mapping[str, Any]],
-    **values: Any,
-) -> None:
-    """Events after `last_seq`, and the conversation's `event_seq` (with `values`) moved past
-    them in one UPDATE."""
-    connection.execute(
-        update(conversations)
-        .where(conversations.c.id == conversation_id)
-        .values(event_seq=last_seq + len(logged), **values)
-    )
-    connection.execute(
-        insert(events),
-        [
-            # Every row names every column: an executemany takes its columns from the first.
-            {**_NO_REFERENCES, "conversation_id": conversation_id, "seq": last_seq + n, **event}
-            for n, event in enumerate(logged, start=1)
-        ],
-    )
-
-
-def _turn_id(connection: Connection, conversation_id: uuid.UUID, number: int) -> uuid.UUID | None:
-    return connection.execute(
-        select(turns.c.id).where(
-            turns.c.conversation_id == conversation_id, turns.c.number == number
-        )
-    ).scalar_one_or_none()
-
-
-def _last_message_seq(connection: Connection, conversation_id: uuid.UUID) -> int:
-    query = select(messages.c.seq).where(messages.c.conversation_id == conversation_id)
-    last = connection.execute(query.order_by(messages.c.seq.desc()).limit(1)).scalar_one_or_none()
-    return int(last or 0)
-
-
 __all__ = [
     "BUSY_POLICIES",
     "ENQUEUE",
+    "INTERRUPT",
     "REJECT",
     "NewTurn",
     "insert_conversation",
-    "lock_conversation",
     "retry_turn",
     "status_of",
     "submit_turn",

@@ -26,7 +26,15 @@ from app.models.event import (
     TURN_STARTED,
     Event,
 )
-from app.models.message import ASSISTANT, ROLES, SYSTEM, TOOL, USER, Message
+from app.models.message import (
+    ASSISTANT,
+    CANCELLED_CALL_RESULT,
+    ROLES,
+    SYSTEM,
+    TOOL,
+    USER,
+    Message,
+)
 from app.models.tool import CatalogTool
 from app.models.turn import (
     CANCELLED,
@@ -45,6 +53,7 @@ from app.models.turn import (
 __all__ = [
     "ASSISTANT",
     "CANCELLED",
+    "CANCELLED_CALL_RESULT",
     "CANCEL_REQUESTED",
     "COMPLETED",
     "EVENT_TYPES",

@@ -30,6 +30,9 @@ USER = "user"
 ASSISTANT = "assistant"
 TOOL = "tool"
 ROLES = (SYSTEM, USER, ASSISTANT, TOOL)
+#: The result of a tool call the user's cancel left unanswered, whoever ends the turn (the worker
+#: holding it, or the web side when no worker does): the transcript stays valid for every provider.
+CANCELLED_CALL_RESULT = "Cancelled by the user: this tool call did not complete."
 TOOL_RESULT_HAS_CALL_ID = (
     "(role = 'tool' AND tool_call_id IS NOT NULL) OR (role <> 'tool' AND tool_call_id IS NULL)"
 )

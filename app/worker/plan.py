@@ -7,35 +7,47 @@ question of the same data, so they are the same path):
     committed state                                             next action
     ----------------------------------------------------------  ----------------------------------
  1  this claim is attempt `max_attempts` + 1 without a          Fail(GAVE_UP): the step keeps
-    committed step in between (`on_claim`)                        killing its worker
- 2  no user message                                             Fail(NO_USER_MESSAGE)
- 3  assistant text with no tool calls                           Finish: the turn is done, idle
- 4  assistant tool calls not all answered; the first
+    committed step in between, and no cancel was requested        killing its worker
+    (`on_claim`)
+ 2  assistant text with no tool calls                           Finish: the turn is done, idle
+                                                                  (an answer stays completed even
+                                                                  when a cancel follows it)
+ 3  a cancel was requested (the claim, a committed step, the
+    heartbeat or the live notice saw it):
+      a call of the last assistant message is unanswered        RejectCall(CANCELLED), in call order
+      otherwise                                                 Cancel: the turn is cancelled
+ 4  no user message                                             Fail(NO_USER_MESSAGE)
+ 5  assistant tool calls not all answered; the first
     unanswered call (in call order):
       its reply was cut off by the length limit                 RejectCall(CUT_OFF)
       names a tool not offered to this conversation             RejectCall(not allowed / unknown)
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       otherwise                                                 RunTool(call, arguments)
- 5  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
+ 6  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
     rounds of calls all came back as errors
- 6  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
+ 7  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
     has reached `max_iterations`
- 7  a user message, or every call answered                      CallModel
+ 8  a user message, or every call answered                      CallModel
 
 `model_failed` and `judge_reply` decide what a model call's outcome commits:
 
     the model's reply                                           committed
     ----------------------------------------------------------  ----------------------------------
- 8  the call failed for good (not transient, or retries spent)  Fail(the readable error)
- 9  blocked by the provider's content filter                    Fail(CONTENT_FILTER)
-10  tool calls (ids made unique in the conversation)            RecordCalls: tool_loop
-11  no tool calls and blank text                                Fail(EMPTY_REPLY)
-12  text                                                        RecordAnswer: idle
+ 9  the call failed for good (not transient, or retries spent)  Fail(the readable error)
+10  blocked by the provider's content filter                    Fail(CONTENT_FILTER)
+11  tool calls (ids made unique in the conversation)            RecordCalls: tool_loop
+12  no tool calls and blank text                                Fail(EMPTY_REPLY)
+13  text                                                        RecordAnswer: idle
+
+A reply that arrived is committed by these rows even when a cancel came while it was on its way:
+the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
+the call, so no reply comes and row 3 cancels the turn.
 
 Every action commits one step (one transaction) and the next action is planned again from what is
 then committed: a crash anywhere resumes at the row that matches the database. Crash points:
-after submit or during the model call (7), after the tool calls are committed or between two
-results (4, only unanswered calls run), after the last result (7), after the answer (nothing: idle).
+after submit or during the model call (8), after the tool calls are committed or between two
+results (5, only unanswered calls run), after the last result (8), after the answer (nothing: idle).
+A cancel requested before a crash is still requested after it: the next claim sees it (row 3).
 
 Not decided here, because nothing is written: a lost lease (a fenced write matched nothing) stops
 the run, and a worker shutting down releases the lease for another worker to continue.
@@ -65,6 +77,7 @@ CUT_OFF_RESULT = (
 )
 MAX_ERROR_ROUNDS = 3
 NO_USER_MESSAGE_ERROR = "Nothing to answer: the conversation has no user message"
+CANCELLED_RESULT = "Cancelled by the user: this tool call did not complete."
 
 
 class ToolCall(NamedTuple):
@@ -146,7 +159,12 @@ class Fail:
     error: str
 
 
-Action = CallModel | RunTool | RejectCall | Finish | Fail
+@dataclass(frozen=True)
+class Cancel:
+    """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
+
+
+Action = CallModel | RunTool | RejectCall | Finish | Fail | Cancel
 
 
 @dataclass(frozen=True)
@@ -169,12 +187,13 @@ Verdict = RecordCalls | RecordAnswer | Fail
 # --- the decisions ------------------------------------------------------------------------------
 
 
-def on_claim(attempts: int, max_attempts: int) -> Fail | None:
+def on_claim(attempts: int, max_attempts: int, cancel_requested: bool = False) -> Fail | None:
     """Row 1: a turn claimed `attempts` times since its last committed step (this claim
     included) fails once that is over `max_attempts`; None lets it go on.
 
-    Decided before anything else runs: a step that kills its worker must not get another try."""
-    if attempts > max_attempts:
+    Decided before anything else runs: a step that kills its worker must not get another try.
+    A turn the user cancelled goes on to be cancelled instead (row 3 runs nothing)."""
+    if attempts > max_attempts and not cancel_requested:
         return Fail(GAVE_UP_ERROR.format(attempts=attempts - 1))
     return None
 
@@ -184,22 +203,34 @@ def next_action(
     iterations: int,
     max_iterations: int,
     max_error_rounds: int = MAX_ERROR_ROUNDS,
+    *,
     tools: Toolbox = NO_TOOLS,
+    cancel_requested: bool = False,
 ) -> Action:
-    """The next step of the turn (rows 2-7 of the table), from what is committed.
+    """The next step of the turn (rows 2-8 of the table), from what is committed.
 
-    `iterations` counts the turn's committed LLM calls; `tools` are the names it may call.
+    `iterations` counts the turn's committed LLM calls; `tools` are the names it may call;
+    `cancel_requested` says the user asked to stop the turn.
     """
     turn = current_turn(transcript)
-    if not turn:
-        return Fail(NO_USER_MESSAGE_ERROR)
     assistant = _last_assistant(turn)
     if assistant is not None and not assistant.tool_calls:
         return Finish()
     pending = pending_calls(turn)
+    if cancel_requested:
+        return RejectCall(pending[0], CANCELLED_RESULT) if pending else Cancel()
+    if not turn:
+        return Fail(NO_USER_MESSAGE_ERROR)
     if pending:
         cut_off = assistant is not None and assistant.finish_reason == "length"
         return _tool_step(pending[0], tools, cut_off)
+    return _model_step(turn, iterations, max_iterations, max_error_rounds)
+
+
+def _model_step(
+    turn: Sequence[Entry], iterations: int, max_iterations: int, max_error_rounds: int
+) -> Fail | CallModel:
+    """Every call is answered (or the turn just began): the model, unless a cap is reached."""
     rounds, last_error = _error_rounds(turn)
     if rounds >= max_error_rounds:
         return Fail(ERROR_ROUNDS_ERROR.format(rounds=rounds, last=last_error))

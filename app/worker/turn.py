@@ -4,6 +4,11 @@ it rests (`idle` or `failed`). A fresh turn and a resumed one are the same call.
 Every decision is the planner's (`app.worker.plan`); this module only acts on it (calls the model,
 runs one tool) and commits the outcome in its own short transaction. While it waits on the model or
 a tool, a heartbeat renews the lease; if the lease is lost the run is cancelled and writes nothing.
+
+A user's cancel reaches a running turn three ways: the live notice (`TurnRunner.cancel`, at once),
+the heartbeat, and every committed step (both return the turn's cancel flag). It aborts the model
+call or the tool call in flight (the MCP server is told), and the planner then answers the calls
+left open and ends the turn `cancelled`.
 """
 
 from __future__ import annotations
@@ -12,14 +17,17 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from app.config import Settings
+from app.live import ANY_STREAM
 from app.models import PROCESSING
 from app.worker import failpoints, plan
+from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
     CallModel,
+    Cancel,
     Fail,
     Finish,
     RecordAnswer,
@@ -28,16 +36,27 @@ from app.worker.plan import (
     RunTool,
     ToolCall,
 )
-from app.worker.ports import ModelClient, ModelError, ModelRequest, ToolProvider, Usage
+from app.worker.ports import (
+    NO_SINK,
+    ModelClient,
+    ModelError,
+    ModelRequest,
+    ReplySink,
+    ToolProvider,
+    Usage,
+)
 from app.worker.store import Claim, Committed, LeaseLost, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 
 class Outcome(enum.Enum):
     IDLE = "idle"
     FAILED = "failed"
+    CANCELLED = "cancelled"
     NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
 
@@ -55,6 +74,7 @@ class TurnRunner:
         settings: Settings,
         owner: str,
         db: DatabaseThreads | None = None,
+        broadcaster: Broadcaster | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -62,6 +82,17 @@ class TurnRunner:
         self.settings = settings
         self.owner = owner
         self.db = db or DatabaseThreads()
+        self.broadcaster = broadcaster or Broadcaster(None)
+        self._turns: dict[uuid.UUID, _Turn] = {}  # the turns running in this process
+
+    def cancel(self, conversation_id: uuid.UUID) -> bool:
+        """The user asked to cancel this conversation's turn (call on the runner's loop): abort
+        what it is waiting on now. False when no turn of it runs here."""
+        turn = self._turns.get(conversation_id)
+        if turn is None:
+            return False
+        turn.request_cancel()
+        return True
 
     async def run(self, conversation_id: uuid.UUID) -> Outcome:
         """Claim the conversation and drive it until it rests; resume whatever is committed.
@@ -80,16 +111,24 @@ class TurnRunner:
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
         claim = snapshot.claim
-        gave_up = plan.on_claim(snapshot.attempts, self.settings.max_attempts)
+        gave_up = plan.on_claim(
+            snapshot.attempts, self.settings.max_attempts, snapshot.cancel_requested
+        )
         if gave_up is not None:
             failed = await self.db.run(
                 self.store.fail, claim, gave_up.error, status=snapshot.status
             )
             return Outcome.FAILED, failed.status == PROCESSING
         failpoints.hit("after_claim")
+        self.broadcaster.committed(conversation_id, snapshot.event_seq)
+        if not snapshot.first:  # a reply the previous worker was streaming will never come
+            self.broadcaster.discarded(
+                conversation_id, _next_seq(snapshot.transcript), ANY_STREAM, RESUMED
+            )
         lost = asyncio.Event()
-        beating = asyncio.create_task(self._heartbeat(claim, asyncio.current_task(), lost))
         turn = _Turn(self, snapshot)
+        self._turns[conversation_id] = turn
+        beating = asyncio.create_task(self._heartbeat(turn, asyncio.current_task(), lost))
         try:
             return await turn.drive(), turn.status == PROCESSING
         except LeaseLost:
@@ -103,14 +142,18 @@ class TurnRunner:
             raise
         finally:
             beating.cancel()
+            self._turns.pop(conversation_id, None)
 
     async def _heartbeat(
-        self, claim: Claim, runner: asyncio.Task[Any] | None, lost: asyncio.Event
+        self, turn: _Turn, runner: asyncio.Task[Any] | None, lost: asyncio.Event
     ) -> None:
+        claim = turn.claim
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
             try:
-                await self.db.run(self.store.heartbeat, claim, self.settings.lease_ttl_seconds)
+                beat = await self.db.run(
+                    self.store.heartbeat, claim, self.settings.lease_ttl_seconds
+                )
             except LeaseLost:
                 lost.set()
                 if runner is not None:
@@ -118,6 +161,9 @@ class TurnRunner:
                 return
             except Exception:  # the database may be back before the lease runs out
                 log.exception("conversation %s: heartbeat failed", claim.conversation_id)
+                continue
+            if beat.cancel_requested:  # the live notice was lost: the flag is committed
+                turn.request_cancel()
 
     async def _release(self, claim: Claim) -> None:
         try:
@@ -126,6 +172,16 @@ class TurnRunner:
             pass
         except Exception:  # the lease expires by itself; recovery picks the turn up then
             log.exception("conversation %s: could not release the lease", claim.conversation_id)
+
+
+RESUMED = "the turn resumed after its worker stopped"
+CANCELLED = "cancelled by the user"
+FAILED_CALL = "the model call failed"
+NOT_COMMITTED = "the reply could not be committed"
+
+
+def _next_seq(transcript: Any) -> int:
+    return transcript[-1].seq + 1 if transcript else 1
 
 
 class _Turn:
@@ -142,33 +198,68 @@ class _Turn:
         self.iterations = snapshot.iterations
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
         self.toolbox = plan.NO_TOOLS
+        self.cancel_requested = snapshot.cancel_requested
+        self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
+
+    def request_cancel(self) -> None:
+        """The user cancelled the turn: abort the call in flight; the planner does the rest."""
+        self.cancel_requested = True
+        if self._in_flight is not None:
+            self._in_flight.cancel()
 
     async def drive(self) -> Outcome:
         await self._load_tools()
         settings = self.runner.settings
         while True:
             action = plan.next_action(
-                self.transcript, self.iterations, settings.max_iterations, tools=self.toolbox
+                self.transcript,
+                self.iterations,
+                settings.max_iterations,
+                tools=self.toolbox,
+                cancel_requested=self.cancel_requested,
             )
             match action:
                 case CallModel():
-                    if self.transcript[-1].role == "tool":
+                    if self.transcript and self.transcript[-1].role == "tool":
                         failpoints.hit("results_committed")
                     outcome = await self._call_model()
                     if outcome is not None:
                         return outcome
                 case RunTool(call, arguments):
-                    result = await self.runner.tools.execute(call.name, arguments)
-                    failpoints.hit("tool_ran", call.name)
-                    await self._record_result(call, result.content, result.is_error)
+                    ran, result = await self._interruptible(
+                        self.runner.tools.execute(call.name, arguments)
+                    )
+                    if ran:
+                        failpoints.hit("tool_ran", call.name)
+                        await self._record_result(call, result.content, result.is_error)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Finish():
                     await self._commit(self.store.finish, self.claim, status=self.status)
                     return Outcome.IDLE
+                case Cancel():
+                    await self._commit(self.store.cancel, self.claim, status=self.status)
+                    return Outcome.CANCELLED
                 case Fail(error):
                     await self._fail(error)
                     return Outcome.FAILED
+
+    async def _interruptible(self, call: Awaitable[T]) -> tuple[bool, T]:
+        """Await `call` so that the user's cancel can abort it: (False, None) when it did.
+
+        A cancel of the whole run (shutdown, a lost lease) still propagates."""
+        task = asyncio.ensure_future(call)
+        self._in_flight = task
+        try:
+            return True, await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            run_cancelled = current is not None and current.cancelling() > 0
+            if task.cancelled() and self.cancel_requested and not run_cancelled:
+                return False, None  # type: ignore[return-value]
+            raise
+        finally:
+            self._in_flight = None
 
     async def _load_tools(self) -> None:
         allowed = self.snapshot.allowed_tools
@@ -181,20 +272,39 @@ class _Turn:
         ]
 
     async def _call_model(self) -> Outcome | None:
-        """Ask the model, commit what the planner makes of its answer; an outcome if it rests."""
+        """Ask the model, commit what the planner makes of its answer; an outcome if it rests.
+        Its reply is streamed to the live channel as it forms, and flushed before the commit."""
         request = ModelRequest(
             model=self.snapshot.model,
             messages=self.transcript.provider_messages(),
             tools=self.function_tools,
             tool_choice=self.snapshot.tool_choice,
         )
+        seq = self._next_seq()
+        sink = self.runner.broadcaster.reply(self.claim.conversation_id, seq)
+        settled = False  # the reply was committed, or its stream already abandoned
         try:
-            reply = await self.runner.model.complete(request)
+            outcome = await self._ask(request, sink, seq)
+            settled = True
+            return outcome
+        finally:
+            if not settled:  # a lost lease, a shutdown: the reply will not be committed here
+                sink.abandon(NOT_COMMITTED)
+
+    async def _ask(self, request: ModelRequest, sink: ReplyStream, seq: int) -> Outcome | None:
+        try:
+            answered, reply = await self._interruptible(
+                self.runner.model.complete(request, self._sink(sink))
+            )
         except ModelError as exc:
+            sink.abandon(FAILED_CALL)
             await self._fail(plan.model_failed(str(exc)).error)
             return Outcome.FAILED
+        if not answered:
+            sink.abandon(CANCELLED)
+            return None  # cancelled while the model was answering: the planner ends the turn
+        sink.flush()
         failpoints.hit("llm_answered")
-        seq = self._next_seq()
         verdict = plan.judge_reply(
             reply.content,
             reply.tool_calls,
@@ -231,6 +341,7 @@ class _Turn:
                 failpoints.hit("final_committed")
                 return Outcome.IDLE
             case Fail(error):
+                sink.abandon(error)
                 await self._fail(error, reply.usage)
                 return Outcome.FAILED
 
@@ -249,15 +360,22 @@ class _Turn:
     async def _fail(self, error: str, usage: Usage | None = None) -> None:
         await self._commit(self.store.fail, self.claim, error, status=self.status, usage=usage)
 
+    def _sink(self, stream: ReplySink) -> ReplySink:
+        return stream if self.runner.broadcaster.channel is not None else NO_SINK
+
     async def _commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
-        """Run one of the store's writes on a database thread; mirror what it committed."""
+        """Run one of the store's writes on a database thread; mirror what it committed, and
+        wake the conversation's readers."""
         committed = await self.db.run(write, *args, **values)
+        self.runner.broadcaster.committed(self.claim.conversation_id, committed.event_seq)
         self.status = committed.status
+        if committed.cancel_requested:
+            self.cancel_requested = True
         if committed.entry is not None:
             self.transcript.append(committed.entry)
 
     def _next_seq(self) -> int:
-        return self.transcript[-1].seq + 1 if self.transcript else 1
+        return _next_seq(self.transcript)
 
 
 __all__ = ["Outcome", "TurnRunner"]

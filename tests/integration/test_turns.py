@@ -303,7 +303,7 @@ def test_a_bad_cursor_is_refused(
         ({"idempotency_key": "k" * 201}, "idempotency_key must be a string of 1 to 200"),
         ({"idempotency_key": 7}, "idempotency_key must be a string"),
         ({"idempotency_key": "a\nb"}, "printable"),
-        ({"on_busy": "queue"}, "on_busy must be one of reject, enqueue, not 'queue'"),
+        ({"on_busy": "queue"}, "on_busy must be one of reject, enqueue, interrupt, not 'queue'"),
         ({"on_busy": None}, "on_busy must be one of"),
     ],
 )

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from app.worker.plan import (
+    CANCELLED_RESULT,
     CONTENT_FILTER_ERROR,
     CUT_OFF_RESULT,
     EMPTY_REPLY_ERROR,
@@ -17,6 +18,7 @@ from app.worker.plan import (
     NO_USER_MESSAGE_ERROR,
     Action,
     CallModel,
+    Cancel,
     Entry,
     Fail,
     Finish,
@@ -162,6 +164,42 @@ def test_planning_is_pure() -> None:
     snapshot = list(transcript)
     assert next_action(transcript, 1, CAP) == next_action(transcript, 1, CAP)
     assert transcript == snapshot
+
+
+# --- a cancelled turn (row 3) ---------------------------------------------------------------------
+
+
+def cancelled(transcript: list[Entry], iterations: int = 1) -> Action:
+    return next_action(transcript, iterations, CAP, tools=TOOLS, cancel_requested=True)
+
+
+def test_a_cancel_during_the_model_call_cancels_the_turn() -> None:
+    assert cancelled([user(1)]) == Cancel()
+
+
+def test_a_cancel_answers_every_unanswered_call_in_order_before_the_turn_ends() -> None:
+    """Walked like a replay: each rejected call is one committed step, then the turn ends."""
+    transcript: list[Entry] = [user(1), calls(2, A, B, C), result(3, A)]
+    assert cancelled(transcript) == RejectCall(B, CANCELLED_RESULT)
+    transcript.append(result(4, B, CANCELLED_RESULT, is_error=True))
+    assert cancelled(transcript) == RejectCall(C, CANCELLED_RESULT)
+    transcript.append(result(5, C, CANCELLED_RESULT, is_error=True))
+    assert cancelled(transcript) == Cancel()
+
+
+def test_a_cancel_overrides_the_caps_and_the_checks() -> None:
+    # Nothing runs once a cancel is requested: not even a call that would only be rejected.
+    assert cancelled([user(1), calls(2, A)], iterations=CAP) == RejectCall(A, CANCELLED_RESULT)
+    assert cancelled([user(1), calls(2, A), result(3, A)], iterations=CAP) == Cancel()
+    assert cancelled([]) == Cancel()
+
+
+def test_an_answer_committed_before_the_cancel_stays_completed() -> None:
+    assert cancelled([user(1), calls(2, A), result(3, A), answer(4)]) == Finish()
+
+
+def test_a_cancelled_turn_is_not_given_up_on_at_its_claim() -> None:
+    assert on_claim(attempts=4, max_attempts=3, cancel_requested=True) is None
 
 
 # --- tool call ids ------------------------------------------------------------------------------

@@ -8,8 +8,12 @@ Each rule is written once and shared by every statement that needs it:
                     worker claimed the conversation since: the write did not happen
     PROGRESS        a committed step renews the lease and resets the attempt count
     RELEASED_LEASE  no worker holds the conversation (app.models; the web app writes it too)
-    NEXT_TURN       a turn ends: if another was submitted meanwhile (turn_count > turn_number), the
-                    conversation moves to it and stays `processing`, else it rests
+    NEXT_TURN       a turn ends: if another was submitted meanwhile and still waits (the first
+                    `queued` turn after the current one; a waiting turn cancelled before its start
+                    is skipped), the conversation moves to it and stays `processing`, else it rests
+    CANCEL_ASKED    every fenced UPDATE also returns whether the user asked to cancel the lease
+                    holder's turn, so a worker learns of a cancel at its next step or heartbeat
+                    even when the live notice never reached it
     EVENTS          every UPDATE takes the seqs of the events it appends from `event_seq`, so the
                     row lock orders the log exactly as the commits
 """
@@ -29,6 +33,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    Uuid,
     and_,
     bindparam,
     case,
@@ -43,6 +48,7 @@ from app.models import (
     FAILED,
     IDLE,
     PROCESSING,
+    QUEUED,
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
@@ -63,7 +69,24 @@ OLD_STATUS = bindparam("old_status", type_=String)
 
 FENCE = and_(c.id == bindparam("fence_id"), c.lease_epoch == bindparam("fence_epoch"))
 PROGRESS = {"lease_expires_at": _EXPIRES, "attempts": 0}
-NEXT_TURN = c.turn_count > c.turn_number
+TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
+# The turn that runs after the current one; NULL when none waits. Only read when a turn ends.
+_NEXT_QUEUED = (
+    select(func.min(turns.c.number))
+    .where(
+        turns.c.conversation_id == c.id,
+        turns.c.number > c.turn_number,
+        turns.c.status == QUEUED,
+    )
+    .scalar_subquery()
+)
+NEXT_TURN = _NEXT_QUEUED.is_not(None)
+CANCEL_ASKED = (
+    select(turns.c.cancel_requested_at.is_not(None))
+    .where(turns.c.id == TURN_ID)
+    .scalar_subquery()
+    .label("cancel_requested")
+)
 _TOUCHED = {"heartbeat_at": NOW, "updated_at": NOW}  # every write is a sign of life
 ADD_PROMPT = bindparam("add_prompt_tokens", type_=Integer)
 ADD_COMPLETION = bindparam("add_completion_tokens", type_=Integer)
@@ -79,7 +102,12 @@ SOURCE = (c.id, c.event_seq, c.status, c.lease_epoch)
 def _fenced(events: int | ColumnElement[int] = 0, /, **values: Any) -> Update:
     if not isinstance(events, int) or events:
         values["event_seq"] = c.event_seq + events
-    return update(conversations).where(FENCE).values(**_TOUCHED, **values).returning(*SOURCE)
+    return (
+        update(conversations)
+        .where(FENCE)
+        .values(**_TOUCHED, **values)
+        .returning(*SOURCE, CANCEL_ASKED)
+    )
 
 
 def _changes(status: ColumnElement[str]) -> ColumnElement[int]:
@@ -92,7 +120,7 @@ def _ending(rest_status: str, *, counted: bool, **values: Any) -> dict[str, Any]
     iterations = c.iterations + 1 if counted else c.iterations
     return {
         "status": ending_status(rest_status),
-        "turn_number": c.turn_number + case((NEXT_TURN, 1), else_=0),
+        "turn_number": func.coalesce(_NEXT_QUEUED, c.turn_number),
         "iterations": case((NEXT_TURN, 0), else_=iterations),
         "attempts": 0,
         **RELEASED_LEASE,
@@ -117,6 +145,7 @@ CURRENT_TURN = (
         turns.c.number,
         turns.c.started_at,
         turns.c.input,
+        turns.c.cancel_requested_at,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -170,6 +199,7 @@ CLAIM = (
         _current("started_at").is_(None).label("turn_first"),
         _current("input").label("turn_input"),
         _current("next_message_seq").label("message_seq"),
+        _current("cancel_requested_at").is_not(None).label("cancel_requested"),
     )
     .add_cte(CURRENT_TURN)
 )
@@ -199,6 +229,7 @@ class Write(enum.Enum):
     RELEASE = "release"  # the lease given up (shutdown): another worker may claim at once
     FINISH = "finish"  # the final text is already committed: the turn completes
     FAIL = "fail"  # the turn failed with a readable error; a failed call's tokens still count
+    CANCEL = "cancel"  # the user cancelled the turn and every call is answered
 
 
 ERROR = bindparam("error", type_=Text)
@@ -216,6 +247,10 @@ HEADS: dict[Any, Update] = {
             error=case((NEXT_TURN, None), else_=ERROR),
             **_COUNTED,
         ),
+    ),
+    # turn.cancelled, and status.changed unless the status stays; a failed call's tokens count
+    Write.CANCEL: _fenced(
+        1 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=False, **_COUNTED)
     ),
 }
 
@@ -261,6 +296,7 @@ def fence_parameters(
 __all__ = [
     "ADD_COMPLETION",
     "ADD_PROMPT",
+    "CANCEL_ASKED",
     "CLAIM",
     "CURRENT_TURN",
     "ERROR",
@@ -272,6 +308,7 @@ __all__ = [
     "PROGRESS",
     "SOURCE",
     "TRANSCRIPT",
+    "TURN_ID",
     "StepKind",
     "Write",
     "ending_status",

@@ -30,7 +30,6 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
-    Uuid,
     bindparam,
     case,
     cast,
@@ -47,10 +46,12 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
 
 from app.models import (
+    CANCELLED,
     COMPLETED,
     MESSAGE_COMMITTED,
     RUNNING,
     STATUS_CHANGED,
+    TURN_CANCELLED,
     TURN_COMPLETED,
     TURN_FAILED,
     TURN_FAILED_EVENT,
@@ -69,6 +70,7 @@ from app.worker.store.fence import (
     HEADS,
     NOW,
     OLD_STATUS,
+    TURN_ID,
     StepKind,
     Write,
     messages,
@@ -78,7 +80,6 @@ from app.worker.store.fence import (
 events = typed(Table, Event.__table__)
 
 Part = Callable[[FromClause], Insert | Update]
-TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,13 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         (
             _end_turn(TURN_FAILED, error=ERROR),
             _log(lambda f: [Logged(TURN_FAILED_EVENT), _status_changed(f)]),
+        ),
+    ),
+    Write.CANCEL: Composite(
+        HEADS[Write.CANCEL],
+        (
+            _end_turn(CANCELLED),
+            _log(lambda f: [Logged(TURN_CANCELLED), _status_changed(f)]),
         ),
     ),
     StepKind.TOOL_CALLS: Composite(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -57,6 +57,8 @@ class Snapshot:
     iterations: int
     attempts: int
     transcript: Transcript
+    event_seq: int = 0  # the conversation's last event, the claim's own included
+    cancel_requested: bool = False  # the user asked to cancel this turn
 
 
 class TurnStore:
@@ -96,11 +98,14 @@ class TurnStore:
             iterations=row.iterations,
             attempts=row.attempts,
             transcript=Transcript(row.instructions, map(_entry, transcript)),
+            event_seq=row.event_seq,
+            cancel_requested=bool(row.cancel_requested),
         )
 
-    def heartbeat(self, claim: Claim, ttl: float) -> None:
-        """Renew the lease; raise `LeaseLost` if it was taken over."""
-        self._run(Write.HEARTBEAT, claim, ttl=ttl)
+    def heartbeat(self, claim: Claim, ttl: float) -> Committed:
+        """Renew the lease; raise `LeaseLost` if it was taken over. The result says whether the
+        user asked to cancel the turn meanwhile."""
+        return self._run(Write.HEARTBEAT, claim, ttl=ttl)
 
     def release(self, claim: Claim) -> None:
         """Give the lease up (graceful shutdown) so another worker may claim at once."""
@@ -158,6 +163,11 @@ class TurnStore:
         """Complete the turn when its final text is already committed."""
         return self._run(Write.FINISH, claim, old_status=status)
 
+    def cancel(self, claim: Claim, *, status: str) -> Committed:
+        """End the turn `cancelled` once every call has an answer: the conversation rests
+        (`idle`) or moves on to the next waiting turn (`processing`), lease released."""
+        return self._run(Write.CANCEL, claim, old_status=status, **journal.usage_parameters(None))
+
     def fail(
         self, claim: Claim, error: str, *, status: str, usage: Usage | None = None
     ) -> Committed:
@@ -174,7 +184,7 @@ class TurnStore:
         found = self._driver.run(op, {**parameters, "turn_id": claim.turn_id, **values})
         if found is None:
             raise _lost(claim)
-        return Committed(status=found[_STATUS])
+        return Committed(found[_STATUS], None, found[_EVENT_SEQ], bool(found[_CANCEL]))
 
     def _step(
         self,
@@ -199,18 +209,22 @@ class TurnStore:
             raise LeaseLost(
                 f"conversation {claim.conversation_id}: seq {entry.seq} already written"
             ) from exc
-        return Committed(committed.status, entry)
+        return replace(committed, entry=entry)
 
 
 @dataclass(frozen=True)
 class Committed:
-    """What a write left: the conversation's status, and the transcript entry it added."""
+    """What a write left: the conversation's status, the transcript entry it added, the seq of
+    the conversation's last event (its own included), and whether a cancel is requested."""
 
     status: str
     entry: Entry | None = None
+    event_seq: int = 0
+    cancel_requested: bool = False
 
 
-_STATUS = 2  # the position of `status` in every head's row (fence.SOURCE)
+# Positions in every head's row: fence.SOURCE, then fence.CANCEL_ASKED.
+_EVENT_SEQ, _STATUS, _CANCEL = 1, 2, 4
 
 
 class _ClaimRow(NamedTuple):
@@ -228,6 +242,7 @@ class _ClaimRow(NamedTuple):
     turn_first: bool
     turn_input: str | None
     message_seq: int
+    cancel_requested: bool | None
 
 
 def _entry(row: Row) -> Entry:

@@ -1,0 +1,117 @@
+"""What every web-side write does first and last: lock the conversation's row, and append its
+events with the conversation's counters moved past them in one UPDATE.
+
+Locking the row orders a web-side write against the worker's fenced statements, so the events it
+appends take the next seqs in commit order and its reads of the conversation are fresh.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, insert, select, update
+
+from app.errors import ConversationNotFound
+from app.models import FAILED, IDLE, Conversation, Event, Message, Turn
+
+conversations = cast(Table, Conversation.__table__)
+messages = cast(Table, Message.__table__)
+turns = cast(Table, Turn.__table__)
+events = cast(Table, Event.__table__)
+
+AT_REST = (IDLE, FAILED)
+
+_NO_REFERENCES = {"turn_id": None, "message_seq": None, "status": None, "attempt": None}
+
+
+def lock_conversation(connection: Connection, conversation_id: uuid.UUID) -> Any:
+    """The conversation's row, locked until the transaction ends; `ConversationNotFound`.
+
+    Call it first in the transaction. SQLite has no row locks (`FOR UPDATE` is dropped): a write
+    first takes the database's write lock instead, so the read that follows cannot be overtaken
+    by a worker's commit (a transaction that read first could not write after one)."""
+    if connection.dialect.name == "sqlite":
+        connection.execute(
+            update(conversations)
+            .where(conversations.c.id == conversation_id)
+            .values(event_seq=conversations.c.event_seq)
+        )
+    row = connection.execute(
+        select(
+            conversations.c.status,
+            conversations.c.turn_number,
+            conversations.c.turn_count,
+            conversations.c.event_seq,
+            conversations.c.lease_owner,
+            conversations.c.lease_expires_at,
+        )
+        .where(conversations.c.id == conversation_id)
+        .with_for_update()
+    ).one_or_none()
+    if row is None:
+        raise ConversationNotFound(f"no conversation {conversation_id}")
+    return row
+
+
+def holder_is_live(row: Any, now: datetime) -> bool:
+    """A worker holds the conversation's lease and it has not expired (by `now`)."""
+    expires = row.lease_expires_at
+    if row.lease_owner is None or expires is None:
+        return False
+    if expires.tzinfo is None:  # SQLite hands back naive datetimes; they are UTC
+        expires = expires.replace(tzinfo=now.tzinfo)
+    return bool(expires > now)
+
+
+def append(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    last_seq: int,
+    logged: Sequence[Mapping[str, Any]],
+    **values: Any,
+) -> int:
+    """Events after `last_seq`, and the conversation's `event_seq` (with `values`) moved past
+    them in one UPDATE; the new last seq."""
+    new_last = last_seq + len(logged)
+    connection.execute(
+        update(conversations)
+        .where(conversations.c.id == conversation_id)
+        .values(event_seq=new_last, **values)
+    )
+    if logged:
+        connection.execute(
+            insert(events),
+            [
+                # Every row names every column: an executemany takes its columns from the first.
+                {**_NO_REFERENCES, "conversation_id": conversation_id, "seq": last_seq + n, **e}
+                for n, e in enumerate(logged, start=1)
+            ],
+        )
+    return new_last
+
+
+def turn_id_of(connection: Connection, conversation_id: uuid.UUID, number: int) -> uuid.UUID | None:
+    return connection.execute(
+        select(turns.c.id).where(
+            turns.c.conversation_id == conversation_id, turns.c.number == number
+        )
+    ).scalar_one_or_none()
+
+
+def last_message_seq(connection: Connection, conversation_id: uuid.UUID) -> int:
+    query = select(messages.c.seq).where(messages.c.conversation_id == conversation_id)
+    last = connection.execute(query.order_by(messages.c.seq.desc()).limit(1)).scalar_one_or_none()
+    return int(last or 0)
+
+
+__all__ = [
+    "AT_REST",
+    "append",
+    "holder_is_live",
+    "last_message_seq",
+    "lock_conversation",
+    "turn_id_of",
+]
