@@ -71,9 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--follow", action="store_true", help="keep printing until it rests")
     status.add_argument(
         "--after",
-        type=int,
-        default=0,
-        help="with --follow: start after this event seq (resume where an earlier follow stopped)",
+        default="0",
+        help=(
+            "with --follow: start after this cursor, an event seq or the cursor a stopped follow "
+            "printed (resume where it stopped)"
+        ),
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(run=_status)
@@ -170,7 +172,9 @@ def _status(args: argparse.Namespace) -> int:
     client = ChatClient()
     try:
         if args.follow:
-            view = follow(client, uuid.UUID(args.conversation), sys.stdout, after=args.after)
+            view = follow(
+                client, args.conversation, sys.stdout, after=args.after, resume_hint=sys.stderr
+            )
         else:
             view = client.get_conversation(args.conversation)
             if args.json:

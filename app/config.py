@@ -143,6 +143,15 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(30, gt=0, description="how long a claim lasts unrenewed")
     heartbeat_seconds: float = Field(10, gt=0, description="how often a running worker renews")
     llm_timeout_seconds: float = Field(120, gt=0, description="timeout of one LLM request")
+    llm_stream: bool = Field(
+        True, description="ask the model for a stream and show its reply live as it forms"
+    )
+    live_flush_seconds: float = Field(
+        0.05,
+        ge=0.001,
+        le=5,
+        description="a streamed reply's fragments are sent to readers at most this often",
+    )
     tool_timeout_seconds: float = Field(60, gt=0, description="timeout of one MCP tool call")
     max_message_chars: int = Field(100_000, ge=1, description="largest accepted user message")
     llm_api_base: str | None = Field(None, description="base URL of an OpenAI-compatible API")

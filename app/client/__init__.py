@@ -4,6 +4,8 @@ It never imports the worker, litellm or MCP: a web process pays only for SQLAlch
 """
 
 from app.client.facade import AsyncChatClient, ChatClient
+from app.client.following import AsyncFollowing, Following, FollowItem
+from app.client.merge import Cursor
 from app.client.views import (
     ConversationView,
     EventPage,
@@ -13,13 +15,21 @@ from app.client.views import (
     ToolInfo,
     TurnView,
 )
+from app.live import Delta, Discarded, Fragment
 
 __all__ = [
     "AsyncChatClient",
+    "AsyncFollowing",
     "ChatClient",
     "ConversationView",
+    "Cursor",
+    "Delta",
+    "Discarded",
     "EventPage",
     "EventView",
+    "FollowItem",
+    "Following",
+    "Fragment",
     "MessageView",
     "Submitted",
     "ToolInfo",

@@ -1,5 +1,5 @@
-"""What a web app calls: create a conversation, submit a message as a turn, follow its events,
-poll it, retry a failed turn.
+"""What a web app calls: create a conversation, submit a message as a turn, follow its events
+(committed and live), cancel a turn, poll it, retry a failed turn.
 
 `ChatClient` is synchronous (Django, Flask); `AsyncChatClient` is the same for asyncio (FastAPI,
 Starlette) and runs each call in a thread. Each call checks its input (`checks`), runs its SQL
@@ -10,14 +10,17 @@ Starlette) and runs each call in a thread. Each call checks its input (`checks`)
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine
 
 from app.client import commands, reads
+from app.client.cancel import CancelOutcome, cancel_turn
 from app.client.checks import (
     check_busy_policy,
     check_context,
@@ -33,9 +36,15 @@ from app.client.checks import (
 )
 from app.client.commands import REJECT, NewTurn
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
+from app.client.following import REST, UNTIL, AsyncFollowing, Following
+from app.client.merge import Cursor
 from app.client.views import ConversationView, EventPage, Submitted, ToolInfo, TurnView
 from app.config import Settings, get_settings
 from app.db import make_engine
+from app.errors import InvalidRequest
+from app.live import CommitNotice, LiveChannel, open_channel
+
+log = logging.getLogger(__name__)
 
 
 class ChatClient:
@@ -52,10 +61,20 @@ class ChatClient:
         *,
         engine: Engine | None = None,
         enqueue: Enqueue | None = None,
+        live: LiveChannel | None = None,
     ) -> None:
         self.settings = settings or get_settings()
         self.engine = engine or make_engine(self.settings.database_url)
         self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)
+        self._live = live
+        self._live_warned = False
+
+    @property
+    def live(self) -> LiveChannel:
+        """The live channel (Redis at `REDIS_URL`, else this process's hub), opened on first use."""
+        if self._live is None:
+            self._live = open_channel(self.settings.redis_url)
+        return self._live
 
     def create_conversation(
         self,
@@ -99,9 +118,11 @@ class ChatClient:
         """Store the user's message as a new turn and start it.
 
         While a turn runs, `on_busy` decides: `reject` (`ConversationBusy`, naming the running
-        turn) or `enqueue` (the turn waits, its message outside the transcript, and starts when
-        the running one ends). The same `idempotency_key` with the same text returns the first
-        submit's turn (`repeated`) and writes nothing; with another text, `IdempotencyKeyReused`.
+        turn), `enqueue` (the turn waits, its message outside the transcript, and starts when
+        the running one ends) or `interrupt` (the running turn is cancelled, and any other
+        waiting turn; this one starts as soon as it has ended). The same `idempotency_key` with
+        the same text returns the first submit's turn (`repeated`) and writes nothing; with
+        another text, `IdempotencyKeyReused`.
         """
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
@@ -111,6 +132,10 @@ class ChatClient:
             turn = commands.submit_turn(
                 connection, conversation_id, text, idempotency_key=key, on_busy=policy
             )
+        if not turn.repeated:
+            self._notify(conversation_id)
+        if turn.announce:
+            self._announce_cancel(conversation_id)
         return self._ring(conversation_id, turn)
 
     def retry_conversation(self, conversation_id: uuid.UUID | str) -> Submitted:
@@ -118,7 +143,62 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
             turn = commands.retry_turn(connection, conversation_id)
+        self._notify(conversation_id)
         return self._ring(conversation_id, turn)
+
+    def cancel(self, conversation_id: uuid.UUID | str) -> TurnView | None:
+        """Stop the conversation's current turn; the turn as it is after the request (None when
+        the conversation never had one).
+
+        With a worker on it, the request is committed and the worker is told at once: the turn
+        is returned `running` with `cancel_requested_at` set, and ends `cancelled` within
+        moments (follow the events for `turn.cancelled`). Queued, or left by a dead worker, it
+        is `cancelled` here. A finished turn comes back unchanged; asking twice is harmless."""
+        conversation_id = parse_conversation_id(conversation_id)
+        return self._cancel(conversation_id, None)
+
+    def cancel_turn(self, turn_id: uuid.UUID | str) -> TurnView:
+        """`cancel` for one turn by id: the running one, or one waiting behind it (cancelled at
+        once, it never starts); `TurnNotFound`."""
+        turn_id = parse_turn_id(turn_id)
+        with self.engine.connect() as connection:
+            conversation_id = reads.read_turn(connection, turn_id).conversation_id
+        cancelled = self._cancel(conversation_id, turn_id)
+        assert cancelled is not None
+        return cancelled
+
+    def follow(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: Cursor | int | str = 0,
+        *,
+        until: str | None = REST,
+        turn_id: uuid.UUID | str | None = None,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+    ) -> Following:
+        """The conversation's committed events after the cursor `after`, then live as they
+        happen, with the reply's deltas in between: iterate it (it blocks), resume from its
+        `cursor` after any item. Stops when the conversation rests (`until='rest'`), after the
+        followed turn's terminal event (`'turn_end'`: `turn_id`, or the next turn to end), or
+        never (None). `InvalidCursor` for a cursor that is malformed, negative or beyond the
+        last event; `ConversationNotFound`."""
+        conversation_id = parse_conversation_id(conversation_id)
+        cursor = Cursor.parse(after)
+        if until not in UNTIL:
+            raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
+        if not poll_interval > 0:
+            raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
+        self.events(conversation_id, after=cursor.after, limit=1)  # bad ids and cursors, now
+        return Following(
+            self,
+            conversation_id,
+            cursor,
+            until=until,
+            turn_id=None if turn_id is None else parse_turn_id(turn_id),
+            timeout=timeout,
+            poll_interval=poll_interval,
+        )
 
     def get_turn(self, turn_id: uuid.UUID | str) -> TurnView:
         """A turn's status, error, usage and times; `TurnNotFound`."""
@@ -161,11 +241,44 @@ class ChatClient:
     def close(self) -> None:
         if isinstance(self._enqueue, QueueRinger):
             self._enqueue.close()
+        if self._live is not None:
+            self._live.close()
         self.engine.dispose()
 
     @property
     def _limit(self) -> int:
         return self.settings.max_message_chars
+
+    def _cancel(self, conversation_id: uuid.UUID, turn_id: uuid.UUID | None) -> TurnView | None:
+        with self.engine.begin() as connection:
+            outcome: CancelOutcome = cancel_turn(
+                connection, conversation_id, turn_id, now=datetime.now(UTC)
+            )
+        if outcome.turn_id is None:
+            return None
+        self._notify(conversation_id)
+        if outcome.announce:
+            self._announce_cancel(conversation_id)
+        if outcome.ring and self._enqueue is not None:
+            ring(self._enqueue, Submitted(conversation_id, None, enqueued=False))
+        return self.get_turn(outcome.turn_id)
+
+    def _notify(self, conversation_id: uuid.UUID) -> None:
+        """Wake the conversation's followers: its log has grown (best effort: they also poll)."""
+        self._best_effort(lambda: self.live.publish([(conversation_id, CommitNotice(0))]))
+
+    def _announce_cancel(self, conversation_id: uuid.UUID) -> None:
+        """Tell the worker holding the turn now; if it never hears, its next step or heartbeat
+        reads the committed request."""
+        self._best_effort(lambda: self.live.announce_cancel(conversation_id))
+
+    def _best_effort(self, send: Any) -> None:
+        try:
+            send()
+        except Exception as exc:  # the live channel is a shortcut, never the source of truth
+            if not self._live_warned:
+                log.warning("live channel unavailable (%s); readers fall back to polling", exc)
+            self._live_warned = True
 
     def _ring(self, conversation_id: uuid.UUID, turn: NewTurn) -> Submitted:
         submitted = Submitted(
@@ -212,6 +325,20 @@ class AsyncChatClient:
 
     async def retry_conversation(self, conversation_id: uuid.UUID | str) -> Submitted:
         return await asyncio.to_thread(self.sync.retry_conversation, conversation_id)
+
+    async def cancel(self, conversation_id: uuid.UUID | str) -> TurnView | None:
+        return await asyncio.to_thread(self.sync.cancel, conversation_id)
+
+    async def cancel_turn(self, turn_id: uuid.UUID | str) -> TurnView:
+        return await asyncio.to_thread(self.sync.cancel_turn, turn_id)
+
+    async def follow(
+        self, conversation_id: uuid.UUID | str, after: Cursor | int | str = 0, **options: Any
+    ) -> AsyncFollowing:
+        following = await asyncio.to_thread(
+            lambda: self.sync.follow(conversation_id, after, **options)
+        )
+        return AsyncFollowing(following)
 
     async def get_conversation(
         self, conversation_id: uuid.UUID | str, after_seq: int | None = None

@@ -10,7 +10,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, Table, func, select
 
 from app.client.views import (
     ConversationView,
@@ -91,8 +91,13 @@ def read_events(
     """Up to `limit` committed events with `seq > after`, with the rows they name.
 
     `InvalidCursor` for a cursor beyond the last event; `ConversationNotFound`."""
+    last_message = (
+        select(func.coalesce(func.max(messages.c.seq), 0))
+        .where(messages.c.conversation_id == conversation_id)
+        .scalar_subquery()
+    )
     head = connection.execute(
-        select(conversations.c.event_seq, conversations.c.status).where(
+        select(conversations.c.event_seq, conversations.c.status, last_message).where(
             conversations.c.id == conversation_id
         )
     ).one_or_none()
@@ -116,7 +121,7 @@ def read_events(
         .limit(limit)
     )
     found = [_event_view(row._mapping) for row in connection.execute(query)]
-    return EventPage(conversation_id, found, head.event_seq, head.status)
+    return EventPage(conversation_id, found, head.event_seq, head.status, head[2])
 
 
 def read_catalogue(connection: Connection) -> list[ToolInfo]:
@@ -163,6 +168,7 @@ def _event_view(row: Any) -> EventView:
         created_at=_aware(row["created_at"]),
         status=row["status"],
         attempt=row["attempt"],
+        message_seq=row["message_seq"],
         message=message,
         turn=turn,
         data=row["data"],

@@ -93,6 +93,7 @@ class EventView:
     created_at: datetime
     status: str | None = None  # status.changed
     attempt: int | None = None  # turn.started / turn.resumed
+    message_seq: int | None = None  # message.committed: the message's seq
     message: MessageView | None = None  # message.committed
     turn: TurnView | None = None  # turn.*
     data: dict[str, Any] | None = None
@@ -107,6 +108,7 @@ class EventPage:
     events: list[EventView]
     last_seq: int
     status: str
+    last_message_seq: int = 0  # the conversation's last message when the page was read
 
     @property
     def next_after(self) -> int | None:

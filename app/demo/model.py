@@ -4,6 +4,7 @@ It lets the whole loop, tools included, run with no network and no API key; it i
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -20,6 +21,8 @@ HINT = (
 MAX_QUERY_CHARS = 200
 MAX_RESULT_CHARS = 300
 MAX_ECHO_CHARS = 500
+WORD_DELAY_S = 0.02  # a streamed reply comes word by word, as a real model's would
+WORD = re.compile(r"\S+\s*|\s+")
 # A run of digits, operators and parentheses; it is an expression if an operator joins two operands.
 EXPRESSION_RUN = re.compile(r"[\d.\s+\-*/%()]+")
 OPERATOR_BETWEEN_OPERANDS = re.compile(r"[\d)]\s*(?:\*\*|//|[-+*/%])\s*[-(\d.]")
@@ -186,6 +189,8 @@ def demo_handler() -> Any:
             self, *args: Any, **kwargs: Any
         ) -> AsyncIterator[dict[str, Any]]:
             for chunk in _stream_chunks(kwargs):
+                if chunk["text"]:
+                    await asyncio.sleep(WORD_DELAY_S)
                 yield chunk
 
     return DemoLLM()
@@ -209,11 +214,12 @@ def _model_response(kwargs: dict[str, Any]) -> Any:
 
 
 def _stream_chunks(kwargs: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """litellm's `GenericStreamingChunk`s: the text or each tool call, then the finish."""
+    """litellm's `GenericStreamingChunk`s: the text word by word, or each tool call, then the
+    finish."""
     reply = _reply_for(kwargs)
     message = reply["message"]
-    if message.get("content"):
-        yield _chunk(text=message["content"])
+    for word in WORD.findall(message.get("content") or ""):
+        yield _chunk(text=word)
     for index, call in enumerate(message.get("tool_calls") or ()):
         yield _chunk(tool_use={**call, "index": index})
     yield _chunk(is_finished=True, finish_reason=reply["finish_reason"], usage=reply["usage"])

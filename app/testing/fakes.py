@@ -1,20 +1,25 @@
 """In-process implementations of the model and tool ports, for tests, benchmarks and examples.
 
-`ScriptedModel` answers from a function of the request (or a list of replies); `InMemoryTools`
-runs plain Python callables. Both count what they were asked, so tests can assert on it.
+`ScriptedModel` answers from a function of the request (or a list of replies), streaming each
+reply to the sink word by word first; `InMemoryTools` runs plain Python callables. Both count what
+they were asked, so tests can assert on it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from app.worker.plan import ToolCall
 from app.worker.ports import (
+    NO_SINK,
     ModelError,
     ModelReply,
     ModelRequest,
+    ReplySink,
     ToolDefinition,
     ToolResult,
     Usage,
@@ -60,18 +65,31 @@ class ScriptedModel:
     """A `ModelClient` whose answers come from a responder; it records every request unless told
     not to (a benchmark's model must not hold every history it was sent)."""
 
-    def __init__(self, responder: Responder, *, record: bool = True) -> None:
+    def __init__(
+        self, responder: Responder, *, record: bool = True, word_delay: float = 0.0
+    ) -> None:
         self.responder = responder
         self.record = record
+        self.word_delay = word_delay  # seconds between two streamed words
         self.requests: list[ModelRequest] = []
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         if self.record:
             self.requests.append(request)
         reply = self.responder(request)
         if isinstance(reply, Awaitable):
             reply = await reply
+        if sink is not NO_SINK:
+            await self._stream(reply, sink)
         return reply
+
+    async def _stream(self, reply: ModelReply, sink: ReplySink) -> None:
+        for word in re.findall(r"\S+\s*|\s+", reply.content or ""):
+            sink.text(word)
+            if self.word_delay:
+                await asyncio.sleep(self.word_delay)
+        for index, call in enumerate(reply.tool_calls):
+            sink.call(index, call.id, call.name, call.arguments)
 
 
 class InMemoryTools:

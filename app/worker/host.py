@@ -4,7 +4,9 @@ The queue actor only rings a doorbell (`ring(conversation_id)`) and returns; the
 conversation as a task, up to `max_in_flight` at once, while they all wait on models and tools.
 Because the queue message is acknowledged at once, recovery comes from the database: a periodic
 sweep re-enqueues running conversations whose lease expired (or whose doorbell was lost). The host
-owns what its turns share for the process's lifetime: the database threads and the tool provider.
+owns what its turns share for the process's lifetime: the database threads, the tool provider, and
+the live channel (its turns' replies and commit notices go out through it, and the cancels it
+announces reach the turn running here at once).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from app.config import Settings
+from app.live import LiveChannel
+from app.worker.broadcast import Broadcaster
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.store import TurnStore, Upkeep
@@ -58,11 +62,14 @@ class WorkerHost:
         owner: str | None = None,
         orphan_after: float | None = None,
         recovery_jitter: float = 1.0,
+        live: LiveChannel | None = None,
     ) -> None:
         self.settings = settings
         self.tools = tools
         self.db = DatabaseThreads(DB_THREADS)
         self.upkeep = Upkeep(database)
+        self.live = live
+        self.broadcaster = Broadcaster(live, settings.live_flush_seconds)
         self.runner = TurnRunner(
             TurnStore(database),
             model=model,
@@ -70,7 +77,9 @@ class WorkerHost:
             settings=settings,
             owner=owner or worker_id(),
             db=self.db,
+            broadcaster=self.broadcaster,
         )
+        self._stop_listening: Callable[[], None] | None = None
         # A lease's length without a sign of life: its worker is gone (or its doorbell was lost).
         self.orphan_after = settings.lease_ttl_seconds if orphan_after is None else orphan_after
         self.recovery_jitter = recovery_jitter
@@ -108,6 +117,12 @@ class WorkerHost:
     def in_flight(self) -> int:
         return len(self._running)
 
+    def cancel(self, conversation_id: uuid.UUID) -> None:
+        """A cancel was announced: stop the conversation's turn if it runs here (thread-safe)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.runner.cancel, conversation_id)
+
     def stop(self, grace: float = 10.0) -> None:
         """Stop admitting, let running turns finish for `grace` seconds, then release the rest."""
         loop = self._loop
@@ -121,6 +136,9 @@ class WorkerHost:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self.db.close()
+            self.broadcaster.close()
+            if self.live is not None:
+                self.live.close()
             self._stopped.set()
 
     # --- inside the loop -------------------------------------------------------------------------
@@ -147,6 +165,8 @@ class WorkerHost:
         """Start the tools and publish them to the catalogue, then admit doorbells and sweep."""
         self._slots = asyncio.Semaphore(self.settings.max_in_flight)
         await self.db.run(self.upkeep.publish_catalog, await self.tools.definitions())
+        if self.live is not None:
+            self._stop_listening = self.live.on_cancel(self.cancel)
         self._accepting = True
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
@@ -216,6 +236,8 @@ class WorkerHost:
 
     async def _drain(self, grace: float) -> None:
         self._accepting = False
+        if self._stop_listening is not None:
+            self._stop_listening()
         if self._sweeper is not None:
             self._sweeper.cancel()
         pending = list(self._running.values())

@@ -1,4 +1,5 @@
-"""The model adapter: one chat-completions call through litellm, under the one LLM retry policy.
+"""The model adapter: one chat-completions call through litellm, under the one LLM retry policy,
+streamed by default so the reply reaches the live channel as it forms (`reply.ReplyAssembler`).
 Failures become a `ModelError` whose one-line message is readable and never holds a credential.
 """
 
@@ -22,12 +23,14 @@ from tenacity import (
 
 from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.worker.plan import ToolCall
-from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
+from app.worker.ports import NO_SINK, ModelError, ModelReply, ModelRequest, ReplySink, Usage
+from app.worker.reply import ReplyAssembler
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
+OnRetry = Callable[[str, float], None]  # (why the attempt failed, seconds until the next)
 
 MAX_ATTEMPTS = 3
 TRANSIENT_STATUSES = frozenset({429, 503})
@@ -88,42 +91,54 @@ async def call_with_retries(
     sleep: Sleep = asyncio.sleep,
     timeout: float | None = None,
     secrets: Iterable[str] = (),
+    on_retry: OnRetry | None = None,
 ) -> T:
     """Await `call()` under the policy: 3 attempts, waits of 3 s then 6 s, transient errors only.
 
     Raises `ModelError` (chained from None, so no traceback carries the original text) once the
-    policy gives up; `timeout` only words the message of a timed-out call.
+    policy gives up; `timeout` only words the message of a timed-out call. `on_retry` hears of
+    each retry before its wait (a streamed reply's readers drop what they were shown).
     """
     hidden = tuple(secrets)
     attempts = 0
+
+    def before_sleep(state: RetryCallState) -> None:
+        reason, wait = _log_retry(state, hidden)
+        if on_retry is not None:
+            on_retry(reason, wait)
+
     retrying = AsyncRetrying(
         stop=stop_after_attempt(MAX_ATTEMPTS),
         wait=wait_incrementing(start=3, increment=3),
         retry=retry_if_exception(is_transient),
         reraise=True,
         sleep=sleep,
-        before_sleep=lambda state: _log_retry(state, hidden),
+        before_sleep=before_sleep,
     )
     try:
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
                 return await call()
+    except ModelError:  # already readable and final (a reply with no choices)
+        raise
     except Exception as exc:
         raise ModelError(failure_message(exc, attempts, timeout=timeout, secrets=hidden)) from None
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
-def _log_retry(state: RetryCallState, secrets: tuple[str, ...]) -> None:
+def _log_retry(state: RetryCallState, secrets: tuple[str, ...]) -> tuple[str, float]:
     exc = state.outcome.exception() if state.outcome is not None else None
     wait = state.next_action.sleep if state.next_action is not None else 0.0
+    reason = redact(_reason(exc), secrets) if exc is not None else "unknown error"
     log.warning(
         "LLM call attempt %d of %d failed (%s); retrying in %g s",
         state.attempt_number,
         MAX_ATTEMPTS,
-        redact(_reason(exc), secrets) if exc is not None else "unknown error",
+        reason,
         wait,
     )
+    return reason, wait
 
 
 # --- readable, credential-free failures -------------------------------------------------------
@@ -191,7 +206,11 @@ def redact(text: str, secrets: Iterable[str]) -> str:
 
 
 class LiteLLMClient:
-    """`ModelClient` over `litellm.acompletion`: any litellm model string, plus `demo/...`."""
+    """`ModelClient` over `litellm.acompletion`: any litellm model string, plus `demo/...`.
+
+    With `stream` (the default) the reply is asked for as a stream, usage included, and each
+    fragment goes to the call's sink as it arrives; the policy retries a transient error before
+    or during the stream, and the sink hears that the partial reply is void."""
 
     def __init__(
         self,
@@ -200,27 +219,39 @@ class LiteLLMClient:
         api_base: str | None = None,
         api_key: str | None = None,
         sleep: Sleep = asyncio.sleep,
+        stream: bool = True,
     ) -> None:
         self.timeout = timeout
         self.api_base = api_base
+        self.stream = stream
         self._api_key = api_key
         self._sleep = sleep
 
     def __repr__(self) -> str:
-        return f"LiteLLMClient(timeout={self.timeout!r}, api_base={self.api_base!r})"
+        return (
+            f"LiteLLMClient(timeout={self.timeout!r}, api_base={self.api_base!r}, "
+            f"stream={self.stream!r})"
+        )
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         prepare_litellm()
         import litellm
 
         options = self._call_options(request)
-        response = await call_with_retries(
-            lambda: litellm.acompletion(**options),
+
+        async def whole() -> ModelReply:
+            return model_reply(await litellm.acompletion(**options))
+
+        async def streamed() -> ModelReply:
+            return await _read_stream(await litellm.acompletion(**options, **STREAMED), sink)
+
+        return await call_with_retries(
+            streamed if self.stream else whole,
             sleep=self._sleep,
             timeout=self.timeout,
             secrets=[self._api_key] if self._api_key else [],
+            on_retry=lambda reason, wait: sink.restart(f"{reason}; retrying in {wait:g} s"),
         )
-        return model_reply(response)
 
     def _call_options(self, request: ModelRequest) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -237,6 +268,33 @@ class LiteLLMClient:
         if self._api_key:
             options["api_key"] = self._api_key
         return options
+
+
+STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
+
+
+async def _read_stream(stream: Any, sink: ReplySink) -> ModelReply:
+    """Every chunk to the sink as it comes, then the whole reply. The stream's connection is
+    closed however this ends (a cancel, an error), so an aborted call stops at the provider."""
+    assembler = ReplyAssembler(sink)
+    try:
+        async for chunk in stream:
+            assembler.add(chunk)
+    finally:
+        await _close(stream)
+    if not assembler.choices:
+        raise ModelError(NO_CHOICES_ERROR)
+    return assembler.reply()
+
+
+async def _close(stream: Any) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is None:
+        return
+    try:
+        await close()
+    except Exception:  # already closed or broken: nothing is left open
+        log.debug("closing an LLM stream failed", exc_info=True)
 
 
 def model_reply(response: Any) -> ModelReply:

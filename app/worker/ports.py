@@ -41,6 +41,37 @@ class ModelReply:
     usage: Usage = Usage()
 
 
+class ReplySink(Protocol):
+    """Where a model call sends its reply as it forms (the live preview); never the reply itself,
+    which `complete` returns whole."""
+
+    def text(self, fragment: str) -> None:
+        """More of the reply's text."""
+        ...
+
+    def call(self, index: int, call_id: str | None, name: str | None, fragment: str) -> None:
+        """More of tool call `index`: its id and name when they first arrive, then arguments."""
+        ...
+
+    def restart(self, reason: str) -> None:
+        """What was sent so far is void: the call starts over (a transient error, retried)."""
+        ...
+
+
+class _Unheard:
+    def text(self, fragment: str) -> None:
+        pass
+
+    def call(self, index: int, call_id: str | None, name: str | None, fragment: str) -> None:
+        pass
+
+    def restart(self, reason: str) -> None:
+        pass
+
+
+NO_SINK: ReplySink = _Unheard()  # nobody is listening: the reply arrives whole
+
+
 class ModelError(ChatWorkerError):
     """The model call failed for good (not transient, or retries spent).
 
@@ -49,8 +80,9 @@ class ModelError(ChatWorkerError):
 
 
 class ModelClient(Protocol):
-    async def complete(self, request: ModelRequest) -> ModelReply:
-        """Call the model; raise `ModelError` when the turn cannot go on."""
+    async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
+        """Call the model, sending the reply to `sink` as it forms; raise `ModelError` when the
+        turn cannot go on."""
         ...
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from app.config import Settings
 from app.db import make_engine
+from app.live import open_channel
 from app.worker.host import DB_THREADS, Ring, WorkerHost
 from app.worker.ports import ModelClient, ToolProvider
 
@@ -17,7 +18,10 @@ def model_client(settings: Settings) -> ModelClient:
     prepare_litellm()
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return LiteLLMClient(
-        timeout=settings.llm_timeout_seconds, api_base=settings.llm_api_base, api_key=key
+        timeout=settings.llm_timeout_seconds,
+        api_base=settings.llm_api_base,
+        api_key=key,
+        stream=settings.llm_stream,
     )
 
 
@@ -45,4 +49,5 @@ def build_host(
         model=model or model_client(settings),
         tools=tools or tool_provider(settings),
         requeue=requeue,
+        live=open_channel(settings.redis_url),
     )

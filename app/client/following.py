@@ -1,0 +1,187 @@
+"""Following a conversation as it happens: its committed events from the database, and the live
+channel's deltas and notices in between, merged by `merge.LiveMerge`.
+
+The live channel is only a preview and a doorbell: the committed log is read after every commit
+notice, and at least every `poll_interval` seconds, so a lost notice, or a channel that is down,
+costs latency, never an event. `Following` is a blocking iterator; `AsyncFollowing` runs its
+steps in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from app.client.merge import Cursor, LiveMerge
+from app.client.views import EventView
+from app.live import Delta, Discarded, LiveChannel, Position
+from app.models import FAILED, IDLE, TERMINAL_EVENTS
+
+if TYPE_CHECKING:
+    from app.client.facade import ChatClient
+
+log = logging.getLogger(__name__)
+
+FollowItem = EventView | Delta | Discarded
+AT_REST = (IDLE, FAILED)
+REST = "rest"  # stop once the conversation rests with every event handed out
+TURN_END = "turn_end"  # stop after the terminal event of the turn being followed
+UNTIL = (REST, TURN_END, None)
+PAGE = 500
+
+
+class Following(Iterator[FollowItem]):
+    """The conversation's events after a cursor, then live: `EventView`s (committed),
+    `Delta`s (a reply as it forms) and `Discarded`s (drop a partial reply). `cursor` is where
+    to resume after the last item returned."""
+
+    def __init__(
+        self,
+        client: ChatClient,
+        conversation_id: uuid.UUID,
+        cursor: Cursor,
+        *,
+        until: str | None = REST,
+        turn_id: uuid.UUID | None = None,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        channel: LiveChannel | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self.conversation_id = conversation_id
+        self.until = until
+        self.turn_id = turn_id
+        self.poll_interval = poll_interval
+        self._channel = channel
+        self._sleep = sleep
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._merge = LiveMerge.starting_at(cursor)
+        self._ready: deque[tuple[FollowItem, Cursor]] = deque()
+        self._position: Position | None = None  # None: the live channel is not being read
+        self._cursor = cursor
+        self._status = ""
+        self._done = False
+        self._live_failed = False
+
+    @property
+    def cursor(self) -> Cursor:
+        """Resume here to get exactly what follows the last item returned."""
+        return self._cursor
+
+    def __iter__(self) -> Following:
+        return self
+
+    def __next__(self) -> FollowItem:
+        while not self._ready:
+            if self._done:
+                raise StopIteration
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                raise TimeoutError(
+                    f"conversation {self.conversation_id} still {self._status or 'running'} "
+                    f"(resume from cursor {self._cursor})"
+                )
+            self._step()
+        item, self._cursor = self._ready.popleft()
+        return item
+
+    # --- one step: read what is new, merge it --------------------------------------------------
+
+    def _step(self) -> None:
+        if self._position is None:
+            self._start()
+            return
+        try:
+            batch = self._live().read(self.conversation_id, self._position, self.poll_interval)
+        except Exception as exc:  # the channel is down: the committed log still has it all
+            self._lost_live(exc)
+            self._read_log()
+            return
+        self._position = batch.position
+        items, news = self._merge.live(batch.entries)
+        self._hand_out(items)
+        if news or not batch.entries:  # a commit, or a quiet interval: ask the database
+            self._read_log()
+
+    def _start(self) -> None:
+        """The channel's retained entries are read before the log (no notice falls between the
+        two), and merged after it (deltas of messages the log has committed are dropped)."""
+        retained = None
+        try:
+            retained = self._live().read(self.conversation_id, None)
+        except Exception as exc:
+            self._lost_live(exc)
+        self._read_log()
+        if retained is None:
+            if not self._done and not self._ready:
+                self._sleep(self.poll_interval)
+            return
+        self._position = retained.position
+        self._live_failed = False
+        self._hand_out(self._merge.live(retained.entries)[0])
+
+    def _read_log(self) -> None:
+        while True:
+            page = self.client.events(self.conversation_id, after=self._merge.after, limit=PAGE)
+            self._hand_out(self._merge.committed(page.events, page.last_message_seq))
+            self._status = page.status
+            if self._merge.after >= page.last_seq:
+                break
+        if self.until == REST and self._status in AT_REST:
+            self._done = True
+
+    def _hand_out(self, handed: list[tuple[Any, Cursor]]) -> None:
+        for item, cursor in handed:
+            if self._done:
+                return
+            self._ready.append((item, cursor))
+            if self.until == TURN_END and self._ends_turn(item):
+                self._done = True
+
+    def _ends_turn(self, item: FollowItem) -> bool:
+        if not isinstance(item, EventView) or item.type not in TERMINAL_EVENTS:
+            return False
+        return self.turn_id is None or item.turn_id == self.turn_id
+
+    def _live(self) -> LiveChannel:
+        if self._channel is None:
+            self._channel = self.client.live
+        return self._channel
+
+    def _lost_live(self, exc: Exception) -> None:
+        if not self._live_failed:
+            log.warning(
+                "conversation %s: live channel unavailable (%s); following the committed log",
+                self.conversation_id,
+                exc,
+            )
+        self._live_failed = True
+        self._position = None
+
+
+class AsyncFollowing(AsyncIterator[FollowItem]):
+    """`Following` for asyncio: each blocking step runs in a worker thread."""
+
+    def __init__(self, following: Following) -> None:
+        self.sync = following
+
+    @property
+    def cursor(self) -> Cursor:
+        return self.sync.cursor
+
+    def __aiter__(self) -> AsyncFollowing:
+        return self
+
+    async def __anext__(self) -> FollowItem:
+        item = await asyncio.to_thread(next, self.sync, None)
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+
+__all__ = ["REST", "TURN_END", "UNTIL", "AsyncFollowing", "FollowItem", "Following"]

@@ -1,0 +1,125 @@
+"""The live channel on Redis: a capped, expiring Redis Stream per conversation for the entries,
+and one pub/sub channel for cancel requests.
+
+Why a Stream and not pub/sub for the entries: a reader that connects (or reconnects) in the
+middle of a reply must get the part already sent, and pub/sub keeps nothing; a Stream keeps the
+last `MAX_ENTRIES` entries, lets each reader read from its own position (`XREAD` blocks until
+there is more), and expires with the conversation's silence (`EXPIRE`, renewed by every write).
+Cancel requests are pub/sub: they only matter to the worker holding the turn at that moment, and
+a lost one is caught by that worker's next step or heartbeat, which read the committed request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from app.live.channel import MAX_ENTRIES, START, TTL_SECONDS, Batch, Position
+from app.live.entries import LiveEntry, decode, encode
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "chatworker:live:"
+CANCELS = "chatworker:cancels"
+READ_COUNT = 5000  # entries one read returns at most (a reader calls again for the rest)
+_RECONNECT_S = 1.0
+_LISTEN_POLL_S = 1.0  # how often a listener checks whether it was stopped
+
+
+def stream_key(conversation_id: uuid.UUID) -> str:
+    return f"{KEY_PREFIX}{conversation_id}"
+
+
+class RedisChannel:
+    """Entries in `chatworker:live:<conversation id>`, cancels on `chatworker:cancels`."""
+
+    def __init__(self, url: str, max_entries: int = MAX_ENTRIES, ttl: float = TTL_SECONDS) -> None:
+        self.max_entries = max_entries
+        self.ttl = ttl
+        # Blocking reads wait at most a few seconds: the socket timeout must outlast them.
+        self.redis: redis.Redis = redis.Redis.from_url(
+            url, decode_responses=True, socket_timeout=15, socket_connect_timeout=3
+        )
+        self._listeners: list[tuple[threading.Event, threading.Thread]] = []
+
+    def publish(self, batch: Sequence[tuple[uuid.UUID, LiveEntry]]) -> None:
+        if not batch:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        keys = set()
+        for conversation_id, entry in batch:
+            key = stream_key(conversation_id)
+            keys.add(key)
+            pipe.xadd(key, encode(entry), maxlen=self.max_entries, approximate=True)  # type: ignore[arg-type]
+        for key in keys:
+            pipe.expire(key, int(self.ttl))
+        pipe.execute()
+
+    def read(self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0) -> Batch:
+        key = stream_key(conversation_id)
+        since = after or START
+        if after is None:
+            rows: Any = self.redis.xrange(key, count=READ_COUNT)
+        else:
+            milliseconds = round(block * 1000)
+            found: Any = self.redis.xread(
+                {key: since}, count=READ_COUNT, block=milliseconds or None
+            )
+            rows = found[0][1] if found else []
+        entries = [entry for _, fields in rows if (entry := decode(fields)) is not None]
+        return Batch(str(rows[-1][0]) if rows else since, entries)
+
+    def announce_cancel(self, conversation_id: uuid.UUID) -> None:
+        self.redis.publish(CANCELS, str(conversation_id))
+
+    def on_cancel(self, callback: Callable[[uuid.UUID], None]) -> Callable[[], None]:
+        stopped = threading.Event()
+        thread = threading.Thread(
+            target=self._listen, args=(callback, stopped), name="chatworker-cancels", daemon=True
+        )
+        self._listeners.append((stopped, thread))
+        thread.start()
+        return stopped.set
+
+    def close(self) -> None:
+        """Stop listening (each listener notices within a second), then close the connections."""
+        for stopped, _ in self._listeners:
+            stopped.set()
+        for _, thread in self._listeners:
+            thread.join(_LISTEN_POLL_S + 1)
+        self.redis.close()
+
+    def _listen(self, callback: Callable[[uuid.UUID], None], stopped: threading.Event) -> None:
+        """Subscribe, deliver, and subscribe again after Redis comes back."""
+        while not stopped.is_set():
+            try:
+                with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
+                    pubsub.subscribe(CANCELS)
+                    while not stopped.is_set():
+                        message = pubsub.get_message(timeout=_LISTEN_POLL_S)
+                        if message is not None:
+                            _deliver(callback, message.get("data"))
+            except Exception as exc:  # Redis went away (or is closing): listen again, never die
+                if not stopped.is_set():
+                    log.warning("cancel notices: Redis unavailable (%s); retrying", exc)
+                stopped.wait(_RECONNECT_S)
+
+
+def _deliver(callback: Callable[[uuid.UUID], None], data: Any) -> None:
+    try:
+        conversation_id = uuid.UUID(str(data))
+    except ValueError:
+        log.warning("cancel notices: ignoring a malformed id %r", data)
+        return
+    try:
+        callback(conversation_id)
+    except Exception:  # one bad delivery must not end the listener
+        log.exception("cancel notices: the handler failed for %s", conversation_id)
+
+
+__all__ = ["CANCELS", "KEY_PREFIX", "RedisChannel", "stream_key"]

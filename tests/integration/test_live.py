@@ -1,0 +1,312 @@
+"""The live channel (in memory, and on a real Redis), the worker's broadcaster, and following a
+conversation through `ChatClient.follow` while an in-process worker host streams its turns."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine
+
+from app.client import ChatClient, Cursor, Delta, Discarded, EventView
+from app.config import load_settings
+from app.db import make_engine
+from app.errors import ConversationNotFound, InvalidCursor, InvalidRequest
+from app.live import TEXT, CommitNotice, Fragment, LiveChannel
+from app.live.memory import MemoryChannel
+from app.live.redis_channel import RedisChannel, stream_key
+from app.testing import fakes
+from app.worker.broadcast import Broadcaster
+from app.worker.host import WorkerHost
+from app.worker.store import Upkeep
+
+ANSWER = "The refund policy gives store credit worth half the price for used tents."
+
+
+def delta(message: int, index: int, text: str) -> Delta:
+    return Delta(message, "s", index, (Fragment(TEXT, 0, 0, text),))
+
+
+@pytest.fixture(params=["memory", "redis"])
+def channel(request: pytest.FixtureRequest) -> Iterator[LiveChannel]:
+    if request.param == "memory":
+        yield MemoryChannel()
+        return
+    live = RedisChannel(str(request.getfixturevalue("redis_url")))
+    yield live
+    live.close()
+
+
+# --- the channel ----------------------------------------------------------------------------------
+
+
+def test_entries_come_back_in_order_from_any_position(channel: LiveChannel) -> None:
+    one, two = uuid.uuid4(), uuid.uuid4()
+    channel.publish([(one, CommitNotice(1)), (two, CommitNotice(9)), (one, delta(2, 0, "a"))])
+    everything = channel.read(one, None)
+    assert everything.entries == [CommitNotice(1), delta(2, 0, "a")]
+    first = channel.read(one, None).position
+    channel.publish([(one, delta(2, 1, "b"))])
+    after = channel.read(one, everything.position)
+    assert after.entries == [delta(2, 1, "b")]
+    assert channel.read(one, after.position).entries == []
+    assert first == everything.position
+    assert channel.read(two, None).entries == [CommitNotice(9)]
+
+
+def test_a_read_waits_for_the_next_entry_and_no_longer(channel: LiveChannel) -> None:
+    conversation_id = uuid.uuid4()
+    start = channel.read(conversation_id, None).position
+    started = time.monotonic()
+    assert channel.read(conversation_id, start, block=0.3).entries == []
+    assert time.monotonic() - started >= 0.25
+    timer = threading.Timer(0.2, lambda: channel.publish([(conversation_id, CommitNotice(3))]))
+    timer.start()
+    assert channel.read(conversation_id, start, block=5).entries == [CommitNotice(3)]
+    timer.join()
+
+
+def test_a_cancel_announced_reaches_every_listener_until_it_stops(channel: LiveChannel) -> None:
+    heard: list[uuid.UUID] = []
+    stop = channel.on_cancel(heard.append)
+    time.sleep(0.3)  # a Redis subscription takes a moment
+    conversation_id = uuid.uuid4()
+    channel.announce_cancel(conversation_id)
+    deadline = time.monotonic() + 5
+    while not heard and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert heard == [conversation_id]
+    stop()
+
+
+def test_the_memory_channel_keeps_the_last_entries_and_forgets_silent_conversations() -> None:
+    channel = MemoryChannel(max_entries=3, ttl=0.05)
+    busy, silent = uuid.uuid4(), uuid.uuid4()
+    channel.publish([(silent, CommitNotice(1))])
+    channel.publish([(busy, CommitNotice(n)) for n in range(1, 6)])
+    assert channel.read(busy, None).entries == [CommitNotice(3), CommitNotice(4), CommitNotice(5)]
+    time.sleep(0.1)
+    channel.publish([(busy, CommitNotice(6))])
+    assert channel.read(silent, None).entries == []
+
+
+def test_a_redis_stream_is_capped_and_expires(redis_url: str) -> None:
+    channel = RedisChannel(redis_url, max_entries=10, ttl=60)
+    conversation_id = uuid.uuid4()
+    channel.publish([(conversation_id, CommitNotice(n)) for n in range(1, 500)])
+    raw = redis.Redis.from_url(redis_url)
+    key = stream_key(conversation_id)
+    assert raw.xlen(key) < 200  # trimmed approximately (whole radix-tree nodes at a time)
+    assert 0 < raw.ttl(key) <= 60
+    assert channel.read(conversation_id, None).entries[-1] == CommitNotice(499)
+    channel.close()
+
+
+# --- the broadcaster ------------------------------------------------------------------------------
+
+
+def test_a_fast_reply_is_coalesced_into_a_few_deltas_that_rebuild_it(channel: LiveChannel) -> None:
+    broadcaster = Broadcaster(channel, flush_interval=0.05)
+    conversation_id = uuid.uuid4()
+    words = [f"w{n} " for n in range(300)]
+
+    async def stream() -> None:
+        reply = broadcaster.reply(conversation_id, 4)
+        for word in words:  # a token every millisecond or so
+            reply.text(word)
+            await asyncio.sleep(0.001)
+        reply.flush()
+        broadcaster.committed(conversation_id, 17)
+
+    asyncio.run(stream())
+    broadcaster.close()
+    entries = channel.read(conversation_id, None).entries
+    deltas = [e for e in entries if isinstance(e, Delta)]
+    assert "".join(d.text for d in deltas) == "".join(words)
+    assert [d.index for d in deltas] == list(range(len(deltas)))
+    assert len(deltas) < len(words) / 5  # one write per interval, not per token
+    assert entries[-1] == CommitNotice(17)
+    assert broadcaster.sent_entries == len(entries)
+
+
+def test_a_restarted_reply_is_discarded_and_streams_again_from_zero(channel: LiveChannel) -> None:
+    broadcaster = Broadcaster(channel, flush_interval=10)
+    conversation_id = uuid.uuid4()
+
+    async def stream() -> None:
+        reply = broadcaster.reply(conversation_id, 2)
+        reply.text("half an ans")
+        reply.flush()
+        first = reply.stream
+        reply.restart("HTTP 503; retrying in 3 s")
+        assert reply.stream != first
+        reply.text("a whole answer")
+        reply.flush()
+
+    asyncio.run(stream())
+    broadcaster.close()
+    entries = channel.read(conversation_id, None).entries
+    assert [type(e).__name__ for e in entries] == ["Delta", "Discarded", "Delta"]
+    assert isinstance(entries[1], Discarded) and entries[1].reason.endswith("retrying in 3 s")
+    assert isinstance(entries[2], Delta) and entries[2].index == 0
+
+
+def test_a_channel_that_is_down_costs_the_broadcaster_nothing_but_the_preview() -> None:
+    down = RedisChannel("redis://127.0.0.1:1/0")  # nothing listens there
+    broadcaster = Broadcaster(down)
+    broadcaster.committed(uuid.uuid4(), 1)
+    broadcaster.close()
+    assert broadcaster.sent_entries == 0
+
+
+# --- following a conversation while a worker streams ---------------------------------------------
+
+
+@pytest.fixture
+def engine_(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url, pool_size=8, max_overflow=2)
+    yield engine
+    engine.dispose()
+
+
+def _tool_then_answer() -> fakes.ScriptedModel:
+    return fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "add", {"a": 1, "b": 2})), fakes.text(ANSWER)]),
+        word_delay=0.01,
+    )
+
+
+@pytest.fixture
+def deployment(engine_: Engine, channel: LiveChannel) -> Iterator[tuple[ChatClient, WorkerHost]]:
+    tools = fakes.InMemoryTools({"add": lambda a, b: str(a + b)})
+    settings = load_settings(database_url=str(engine_.url), live_flush_seconds=0.02)
+    host = WorkerHost(settings, engine_, model=_tool_then_answer(), tools=tools, live=channel)
+    host.start()
+    asyncio.run(_publish(engine_, tools))
+    client = ChatClient(settings, engine=engine_, enqueue=host.ring, live=channel)
+    yield client, host
+    host.stop(grace=0)
+
+
+async def _publish(engine: Engine, tools: fakes.InMemoryTools) -> None:
+    Upkeep(engine).publish_catalog(await tools.definitions())
+
+
+def _items(following: Any) -> list[Any]:
+    return list(following)
+
+
+def test_a_follower_sees_every_event_once_and_the_answer_as_it_streams(
+    deployment: tuple[ChatClient, WorkerHost],
+) -> None:
+    client, _ = deployment
+    conversation_id = client.create_conversation(tools=["add"])
+    following = client.follow(conversation_id, timeout=30)
+    client.submit_message(conversation_id, "What is the refund policy?")
+
+    items = _items(following)
+
+    events = [item for item in items if isinstance(item, EventView)]
+    assert [e.seq for e in events] == list(range(1, events[-1].seq + 1))
+    assert [e.status for e in events if e.type == "status.changed"] == [
+        "processing",
+        "tool_loop",
+        "idle",
+    ]
+    deltas = [item for item in items if isinstance(item, Delta) and item.text]
+    assert len(deltas) > 1  # the words came in several pieces, before the commit
+    assert "".join(d.text for d in deltas) == ANSWER
+    answer_event = next(e for e in events if e.message is not None and e.message.content == ANSWER)
+    assert items.index(deltas[-1]) < items.index(answer_event)
+    assert str(following.cursor) == str(events[-1].seq)
+
+
+def test_a_follower_that_reconnects_at_every_event_gets_the_same_events(
+    deployment: tuple[ChatClient, WorkerHost],
+) -> None:
+    client, _ = deployment
+    conversation_id = client.create_conversation(tools=["add"])
+    client.submit_message(conversation_id, "What is the refund policy?")
+    whole = [i for i in client.follow(conversation_id, timeout=30) if isinstance(i, EventView)]
+
+    pieced: list[EventView] = []
+    cursor: Cursor | int = 0
+    while True:
+        following = client.follow(conversation_id, cursor, timeout=30)
+        item = next(following, None)
+        if item is None:
+            break
+        if isinstance(item, EventView):
+            pieced.append(item)
+        cursor = following.cursor
+    assert [(e.seq, e.type) for e in pieced] == [(e.seq, e.type) for e in whole]
+
+
+def test_followers_fall_back_to_the_committed_log_when_the_channel_is_down(
+    engine_: Engine,
+) -> None:
+    down = RedisChannel("redis://127.0.0.1:1/0")
+    tools = fakes.InMemoryTools({"add": lambda a, b: str(a + b)})
+    settings = load_settings(database_url=str(engine_.url))
+    host = WorkerHost(settings, engine_, model=_tool_then_answer(), tools=tools, live=down)
+    host.start()
+    try:
+        asyncio.run(_publish(engine_, tools))
+        client = ChatClient(settings, engine=engine_, enqueue=host.ring, live=down)
+        conversation_id = client.create_conversation(tools=["add"])
+        client.submit_message(conversation_id, "What is the refund policy?")
+        items = list(client.follow(conversation_id, timeout=30, poll_interval=0.1))
+    finally:
+        host.stop(grace=0)
+    assert all(isinstance(item, EventView) for item in items)
+    assert items[-1].type == "status.changed" and items[-1].status == "idle"
+    assert any(item.message is not None and item.message.content == ANSWER for item in items)
+
+
+def test_until_turn_end_stops_after_the_followed_turn(
+    deployment: tuple[ChatClient, WorkerHost],
+) -> None:
+    client, _ = deployment
+    conversation_id = client.create_conversation(tools=["add"])
+    submitted = client.submit_message(conversation_id, "What is the refund policy?")
+    items = list(
+        client.follow(conversation_id, until="turn_end", turn_id=submitted.turn_id, timeout=30)
+    )
+    assert isinstance(items[-1], EventView) and items[-1].type == "turn.completed"
+
+
+@pytest.mark.parametrize(
+    ("after", "error"),
+    [
+        (-1, InvalidCursor),
+        ("x", InvalidCursor),
+        (10_000, InvalidCursor),
+        ("1:0:s:0", InvalidCursor),
+    ],
+)
+def test_a_bad_cursor_is_refused_when_following_starts(
+    deployment: tuple[ChatClient, WorkerHost], after: Any, error: type[Exception]
+) -> None:
+    client, _ = deployment
+    conversation_id = client.create_conversation()
+    with pytest.raises(error):
+        client.follow(conversation_id, after)
+
+
+def test_following_needs_a_conversation_and_a_known_stop(
+    deployment: tuple[ChatClient, WorkerHost],
+) -> None:
+    client, _ = deployment
+    with pytest.raises(ConversationNotFound):
+        client.follow(uuid.uuid4())
+    conversation_id = client.create_conversation()
+    with pytest.raises(InvalidRequest, match="until"):
+        client.follow(conversation_id, until="forever")
+    with pytest.raises(InvalidRequest, match="poll_interval"):
+        client.follow(conversation_id, poll_interval=0)
