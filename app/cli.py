@@ -1,4 +1,4 @@
-"""The `chatworker` command line: demo, worker, migrate, submit, status, cleanup, tools.
+"""The `chatworker` command line: demo, worker, migrate, submit, status, cancel, cleanup, tools.
 
 Subcommands import what they need when they run, so `status` or `cleanup` never pay for litellm.
 """
@@ -64,6 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--instructions", help="system instructions of a new conversation")
     submit.add_argument("--tools", default="", help="comma-separated tool names allowed")
     submit.add_argument("--tool-choice", default="auto", choices=("auto", "none", "required"))
+    submit.add_argument(
+        "--on-busy",
+        default="reject",
+        choices=("reject", "enqueue", "interrupt"),
+        help="while a turn runs: refuse (default), queue behind it, or cancel it and run this",
+    )
+    submit.add_argument("--idempotency-key", help="a retried submit with this key runs once")
     submit.set_defaults(run=_submit)
 
     status = commands.add_parser("status", help="show a conversation's status and transcript")
@@ -79,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--json", action="store_true", help="print JSON instead of text")
     status.set_defaults(run=_status)
+
+    cancel = commands.add_parser("cancel", help="stop a conversation's turn (or one turn)")
+    cancel.add_argument("conversation", nargs="?", help="conversation id (its current turn)")
+    cancel.add_argument("--turn", help="a turn id instead (the running one, or a waiting one)")
+    cancel.set_defaults(run=_cancel)
 
     cleanup = commands.add_parser("cleanup", help="fail conversations stuck without a heartbeat")
     cleanup.add_argument("--older-than", type=float, help="seconds (default: the stale setting)")
@@ -156,10 +168,19 @@ def _submit(args: argparse.Namespace) -> int:
                 tools=tools,
                 tool_choice=args.tool_choice,
             )
-        submitted = client.submit_message(conversation_id, args.text)
+        submitted = client.submit_message(
+            conversation_id,
+            args.text,
+            on_busy=args.on_busy,
+            idempotency_key=args.idempotency_key,
+        )
     finally:
         client.close()
-    print(f"conversation {submitted.conversation_id} message {submitted.seq}")
+    waiting = " (waits behind the running turn)" if submitted.seq is None else ""
+    print(
+        f"conversation {submitted.conversation_id} turn {submitted.turn_id} "
+        f"message {submitted.seq}{waiting}"
+    )
     if not submitted.enqueued:
         print(f"warning: {submitted.detail}", file=sys.stderr)
     return 0
@@ -187,6 +208,32 @@ def _status(args: argparse.Namespace) -> int:
     finally:
         client.close()
     return 0 if view.status != "failed" else 1
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    if (args.conversation is None) == (args.turn is None):
+        raise ChatWorkerError("give a conversation id, or --turn TURN_ID (one of the two)")
+    client = ChatClient()
+    try:
+        if args.turn is not None:
+            turn = client.cancel_turn(args.turn)
+        else:
+            found = client.cancel(args.conversation)
+            if found is None:
+                print("the conversation has no turn: nothing to cancel")
+                return 0
+            turn = found
+    finally:
+        client.close()
+    if turn.status == "cancelled":
+        print(f"turn {turn.id} cancelled")
+    elif turn.is_finished:
+        print(f"turn {turn.id} had already ended: {turn.status}")
+    else:
+        print(f"turn {turn.id}: cancel requested; its worker is stopping it")
+    return 0
 
 
 def _cleanup(args: argparse.Namespace) -> int:

@@ -20,10 +20,14 @@ cancel writes, that asking twice is harmless, the `interrupt` busy policy, and b
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +45,7 @@ from app.worker.plan import CANCELLED_RESULT, ToolCall
 from app.worker.ports import ModelReply, ModelRequest, Usage
 from app.worker.store import LeaseLost, TurnStore, Upkeep
 from tests.integration.test_turns import log
+from tests.rows import force_status
 
 HANG = 60.0  # a model or a tool that would take this long: a cancel must not wait for it
 
@@ -514,3 +519,42 @@ def test_the_janitor_time_and_the_cancel_time_are_the_web_side_s_clock() -> None
     assert not holder_is_live(SimpleNamespace(lease_owner=None, lease_expires_at=None), now)
     past = now - timedelta(seconds=1)
     assert not holder_is_live(SimpleNamespace(lease_owner="w", lease_expires_at=past), now)
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def _cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    environment = {"PATH": os.environ["PATH"], "DATABASE_URL": database_url, "HOME": "/tmp"}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        env=environment,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_chatworker_cancel_stops_a_turn_and_refuses_what_it_cannot_find(
+    engine_: Engine, client: ChatClient
+) -> None:
+    url = str(engine_.url.render_as_string(hide_password=False))
+    conversation_id = client.create_conversation()
+    turn_id = client.submit_message(conversation_id, "hello").turn_id
+
+    done = _cli(url, "cancel", str(conversation_id))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"turn {turn_id} cancelled"
+    again = _cli(url, "cancel", "--turn", str(turn_id))  # twice: harmless, the same answer
+    assert again.stdout.strip() == f"turn {turn_id} cancelled"
+    finished = client.create_conversation()
+    answered = client.submit_message(finished, "hi").turn_id
+    force_status(engine_, finished, "idle", lease_owner=None)  # as if a worker answered it
+    ended = _cli(url, "cancel", str(finished))
+    assert ended.stdout.strip() == f"turn {answered} had already ended: completed"
+
+    unknown = _cli(url, "cancel", str(uuid.uuid4()))
+    assert unknown.returncode == 2 and "no conversation" in unknown.stderr
+    neither = _cli(url, "cancel")
+    assert neither.returncode == 2 and "give a conversation id, or --turn" in neither.stderr
