@@ -34,7 +34,14 @@ class FakeLLMServer:
 
     @property
     def api_base(self) -> str:
+        """The api_base of litellm's `openai/` models: it appends /chat/completions."""
         return f"{self.base_url}/v1"
+
+    @property
+    def anthropic_base(self) -> str:
+        """The api_base of litellm's `anthropic/` models: it appends /v1/messages itself, so
+        `api_base` (which ends in /v1) would make it ask for /v1/v1/messages."""
+        return self.base_url
 
     def start(self) -> FakeLLMServer:
         self.process = subprocess.Popen(
@@ -96,27 +103,50 @@ class FakeLLMServer:
     ) -> None:
         """Install a script; one with the same `match` is replaced.
 
-        A request is served by the first script whose `match` occurs in the JSON text of its
-        `messages` (`json.dumps(messages, ensure_ascii=False)`), else by the script with no
-        match; with no script installed at all every request gets the text "ok".
+        The scripts serve both routes: OpenAI chat completions (`openai/` models, `api_base`)
+        and Anthropic messages (`anthropic/` models, `anthropic_base`); each step is answered
+        in the format of the route it came in on. A request is served by the first script whose
+        `match` occurs in the JSON text of its `messages` (`json.dumps(messages,
+        ensure_ascii=False)`, preceded by the JSON of a top-level `system`, where the Anthropic
+        format keeps the system prompt), else by the script with no match; with no script
+        installed at all every request gets the text "ok".
         `mode="sequence"`: each request takes the next step. `mode="by_iteration"`: the step
-        index is the number of assistant messages after the last user message, so a re-sent
-        transcript gets the same answer. Past the last step: `default`, else HTTP 500 "exhausted".
+        index is the number of assistant messages after the last user message (an Anthropic
+        user message holding only `tool_result` blocks is not one), so a re-sent transcript
+        gets the same answer. Past the last step: `default`, else HTTP 500 "exhausted".
 
         Steps (`delay` seconds and `finish_reason` combine with any of them):
             {"text": "hello"}
             {"tool_calls": [{"id": "call_1", "name": "add", "arguments": "{...}" or {...}}],
-             "text": optional}    arguments given as a string are sent verbatim
-            {"stream": true, ...}  SSE even if the request did not ask; `chunk_delay` optional
+             "text": optional}    arguments given as a string are sent verbatim to OpenAI
+                                   clients; Anthropic's `input` is an object, so there a string
+                                   that is not a JSON object arrives as {"_raw": the string}
+            {"stream": true, ...}  SSE even if the request did not ask; `chunk_delay` seconds
+                                   between events and `chunks` (the text's pieces, 3 by
+                                   default) optional
             {"error": 429, "message": ..., "retry_after": 1, "type": ..., "code": ...}
+                                   in each route's error body (Anthropic: no `code`; its type
+                                   follows the status: 429 rate_limit_error, 529
+                                   overloaded_error, other 5xx api_error, ...)
             {"hang": 30}           sleep, then answer (the client has usually given up)
-            {"empty_choices": true}
+            {"empty_choices": true}  OpenAI: "choices": []; Anthropic: "content": []
             {"raw": {...}}         that exact JSON body with 200, never streamed
+            {"stream_error": {"after": N, "status": 529, "message": optional}, ...}
+                                   streamed (whatever the request asked): the first N
+                                   chunks (OpenAI `data:` lines) or events (Anthropic,
+                                   message_start and ping included), then the route's
+                                   in-stream error (OpenAI `data: {"error": ...}`, Anthropic
+                                   `event: error`) instead of the rest and the end marker,
+                                   then a clean end of the body; `after` defaults to 0,
+                                   `status` to 500
+            {"stream_cut": {"after": N}, ...}
+                                   streamed: N chunks or events, then the connection closes
+                                   mid-body (the chunked body is never terminated)
 
         Chaos: `transient_error_rate` (0 to 1) of the requests this script serves get HTTP 429
-        (`Retry-After: 0`) or 503 instead, without consuming a step; `seed` makes the draw
-        repeatable for a given order of requests. Injected errors are recorded with
-        `step["chaos"] is True`.
+        (`Retry-After: 0`) or the route's overload status (503 OpenAI, 529 Anthropic) instead,
+        without consuming a step; `seed` makes the draw repeatable for a given order of
+        requests. Injected errors are recorded with `step["chaos"] is True`.
         """
         payload: JSON = {"steps": steps, "mode": mode}
         if match is not None:

@@ -20,6 +20,14 @@ ERROR_TYPES = {
     404: ("not_found_error", "model_not_found"),
     429: ("requests", "rate_limit_exceeded"),
 }
+# OpenAI's own wording for an error in the middle of a stream, which litellm and the worker's
+# retry policy read (a step's `message` replaces it).
+STREAM_ERROR_MESSAGES = {
+    429: "Rate limit reached for requests",
+    503: "The server is overloaded or not ready yet.",
+    529: "The server is overloaded or not ready yet.",
+}
+DEFAULT_STREAM_ERROR_MESSAGE = "The server had an error while processing your request."
 
 
 def estimate_tokens(text: str) -> int:
@@ -105,9 +113,21 @@ def error_body(status: int, step: Step) -> JSON:
     }
 
 
+def stream_error_body(status: int, spec: Step) -> JSON:
+    """The `data:` line OpenAI sends when a stream fails after it started; `spec` is a step's
+    `stream_error` (its `message`, `type` and `code` override the defaults)."""
+    message = spec.get("message") or STREAM_ERROR_MESSAGES.get(status, DEFAULT_STREAM_ERROR_MESSAGE)
+    return error_body(status, {**spec, "message": message})
+
+
 def split_text(text: str, parts: int = 3) -> list[str]:
     size = max(1, -(-len(text) // parts))
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def pieces_of(step: Step) -> int:
+    """How many pieces a streamed text is sent in: the step's `chunks`, else 3."""
+    return max(1, int(step.get("chunks", 3)))
 
 
 def stream_chunks(body: JSON, step: Step) -> Iterator[JSON]:
@@ -121,7 +141,7 @@ def stream_chunks(body: JSON, step: Step) -> Iterator[JSON]:
         yield {**base, "choices": []}
         return
     yield chunk({"role": "assistant", "content": ""})
-    for piece in split_text(step.get("text") or ""):
+    for piece in split_text(step.get("text") or "", pieces_of(step)):
         yield chunk({"content": piece})
     for index, call in enumerate(tool_calls_of(step)):
         function = call["function"]

@@ -2,6 +2,7 @@
 
 A script is a list of steps served in order (`sequence`) or by the number of assistant messages
 since the last user message (`by_iteration`, so a re-sent transcript gets the same answer).
+Both wire formats (OpenAI chat completions, Anthropic messages) share the scripts and the state.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ JSON = dict[str, Any]
 SEQUENCE = "sequence"
 BY_ITERATION = "by_iteration"
 DEFAULT_STEP: Step = {"text": "ok"}
+# What a provider answers when it is briefly unable to serve: OpenAI's overload is a 503,
+# Anthropic's a 529.
 TRANSIENT_STATUSES = (429, 503)
+ANTHROPIC_TRANSIENT_STATUSES = (429, 529)
 
 
 @dataclass
@@ -35,15 +39,20 @@ class Script:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def transient_error(self) -> Step | None:
-        """An injected 429/503 step for this request, or None (then the script's step answers)."""
+    def transient_error(self, statuses: tuple[int, int] = TRANSIENT_STATUSES) -> Step | None:
+        """An injected error step, a 429 or the other of `statuses` (the overload), for this
+        request, or None (then the script's step answers)."""
         if self.transient_error_rate <= 0 or self.rng.random() >= self.transient_error_rate:
             return None
-        status = self.rng.choice(TRANSIENT_STATUSES)
+        status = self.rng.choice(statuses)
         if status == 429:
             message = "fake_llm chaos: rate limit exceeded, retry later"
             return {"error": 429, "retry_after": 0, "message": message, "chaos": True}
-        return {"error": 503, "message": "fake_llm chaos: the model is overloaded", "chaos": True}
+        return {
+            "error": status,
+            "message": "fake_llm chaos: the model is overloaded",
+            "chaos": True,
+        }
 
     def next_step(self, messages: list[Any]) -> tuple[Step | None, int]:
         """Return the step for this request and its index; None when the script is exhausted."""
@@ -58,19 +67,38 @@ class Script:
 
 
 def assistant_turns_since_last_user(messages: list[Any]) -> int:
+    """Assistant messages after the last message a person wrote, in either wire format."""
     count = 0
     for message in reversed(messages):
         role = message.get("role") if isinstance(message, dict) else None
-        if role == "user":
+        if role == "user" and not is_tool_results(message):
             break
         if role == "assistant":
             count += 1
     return count
 
 
+def is_tool_results(message: JSON) -> bool:
+    """Whether a user message only carries tool results: Anthropic sends those as `role: user`
+    with `tool_result` blocks, where OpenAI has `role: tool` messages, so it starts no turn."""
+    content = message.get("content")
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+    )
+
+
 def messages_text(body: Any) -> str:
-    messages = body.get("messages", []) if isinstance(body, dict) else []
-    return json.dumps(messages, ensure_ascii=False)
+    """The text a script's `match` is looked for in: the JSON of `messages`, preceded by the JSON
+    of the top-level `system` when there is one (Anthropic format puts the system prompt there,
+    OpenAI format inside `messages`), so a match on the system prompt works in both."""
+    if not isinstance(body, dict):
+        return "[]"
+    text = json.dumps(body.get("messages", []), ensure_ascii=False)
+    if body.get("system") is not None:
+        return json.dumps(body["system"], ensure_ascii=False) + "\n" + text
+    return text
 
 
 @dataclass
@@ -92,15 +120,18 @@ class ServerState:
             self.scripts.clear()
             self.requests.clear()
 
-    def choose_step(self, body: Any) -> tuple[Step | None, str]:
-        """Pick the step answering `body`; the string explains an exhausted script."""
+    def choose_step(
+        self, body: Any, transient_statuses: tuple[int, int] = TRANSIENT_STATUSES
+    ) -> tuple[Step | None, str]:
+        """Pick the step answering `body`; the string explains an exhausted script.
+        `transient_statuses` are the chaos errors of the wire format `body` came in."""
         text = messages_text(body)
         messages = body.get("messages", []) if isinstance(body, dict) else []
         with self.lock:
             script = self._script_for(text)
             if script is None:
                 return DEFAULT_STEP, ""
-            injected = script.transient_error()
+            injected = script.transient_error(transient_statuses)
             if injected is not None:
                 return injected, ""
             step, index = script.next_step(messages if isinstance(messages, list) else [])

@@ -1,5 +1,6 @@
-"""The fake LLM's HTTP server (stdlib only, so it starts fast): the chat-completions routes and the
-control routes its `FakeLLMServer` client drives. Run it with `python -m app.testing.fake_llm`.
+"""The fake LLM's HTTP server (stdlib only, so it starts fast): the OpenAI chat-completions and
+Anthropic messages routes, and the control routes its `FakeLLMServer` client drives.
+Run it with `python -m app.testing.fake_llm`.
 """
 
 from __future__ import annotations
@@ -10,19 +11,84 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from app.testing.fake_llm.payloads import completion_of, error_body, stream_chunks
-from app.testing.fake_llm.script import JSON, ServerState, Step, parse_json_object, parse_script
+from app.testing.fake_llm import anthropic, payloads
+from app.testing.fake_llm.script import (
+    ANTHROPIC_TRANSIENT_STATUSES,
+    JSON,
+    TRANSIENT_STATUSES,
+    ServerState,
+    Step,
+    parse_json_object,
+    parse_script,
+)
 
-COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/chat/completions"})
+
+@dataclass(frozen=True)
+class Dialect:
+    """One wire format the fake speaks: what a step becomes in it, streamed or not."""
+
+    answer: Callable[[JSON, Step], JSON]
+    error: Callable[[int, Step], JSON]
+    # The SSE frames of a stream, its end marker excluded.
+    frames: Callable[[JSON, Step], Iterator[str]]
+    error_frame: Callable[[int, Step], str]
+    end_marker: str | None
+    transient_statuses: tuple[int, int]
+
+
+def openai_frames(body: JSON, step: Step) -> Iterator[str]:
+    for chunk in payloads.stream_chunks(body, step):
+        yield f"data: {json.dumps(chunk)}\n\n"
+
+
+def openai_error_frame(status: int, spec: Step) -> str:
+    return f"data: {json.dumps(payloads.stream_error_body(status, spec))}\n\n"
+
+
+def anthropic_frames(body: JSON, step: Step) -> Iterator[str]:
+    for event, data in anthropic.stream_events(body, step):
+        yield f"event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def anthropic_error_frame(status: int, spec: Step) -> str:
+    return f"event: error\ndata: {json.dumps(anthropic.error_body(status, spec))}\n\n"
+
+
+OPENAI = Dialect(
+    answer=payloads.completion_of,
+    error=payloads.error_body,
+    frames=openai_frames,
+    error_frame=openai_error_frame,
+    end_marker="data: [DONE]\n\n",
+    transient_statuses=TRANSIENT_STATUSES,
+)
+# litellm's anthropic/ provider appends /v1/messages to the api_base it is given.
+ANTHROPIC = Dialect(
+    answer=anthropic.message_of,
+    error=anthropic.error_body,
+    frames=anthropic_frames,
+    error_frame=anthropic_error_frame,
+    end_marker=None,  # message_stop, the last event, ends the stream
+    transient_statuses=ANTHROPIC_TRANSIENT_STATUSES,
+)
+# Step options that only make sense in a stream, so they stream whatever the request asked.
+STREAM_ENDINGS = frozenset({"stream_error", "stream_cut"})
+DIALECTS = {
+    "/v1/chat/completions": OPENAI,
+    "/chat/completions": OPENAI,
+    "/v1/messages": ANTHROPIC,
+}
 
 
 class FakeLLMHandler(BaseHTTPRequestHandler):
-    """Routes: POST /v1/chat/completions (and /chat/completions), POST /_script,
-    GET /_requests[?match=...], POST /_reset, GET /_health."""
+    """Routes: POST /v1/chat/completions (and /chat/completions), POST /v1/messages,
+    POST /_script, GET /_requests[?match=...], POST /_reset, GET /_health."""
 
     # HTTP/1.1 keeps connections alive, which matters with hundreds of concurrent clients.
     protocol_version = "HTTP/1.1"
@@ -51,11 +117,13 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         except Exception as exc:
             # A malformed step is a test bug: say so in the response, not only on stderr.
             message = f"fake_llm: {type(exc).__name__}: {exc}"
-            self.send_json(500, {"error": {"message": message, "type": "fake_llm"}})
+            dialect = DIALECTS.get(path, OPENAI)
+            self.send_json(500, dialect.error(500, {"message": message, "type": "fake_llm"}))
 
     def route_post(self, path: str, raw: bytes) -> None:
-        if path in COMPLETION_PATHS:
-            self.answer_completion(path, raw)
+        dialect = DIALECTS.get(path)
+        if dialect is not None:
+            self.answer_completion(path, raw, dialect)
         elif path == "/_script":
             self.install_script(raw)
         elif path == "/_reset":
@@ -76,20 +144,21 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             return
         self.send_json(200, {"ok": True})
 
-    def answer_completion(self, path: str, raw: bytes) -> None:
+    def answer_completion(self, path: str, raw: bytes, dialect: Dialect) -> None:
         body = parse_json_object(raw)
         if body is None:
             self.record_request(path, None, None)
-            self.send_json(400, {"error": {"message": "fake_llm: body is not a JSON object"}})
+            message = "fake_llm: body is not a JSON object"
+            self.send_json(400, dialect.error(400, {"message": message}))
             return
-        step, problem = self.server.state.choose_step(body)
+        step, problem = self.server.state.choose_step(body, dialect.transient_statuses)
         # Recorded before answering, so a test sees the attempt even while the answer hangs.
         self.record_request(path, body, step)
         if step is None:
-            error = {"message": problem, "type": "fake_llm", "code": "script_exhausted"}
-            self.send_json(500, {"error": error})
+            spec = {"message": problem, "type": "fake_llm", "code": "script_exhausted"}
+            self.send_json(500, dialect.error(500, spec))
             return
-        self.answer_step(body, step)
+        self.answer_step(body, step, dialect)
 
     def record_request(self, path: str, body: JSON | None, step: Step | None) -> None:
         self.server.state.record(
@@ -103,22 +172,22 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             }
         )
 
-    def answer_step(self, body: JSON, step: Step) -> None:
+    def answer_step(self, body: JSON, step: Step, dialect: Dialect) -> None:
         time.sleep(float(step.get("hang", 0)) + float(step.get("delay", 0)))
         if "error" in step:
-            self.send_error_step(int(step["error"]), step)
+            self.send_error_step(int(step["error"]), step, dialect)
         elif "raw" in step:
             self.send_json(200, step["raw"])
-        elif step.get("stream") or body.get("stream"):
-            self.send_stream(body, step)
+        elif step.get("stream") or body.get("stream") or STREAM_ENDINGS & step.keys():
+            self.send_stream(body, step, dialect)
         else:
-            self.send_json(200, completion_of(body, step))
+            self.send_json(200, dialect.answer(body, step))
 
-    def send_error_step(self, status: int, step: Step) -> None:
+    def send_error_step(self, status: int, step: Step, dialect: Dialect) -> None:
         headers = {}
         if step.get("retry_after") is not None:
             headers["Retry-After"] = str(step["retry_after"])
-        self.send_json(status, error_body(status, step), headers)
+        self.send_json(status, dialect.error(status, step), headers)
 
     def send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()
@@ -130,21 +199,38 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def send_stream(self, body: JSON, step: Step) -> None:
-        # No Content-Length: closing the connection is what ends the event stream.
+    def send_stream(self, body: JSON, step: Step, dialect: Dialect) -> None:
+        # Chunked, as real providers stream over HTTP/1.1: a connection dropped mid-stream
+        # (`stream_cut`) is then a truncated body the client can tell from a finished one.
         self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Connection", "close")
         self.end_headers()
+        frames = list(dialect.frames(body, step))
+        error, cut = step.get("stream_error"), step.get("stream_cut")
+        ending = error if error is not None else cut
+        if ending is not None:
+            frames = frames[: int(ending.get("after", 0))]
+        elif dialect.end_marker is not None:
+            frames.append(dialect.end_marker)
+        if error is not None:
+            frames.append(dialect.error_frame(int(error.get("status", 500)), error))
         chunk_delay = float(step.get("chunk_delay", 0))
-        for chunk in stream_chunks(body, step):
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
-            if chunk_delay:
+        for i, frame in enumerate(frames):
+            if i and chunk_delay:
                 time.sleep(chunk_delay)
-        self.wfile.write(b"data: [DONE]\n\n")
+            self.write_chunk(frame)
+        if cut is not None:
+            return  # no last chunk: the client sees the connection drop mid-body
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def write_chunk(self, frame: str) -> None:
+        data = frame.encode()
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
 
@@ -183,7 +269,9 @@ def serve(host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Scriptable fake OpenAI chat-completions server.")
+    parser = argparse.ArgumentParser(
+        description="Scriptable fake OpenAI and Anthropic chat server."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
