@@ -10,7 +10,8 @@
 - the event log: seq is gap-free (1..event_seq); every message has exactly one
   `message.committed` event; every finished turn exactly one terminal event (of its status), an
   unfinished turn none; the last `status.changed` equals the conversation's status (idle when
-  there is none); a conversation at rest has no running turn;
+  there is none); a conversation at rest has no running turn, and no turn still waiting behind
+  its last (a queued message would be forgotten);
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -44,7 +45,9 @@ def violations(
     problems: list[str] = []
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
         conversations = conn.execute(
-            "SELECT id, status, error, lease_owner, heartbeat_at FROM conversations"
+            "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status"
+            " FROM conversations c LEFT JOIN turns t"
+            " ON t.conversation_id = c.id AND t.number = c.turn_number"
         ).fetchall()
         problems += event_log_violations(conn)
         rows = conn.execute(
@@ -56,10 +59,12 @@ def violations(
     for row in rows:
         transcripts[row[0]].append(row[1:])
     now = datetime.now(UTC)
-    for conversation_id, status, error, lease_owner, heartbeat_at in conversations:
+    for conversation_id, status, error, lease_owner, heartbeat_at, turn in conversations:
         where = f"conversation {conversation_id} ({status})"
         messages = transcripts.get(conversation_id, [])
-        checked = transcript_violations(messages, status, complete=at_rest)
+        checked = transcript_violations(
+            messages, status, complete=at_rest, cancelled=turn == "cancelled"
+        )
         problems += [f"{where}: {p}" for p in checked]
         if status in ("idle", "failed") and lease_owner is not None:
             problems.append(f"{where}: at rest but still leased to {lease_owner}")
@@ -118,16 +123,23 @@ def event_log_violations(conn: psycopg.Connection[Any]) -> list[str]:
         " WHERE c.status IN ('idle', 'failed') AND t.status IN ('queued', 'running')"
     ):
         problems.append(f"conversation {cid} ({status}): its current turn is {turn_status}")
+    for cid, status, number in conn.execute(
+        "SELECT c.id, c.status, t.number FROM conversations c JOIN turns t"
+        " ON t.conversation_id = c.id AND t.number > c.turn_number"
+        " WHERE c.status IN ('idle', 'failed') AND t.status = 'queued'"
+    ):
+        problems.append(f"conversation {cid} ({status}): turn {number} still waits, forgotten")
     return problems
 
 
 def transcript_violations(
-    messages: list[tuple[Any, ...]], status: str, complete: bool = True
+    messages: list[tuple[Any, ...]], status: str, complete: bool = True, cancelled: bool = False
 ) -> list[str]:
     """Violations within one transcript of (seq, role, content, tool_calls, tool_call_id) rows.
 
     `complete`: the conversation is at rest, so every call but a failed turn's last is answered
-    and an idle transcript ends with an answer.
+    and an idle transcript ends with an answer, unless its last turn was `cancelled` (its calls
+    are all answered, but there may be no answer).
     """
     problems = []
     seqs = [m[0] for m in messages]
@@ -143,7 +155,7 @@ def transcript_violations(
         elif answered[call_id] == 0 and call_id not in may_be_open:
             problems.append(f"tool call {call_id} has no result")
     ends_open = bool(messages) and (messages[-1][1] != "assistant" or bool(messages[-1][3]))
-    if complete and status == "idle" and ends_open:
+    if complete and status == "idle" and ends_open and not cancelled:
         problems.append("idle, but the transcript does not end with an answer")
     return problems
 
