@@ -12,6 +12,9 @@ each test every conversation is at rest and `tests/invariants.py` finds no viola
 |   doorbells lost, consumer disconnected)   |   on, its dramatiq consumer reconnects by itself   |
 | a message submitted while Redis is down    | `enqueued=False`, message stored; the recovery     |
 |                                            |   sweep starts it: `idle`, nobody retries          |
+| Redis stopped while a reply streams        | the turn still completes and commits; a follower   |
+|                                            |   reading the live channel falls back to the       |
+|                                            |   committed log: every event once, the answer      |
 | LLM 429, then OK                           | one 3 s wait, 2 requests, `idle`                   |
 | LLM 500 "Overloaded", then OK              | one 3 s wait, 2 requests, `idle`                   |
 | LLM plain 500                              | `failed` at once, 1 request, "LLM call failed      |
@@ -57,7 +60,7 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-from app.client import ConversationView, MessageView
+from app.client import ConversationView, Delta, EventView, MessageView
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.services import libpq_dsn, wait_until
@@ -328,6 +331,37 @@ def test_a_redis_restart_mid_run_loses_no_turn_and_the_worker_reconnects_by_itse
     assert "Consumer encountered a connection error" in log, log
     assert "Restarting consumer" in log
     assert "recovery sweep: re-enqueued" in log  # how the late message's turn started
+    shared.assert_at_rest()
+
+
+def test_redis_down_during_a_stream_the_turn_commits_and_followers_fall_back_to_the_log(
+    shared: Faults,
+) -> None:
+    marker = "redis-down-stream"
+    answer = "Every word of this answer is committed even though the live channel went away."
+    shared.llm.script(
+        [{"text": answer, "stream": True, "chunks": 30, "chunk_delay": 0.1}], match=marker
+    )
+    client = shared.deployment.client
+    conversation_id = client.create_conversation()
+    following = client.follow(conversation_id, timeout=60, poll_interval=0.2)
+    client.submit_message(conversation_id, f"{marker}: tell me")
+    items: list[Any] = []
+    try:
+        for item in following:
+            items.append(item)
+            if isinstance(item, Delta) and shared.redis.running():
+                shared.redis.stop()  # mid-reply: the preview and the notices are gone
+    finally:
+        if not shared.redis.running():
+            shared.redis.start()
+
+    assert any(isinstance(item, Delta) for item in items)  # it was streaming when Redis went
+    events = [item for item in items if isinstance(item, EventView)]
+    assert [e.seq for e in events] == list(range(1, events[-1].seq + 1))
+    assert events[-1].type == "status.changed" and events[-1].status == "idle"
+    committed = [e.message.content for e in events if e.message and e.message.role == "assistant"]
+    assert committed == [answer]
     shared.assert_at_rest()
 
 
