@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -272,3 +273,178 @@ def test_a_call_whose_arguments_are_not_an_object_is_resent_to_anthropic_as_an_o
     verbatim = copy.deepcopy(messages)
     verbatim[1]["tool_calls"][0]["function"]["arguments"] = call.arguments
     assert anthropic_tool_inputs(verbatim) == [[1, 2]]
+
+
+# ---------------------------------------------------------------- streaming
+
+
+class RecordingSink:
+    """A `ReplySink` that keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.calls: list[tuple[int, str | None, str | None, str]] = []
+        self.restarts: list[str] = []
+
+    def text(self, fragment: str) -> None:
+        self.texts.append(fragment)
+
+    def call(self, index: int, call_id: str | None, name: str | None, fragment: str) -> None:
+        self.calls.append((index, call_id, name, fragment))
+
+    def restart(self, reason: str) -> None:
+        self.restarts.append(reason)
+
+
+ROUTES = {"openai": MODEL, "anthropic": "anthropic/claude-fake"}
+
+
+def stream(
+    server: FakeLLMServer,
+    sleep: RecordingSleep,
+    sink: RecordingSink,
+    route: str = "openai",
+    tools: list[dict[str, Any]] | None = None,
+) -> ModelReply:
+    base = server.anthropic_base if route == "anthropic" else server.api_base
+    client = LiteLLMClient(timeout=10, api_base=base, api_key=API_KEY, sleep=sleep)
+    request = ModelRequest(ROUTES[route], USER_HI, tools or [], "auto")
+    return asyncio.run(client.complete(request, sink))
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_streamed_reply_reaches_the_sink_piece_by_piece_and_the_caller_whole(
+    server: FakeLLMServer, sleep: RecordingSleep, route: str
+) -> None:
+    text = "The answer comes in many small pieces, like a real model's."
+    server.script([{"text": text, "chunks": 8}])
+    sink = RecordingSink()
+
+    reply = stream(server, sleep, sink, route)
+
+    assert len(sink.texts) >= 8 and "".join(sink.texts) == text == reply.content
+    assert reply.finish_reason == "stop"
+    assert reply.usage.prompt_tokens > 0 and reply.usage.completion_tokens > 0
+    assert sink.restarts == []
+    assert server.requests()[0]["body"]["stream"] is True
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_streamed_tool_calls_come_with_id_and_name_first_then_their_arguments(
+    server: FakeLLMServer, sleep: RecordingSleep, route: str
+) -> None:
+    server.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "call_a", "name": "add", "arguments": {"a": 1, "b": 2}},
+                    {"id": "call_b", "name": "add", "arguments": {"a": 3, "b": 4}},
+                ]
+            }
+        ]
+    )
+    sink = RecordingSink()
+
+    reply = stream(server, sleep, sink, route, tools=[ADD_TOOL])
+
+    assert [(c.id, c.name) for c in reply.tool_calls] == [("call_a", "add"), ("call_b", "add")]
+    assert [json.loads(c.arguments) for c in reply.tool_calls] == [
+        {"a": 1, "b": 2},
+        {"a": 3, "b": 4},
+    ]
+    for index, call in enumerate(reply.tool_calls):
+        sent = [c for c in sink.calls if c[0] == index]
+        assert sent[0][1:3] == (call.id, call.name)
+        assert all(c[1] is None and c[2] is None for c in sent[1:])
+        assert "".join(c[3] for c in sent) == call.arguments
+    assert reply.finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize(("route", "status"), [("openai", 503), ("anthropic", 529)])
+def test_a_transient_error_during_the_stream_restarts_the_sink_and_the_retry_answers(
+    server: FakeLLMServer, sleep: RecordingSleep, route: str, status: int
+) -> None:
+    server.script(
+        [
+            {
+                "text": "a first try that breaks",
+                "chunks": 6,
+                "stream_error": {"after": 4, "status": status},
+            },
+            {"text": "the whole answer"},
+        ]
+    )
+    sink = RecordingSink()
+
+    reply = stream(server, sleep, sink, route)
+
+    assert reply.content == "the whole answer"
+    assert sleep.waits == [3]
+    assert len(sink.restarts) == 1 and sink.restarts[0].endswith("; retrying in 3 s")
+    assert "".join(sink.texts).endswith("the whole answer")
+    assert len(server.requests()) == 2
+
+
+def test_a_stream_that_never_recovers_fails_after_three_attempts_like_any_call(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    broken = {"text": "never whole", "stream_error": {"after": 2, "status": 503}}
+    server.script([broken, broken, broken])
+    sink = RecordingSink()
+    with pytest.raises(ModelError, match="after 3 attempts"):
+        stream(server, sleep, sink)
+    assert sleep.waits == [3, 6] and len(sink.restarts) == 2
+
+
+def test_without_streaming_the_sink_hears_nothing_and_the_reply_is_the_same(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"text": "whole at once"}])
+    sink = RecordingSink()
+    client = LiteLLMClient(
+        timeout=10, api_base=server.api_base, api_key=API_KEY, sleep=sleep, stream=False
+    )
+    reply = asyncio.run(client.complete(ModelRequest(MODEL, USER_HI), sink))
+    assert reply.content == "whole at once" and sink.texts == []
+    assert (
+        "stream" not in server.requests()[0]["body"] or not server.requests()[0]["body"]["stream"]
+    )
+
+
+def _connections_to(port: int) -> int:
+    """Established TCP connections of this machine whose remote end is 127.0.0.1:`port`."""
+    count = 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        remote, state = fields[2], fields[3]
+        if remote == f"0100007F:{port:04X}" and state == "01":
+            count += 1
+    return count
+
+
+def test_cancelling_a_streamed_call_closes_its_connection_at_once(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"text": "slow " * 40, "chunks": 40, "chunk_delay": 0.5}])
+    sink = RecordingSink()
+    client = LiteLLMClient(timeout=30, api_base=server.api_base, api_key=API_KEY, sleep=sleep)
+    port = server.port
+    assert port is not None
+    idle = _connections_to(port)  # pooled keep-alive connections of earlier calls
+
+    async def cancel_midway() -> int:
+        task = asyncio.create_task(client.complete(ModelRequest(MODEL, USER_HI), sink))
+        while not sink.texts:
+            await asyncio.sleep(0.01)
+        streaming = _connections_to(port)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return streaming
+
+    assert asyncio.run(cancel_midway()) == idle + 1
+    deadline = time.monotonic() + 2
+    while _connections_to(port) > idle and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _connections_to(port) <= idle  # the streaming connection is gone, not pooled
+    assert sink.restarts == []  # a cancel is not a retry
