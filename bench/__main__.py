@@ -21,7 +21,9 @@ from typing import Any
 
 from app.migrate import upgrade
 from app.testing import services
+from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
+from bench.followers import measure_followers
 from bench.footprint import measure_footprint
 from bench.history import measure_history
 from bench.janitor import measure_janitor
@@ -145,6 +147,16 @@ def footprint(ctx: Context) -> Measured:
         return measure_footprint(url, redis_db, workdir, turns, cold_starts, idle_seconds=idle)
 
 
+def cancel(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_cancel(url, redis_db, workdir, 3 if ctx.quick else 30)
+
+
+def followers(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_followers(url, redis_db, workdir, 20 if ctx.quick else 500)
+
+
 MEASURES: dict[str, Callable[[Context], Measured]] = {
     "overhead": overhead,
     "pickup": pickup,
@@ -156,6 +168,8 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "recovery": recovery,
     "footprint": footprint,
     "llmcpu": llmcpu,
+    "cancel": cancel,
+    "followers": followers,
 }
 
 
@@ -232,6 +246,13 @@ def _notes(extras: dict[str, Any]) -> None:
     if "capacity" in extras:
         c = extras["capacity"]
         print(f"capacity: {c['peak_in_flight']} in flight at once (goal >= 200 per process)")
+    if "cancel" in extras:
+        c = extras["cancel"]["cancel_ms"]
+        ok = median(c) <= 200 and p95(c) <= 1000
+        print(
+            f"cancel latency: p50 {median(c):.0f} ms, p95 {p95(c):.0f} ms "
+            f"(goal p50 <= 200 ms, p95 <= 1 s: {'met' if ok else 'MISSED'})"
+        )
     if "recovery" in extras:
         r = extras["recovery"]
         production = r["production_lease_seconds"]

@@ -8,19 +8,25 @@ The soak builds its own world and tears it down: a throwaway database on the Pos
 (`--postgres`, default `app.testing.services.provide_postgres()`), its own `redis-server` on a free
 port, the fake LLM server (10 % transient 429/503 errors) and a temp dir for the tool ledger and
 the worker logs (kept with `--keep` or when the soak fails). For `--duration` seconds conversations
-start at staggered times and submit their turns one after the other (a failed turn is retried once)
-while the chaos runs: 2-5 s after every worker is up a random one is SIGKILLed and replaced, once
-around the middle Redis is killed and restarted on the same port (doorbells in flight are lost:
-recovery comes from the database sweep), and about every 10 s the workers' Postgres backends are
-terminated. Then the chaos stops, every turn gets up to `--drain` seconds to finish, the workers
-stop gracefully and `tests/invariants.py` checks the database at rest; each submitted turn must
+start at staggered times and submit their turns one after the other (a failed turn is retried once;
+about one turn in ten is cancelled by its user a moment after the submit; final answers stream)
+while every third conversation is followed live by a reader that reconnects from its cursor now
+and then, and the chaos runs: 2-5 s after every worker is up a random one is SIGKILLed and
+replaced, once around the middle Redis is killed and restarted on the same port (doorbells in
+flight and the live streams are lost: recovery comes from the database sweep, followers fall back
+to the log), and about every 10 s the workers' Postgres backends are terminated. Then the chaos
+stops, every turn gets up to `--drain` seconds to finish, the workers stop gracefully and
+`tests/invariants.py` checks the database at rest; each submitted turn must
 have exactly one final answer, or be the last turn of a conversation that ended `failed` with an
-error. Exit code 0 only when nothing is violated and every conversation is at rest."""
+error, or have been cancelled (no answer, turn `cancelled`); each follower must have got every
+committed event exactly once, in order, and every partial reply it was shown closed by its commit
+or a `Discarded`. Exit code 0 only when nothing is violated and every conversation is at rest."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import re
@@ -31,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -46,7 +53,7 @@ import redis
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.client import ChatClient
+from app.client import ChatClient, Cursor, Delta, Discarded, EventView
 from app.config import load_settings
 from app.errors import NotRetryable
 from app.migrate import upgrade
@@ -91,6 +98,8 @@ class Options:
     think: float = 3.0  # a user reads the answer for up to this long before the next turn
     fault_rate: float = 0.05
     transient_rate: float = 0.1
+    cancel_rate: float = 0.1  # turns a user cancels a moment after submitting them
+    follow_every: int = 3  # every N-th conversation is followed live by a reader
     json_path: Path | None = None
     keep: bool = False
 
@@ -148,8 +157,10 @@ def turn_steps(
         planned += calls
         step_calls = [{"id": c.call_id, "name": c.tool, "arguments": c.arguments} for c in calls]
         steps.append({"tool_calls": step_calls, "delay": round(rng.uniform(*LLM_DELAY_S), 3)})
-    final = f"Turn {turn} of {marker} is done."
-    steps.append({"text": final, "delay": round(rng.uniform(*LLM_DELAY_S), 3)})
+    final = f"Turn {turn} of {marker} is done, and this answer streamed in word by word."
+    # The answer streams in pieces, so some kills and cancels land in the middle of a reply.
+    delay = round(rng.uniform(*LLM_DELAY_S), 3)
+    steps.append({"text": final, "delay": delay, "chunks": 8, "chunk_delay": 0.05})
     return steps, planned
 
 
@@ -173,6 +184,8 @@ class Conversation:
     errors: list[str] = field(default_factory=list)  # every failed outcome seen
     state: str = "pending"
     ended_failed: bool = False
+    cancel_at: float | None = None  # the user cancels the running turn at this moment
+    cancelled: set[int] = field(default_factory=set)  # turns the user asked to cancel
 
     @property
     def turn(self) -> int:
@@ -423,6 +436,86 @@ def process_group(pgid: int) -> set[str]:
     return pids
 
 
+# --- followers: readers of the live stream ------------------------------------------------------
+
+
+class Follower:
+    """Reads one conversation live (`ChatClient.follow`) in a thread for the whole soak, and
+    reconnects from its cursor every few items and whenever a follow times out (2 s)."""
+
+    def __init__(self, client: ChatClient, conversation_id: uuid.UUID, seed: str) -> None:
+        self.client = client
+        self.conversation_id = conversation_id
+        self.rng = random.Random(seed)
+        self.items: list[Any] = []
+        self.cursor: Cursor | int = 0
+        self.reconnects = 0
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True, name="soak-follower")
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            self._follow_once(until=None, timeout=2.0)
+
+    def _follow_once(self, until: str | None, timeout: float) -> None:
+        try:
+            following = self.client.follow(
+                self.conversation_id, self.cursor, until=until, timeout=timeout, poll_interval=0.5
+            )
+            budget = self.rng.randint(3, 40)
+            for item in following:
+                self.items.append(item)
+                self.cursor = following.cursor
+                budget -= 1
+                if budget == 0 or self._stop.is_set():
+                    break
+        except TimeoutError:
+            pass
+        except SQLAlchemyError:  # a terminated backend: resume from the cursor
+            self.errors += 1
+            time.sleep(0.2)
+        self.reconnects += 1
+
+    def finish(self) -> None:
+        """Stop reading live, then catch up with what is committed (the conversation rests)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._follow_once(until="rest", timeout=30)
+
+    def problems(self, last_seq: int) -> list[str]:
+        """Every committed event once, in order; every partial shown was closed."""
+        found = []
+        seqs = [item.seq for item in self.items if isinstance(item, EventView)]
+        if seqs != list(range(1, last_seq + 1)):
+            found.append(f"follower got events {_runs(seqs)}, not 1..{last_seq} once each")
+        open_partials: set[tuple[int, str]] = set()
+        for item in self.items:
+            if isinstance(item, Delta):
+                open_partials.add((item.message_seq, item.stream))
+            elif isinstance(item, Discarded):
+                open_partials.discard((item.message_seq, item.stream))
+            elif item.type == "message.committed" and item.message_seq is not None:
+                open_partials = {p for p in open_partials if p[0] != item.message_seq}
+        if open_partials:
+            found.append(f"follower left partial replies open: {sorted(open_partials)}")
+        return found
+
+
+def _runs(seqs: list[int]) -> str:
+    """Seqs as runs (`1-40, 40-52`), so a repeat or a gap shows in a short line."""
+    if not seqs:
+        return "none"
+    runs, start = [], seqs[0]
+    for previous, current in itertools.pairwise(seqs):
+        if current != previous + 1:
+            runs.append(f"{start}-{previous}")
+            start = current
+    runs.append(f"{start}-{seqs[-1]}")
+    return ", ".join(runs[:12])
+
+
 # --- the world the soak runs in -----------------------------------------------------------------
 
 
@@ -547,6 +640,13 @@ class Report:
     tool_runs: int = 0
     tool_results_committed: int = 0
     tool_calls_run_twice: int = 0
+    turns_cancel_asked: int = 0
+    turns_cancelled: int = 0  # of those, ended `cancelled` (the others had been answered first)
+    followers: int = 0
+    follower_events: int = 0
+    follower_deltas: int = 0
+    follower_discarded: int = 0
+    follower_reconnects: int = 0
     worker_log: dict[str, int] = field(default_factory=dict)
     not_at_rest: int = 0
     violations: list[str] = field(default_factory=list)
@@ -587,6 +687,12 @@ class Report:
             ("tool runs (ledger lines)", self.tool_runs),
             ("tool results committed", self.tool_results_committed),
             ("tool calls run twice (in flight at a kill)", self.tool_calls_run_twice),
+            ("turns cancelled by their user / asked", f"{self.turns_cancelled} / "
+             f"{self.turns_cancel_asked}"),
+            ("followers: events / deltas / discarded",
+             f"{self.followers}: {self.follower_events} / {self.follower_deltas} / "
+             f"{self.follower_discarded}"),
+            ("follower reconnects", self.follower_reconnects),
             ("worker logs", ", ".join(f"{k} {v}" for k, v in self.worker_log.items())),
             ("conversations not at rest", self.not_at_rest),
             ("violations", len(self.violations)),
@@ -613,6 +719,7 @@ class Soak:
         self.report = Report(seed=options.seed, duration_s=options.duration)
         self.planned: list[PlannedCall] = []
         self.faults_scripted = 0
+        self.followers: dict[uuid.UUID, Follower] = {}
         self.started = time.monotonic()
         # Starts spread over the chaos window, the last about 5 s per turn before its end, so
         # that turns run under chaos until it stops.
@@ -682,15 +789,29 @@ class Soak:
                 self._submit(c)
             elif c.state == "retry":
                 self._retry(c)
+            elif c.state == "waiting" and c.cancel_at is not None and now >= c.cancel_at:
+                self._cancel(c)
+
+    def _cancel(self, c: Conversation) -> None:
+        """The user stops the running turn (it may have ended a moment before: then nothing)."""
+        cid = c.id
+        assert cid is not None
+        if self._call(lambda: self.world.client.cancel(cid) or True) is not None:
+            c.cancelled.add(c.turn)
+            c.cancel_at = None
 
     def _create(self, c: Conversation) -> None:
         created = self._call(lambda: self.world.client.create_conversation(tools=TOOLS))
         if created is not None:  # else: again on the next tick
             c.id = created
             c.state = "submit"
+            if c.index % self.options.follow_every == 0:
+                self.followers[created] = Follower(self.world.client, created, c.marker)
 
     def _observe(self, c: Conversation, status: str | None, error: str | None) -> None:
         """A resting status seen after a submit or retry ends the turn that was running."""
+        if status in RESTING:
+            c.cancel_at = None
         if status == "idle":
             c.answered += 1
             c.state = "submit" if c.turn < self.options.turns else "done"
@@ -724,6 +845,8 @@ class Soak:
         self.faults_scripted += sum(1 for call in planned if call.tool in FAULT_TOOLS)
         c.texts.append(message)
         c.state = "waiting"
+        if c.rng.random() < self.options.cancel_rate:
+            c.cancel_at = time.monotonic() + c.rng.uniform(0, 2.5)
         if submitted is None or not submitted.enqueued:
             self.report.submits_not_enqueued += 1
 
@@ -808,6 +931,8 @@ class Soak:
         requests = world.llm.requests()
         world.workers.stop_all()
         self._settle()
+        for follower in self.followers.values():
+            follower.finish()
         report.elapsed_s = time.monotonic() - self.started
         report.llm_requests = len(requests)
         injected = [r["step"] for r in requests if (r.get("step") or {}).get("chaos")]
@@ -826,7 +951,9 @@ class Soak:
         report.worker_log = worker_log_counts(world.tmp.glob("worker-*.log"))
         # The ledger path is in the environment of this soak's MCP servers only.
         found = violations(world.database_url, at_rest=True, mcp_marker=str(world.ledger))
-        report.violations = found + self._turn_problems() + self._tool_problems()
+        report.violations = (
+            found + self._turn_problems() + self._tool_problems() + self._follower_problems()
+        )
 
     def _settle(self) -> None:
         """The last look once the workers are gone: a turn that rested after the last tick is
@@ -841,8 +968,10 @@ class Soak:
                 c.state = "done"
 
     def _turn_problems(self) -> list[str]:
-        """Every submitted turn has exactly one final answer, or ended the conversation failed."""
+        """Every submitted turn has exactly one final answer, or ended the conversation failed,
+        or was cancelled by its user (then none)."""
         rows, statuses = self._transcripts()
+        cancelled = self._cancelled_turns()
         problems: list[str] = []
         for c in self.conversations:
             if c.id is None:
@@ -850,8 +979,45 @@ class Soak:
             status, error = statuses.get(c.id, ("missing", None))
             if status not in RESTING:
                 self.report.not_at_rest += 1
-            found = turn_check(c, rows.get(c.id, []), status, error)
+            ended_cancelled = cancelled.get(c.id, set())
+            self.report.turns_cancel_asked += len(c.cancelled)
+            self.report.turns_cancelled += len(ended_cancelled)
+            if ended_cancelled - c.cancelled:
+                problems.append(f"conversation {c.id}: turns {ended_cancelled} cancelled unasked")
+            found = turn_check(c, rows.get(c.id, []), status, error, ended_cancelled)
             problems += [f"conversation {c.id} ({c.marker}): {p}" for p in found]
+        return problems
+
+    def _cancelled_turns(self) -> dict[Any, set[int]]:
+        """Per conversation, the user turns (by the order of their messages) that ended
+        `cancelled`."""
+        with self.world.engine.connect() as connection:
+            rows = connection.execute(
+                text(
+                    "SELECT t.conversation_id, (SELECT count(*) FROM messages m WHERE"
+                    " m.conversation_id = t.conversation_id AND m.role = 'user'"
+                    " AND m.seq <= t.message_seq) FROM turns t"
+                    " WHERE t.status = 'cancelled' AND t.message_seq IS NOT NULL"
+                )
+            ).all()
+        found: dict[Any, set[int]] = {}
+        for conversation_id, number in rows:
+            found.setdefault(conversation_id, set()).add(int(number))
+        return found
+
+    def _follower_problems(self) -> list[str]:
+        with self.world.engine.connect() as connection:
+            rows = connection.execute(text("SELECT id, event_seq FROM conversations")).all()
+        last = {row.id: row.event_seq for row in rows}
+        report, problems = self.report, []
+        for conversation_id, follower in self.followers.items():
+            report.followers += 1
+            report.follower_events += sum(isinstance(i, EventView) for i in follower.items)
+            report.follower_deltas += sum(isinstance(i, Delta) for i in follower.items)
+            report.follower_discarded += sum(isinstance(i, Discarded) for i in follower.items)
+            report.follower_reconnects += follower.reconnects
+            found = follower.problems(int(last.get(conversation_id, 0)))
+            problems += [f"conversation {conversation_id}: {p}" for p in found]
         return problems
 
     def _transcripts(self) -> tuple[dict[Any, list[Any]], dict[Any, tuple[str, str | None]]]:
@@ -913,7 +1079,14 @@ class Soak:
         return problems
 
 
-def turn_check(c: Conversation, rows: list[Any], status: str, error: str | None) -> list[str]:
+def turn_check(
+    c: Conversation,
+    rows: list[Any],
+    status: str,
+    error: str | None,
+    cancelled: set[int] | None = None,
+) -> list[str]:
+    cancelled = cancelled or set()
     problems = []
     users = [row.content for row in rows if row.role == "user"]
     if users != c.texts:
@@ -928,7 +1101,7 @@ def turn_check(c: Conversation, rows: list[Any], status: str, error: str | None)
         last = number == len(finals)
         if last and c.state != "done":
             continue  # still running at the end: reported as not at rest
-        expected = 0 if last and c.ended_failed else 1
+        expected = 0 if (last and c.ended_failed) or number in cancelled else 1
         if count != expected:
             problems.append(f"turn {number} has {count} final answers (expected {expected})")
     if c.state == "done":
@@ -937,7 +1110,7 @@ def turn_check(c: Conversation, rows: list[Any], status: str, error: str | None)
             problems.append(f"ended {status}, the soak saw it {wanted}")
         if wanted == "failed" and not (error or "").strip():
             problems.append("failed without an error")
-    if sum(1 for n in finals if n == 1) != c.answered:
+    if sum(1 for n in finals if n == 1) + len(cancelled) != c.answered:
         problems.append(f"{c.answered} turns answered by the soak's count, transcript differs")
     return problems
 

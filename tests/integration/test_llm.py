@@ -9,6 +9,7 @@ import copy
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -414,7 +415,7 @@ def test_without_streaming_the_sink_hears_nothing_and_the_reply_is_the_same(
 def _connections_to(port: int) -> int:
     """Established TCP connections of this machine whose remote end is 127.0.0.1:`port`."""
     count = 0
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         remote, state = fields[2], fields[3]
         if remote == f"0100007F:{port:04X}" and state == "01":

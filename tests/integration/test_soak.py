@@ -1,7 +1,9 @@
 """The chaos soak, short enough for CI: 12 conversations x 3 turns through 2 real workers while,
 for 45 s (up to 90 s, until 3 workers were killed), workers are SIGKILLed every few seconds,
-Redis restarts once and the workers' Postgres backends are terminated; at rest every invariant
-holds and every turn is accounted for.
+Redis restarts once and the workers' Postgres backends are terminated; answers stream, a tenth of
+the turns are cancelled by their user, and 4 conversations are followed live by readers that
+reconnect from their cursors; at rest every invariant holds, every turn is accounted for, and
+every follower got every event exactly once.
 
 The long run is `python -m tests.soak --conversations 40 --duration 300` (see tests/soak.py).
 """
@@ -48,6 +50,7 @@ def test_chaos_breaks_no_invariant(
     answered, failed = report["turns_answered"], report["turns_failed"]
     assert answered + failed == report["turns_submitted"] >= 12, output
     assert report["worker_kills"] >= 3, output
+    assert report["followers"] == 4 and report["follower_deltas"] > 0, output
     assert report["redis_restarts"] >= 1, output
 
 
