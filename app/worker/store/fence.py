@@ -262,16 +262,25 @@ class StepKind(enum.Enum):
     TOOL_CALLS = "tool_calls"  # the assistant asks for tools: tool_loop, one LLM call counted
     TOOL_RESULT = "tool_result"  # one tool's result: tool_loop
     ANSWER = "answer"  # the final text: the turn completes, one LLM call counted
+    # The same two steps when they move the conversation from `processing` into `tool_loop`:
+    # one more event (status.changed). The worker knows which before the statement runs, so
+    # each statement's events are fixed rows, with no condition to evaluate.
+    TOOL_CALLS_ENTERING = "tool_calls_entering"
+    TOOL_RESULT_ENTERING = "tool_result_entering"
 
+
+#: The step that also logs the move into `tool_loop`, for a step taken from another status.
+ENTERING = {
+    StepKind.TOOL_CALLS: StepKind.TOOL_CALLS_ENTERING,
+    StepKind.TOOL_RESULT: StepKind.TOOL_RESULT_ENTERING,
+}
 
 _ITERATION = {"iterations": c.iterations + 1, **_COUNTED}
 # message.committed, and status.changed when the conversation was `processing` before
-HEADS[StepKind.TOOL_CALLS] = _fenced(
-    1 + _changes(literal(TOOL_LOOP)), status=TOOL_LOOP, **PROGRESS, **_ITERATION
-)
-HEADS[StepKind.TOOL_RESULT] = _fenced(
-    1 + _changes(literal(TOOL_LOOP)), status=TOOL_LOOP, **PROGRESS
-)
+for _kind, _entering in ENTERING.items():
+    _counted = _ITERATION if _kind is StepKind.TOOL_CALLS else {}
+    HEADS[_kind] = _fenced(1, status=TOOL_LOOP, **PROGRESS, **_counted)
+    HEADS[_entering] = _fenced(2, status=TOOL_LOOP, **PROGRESS, **_counted)
 # message.committed, turn.completed, and status.changed unless the status stays
 HEADS[StepKind.ANSWER] = _fenced(
     2 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=True, **_COUNTED)
@@ -299,6 +308,7 @@ __all__ = [
     "CANCEL_ASKED",
     "CLAIM",
     "CURRENT_TURN",
+    "ENTERING",
     "ERROR",
     "FENCE",
     "HEADS",

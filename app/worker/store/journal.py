@@ -51,6 +51,7 @@ from app.models import (
     MESSAGE_COMMITTED,
     RUNNING,
     STATUS_CHANGED,
+    TOOL_LOOP,
     TURN_CANCELLED,
     TURN_COMPLETED,
     TURN_FAILED,
@@ -196,23 +197,38 @@ class Logged:
 
 
 def _log(rows_of: Callable[[FromClause], Sequence[Logged]], turn: Any = TURN_ID) -> Part:
-    """An INSERT of the events `rows_of(source)`, numbered from the seqs the head reserved."""
+    """An INSERT of the events `rows_of(source)`, numbered from the seqs the head reserved.
+
+    Fixed rows take their seqs by position (`event_seq - n + 1 + k`); rows with a condition are
+    numbered by a window over the rows that remain."""
 
     def part(fenced: FromClause) -> Insert:
+        rows = rows_of(fenced)
+        turn_id = turn(fenced) if callable(turn) else turn
+        columns = ("type", "message_seq", "status", "attempt")
+        if all(row.when is None for row in rows):
+            selects = [
+                select(
+                    fenced.c.id,
+                    fenced.c.event_seq - (len(rows) - 1 - k),
+                    turn_id,
+                    *_values(row),
+                    NOW,
+                )
+                for k, row in enumerate(rows)
+            ]
+            return insert(events).from_select(
+                ["conversation_id", "seq", "turn_id", *columns, "created_at"], _union(selects)
+            )
         branches = []
-        for k, row in enumerate(rows_of(fenced)):
+        for k, row in enumerate(rows):
             branch = select(
                 literal(k, Integer).label("k"),
-                _typed(row.type, String()).label("type"),
-                _typed(row.message_seq, Integer()).label("message_seq"),
-                _typed(row.status, String()).label("status"),
-                _typed(row.attempt, Integer()).label("attempt"),
+                *(value.label(name) for value, name in zip(_values(row), columns, strict=True)),
             ).select_from(fenced)
             branches.append(branch if row.when is None else branch.where(row.when))
         logged = _union(branches).subquery("logged")
-        turn_id = turn(fenced) if callable(turn) else turn
         seq = fenced.c.event_seq - func.count().over() + func.row_number().over(order_by=logged.c.k)
-        columns = ("type", "message_seq", "status", "attempt")
         source = select(
             fenced.c.id, seq, turn_id, *(logged.c[name] for name in columns), NOW
         ).select_from(logged.join(fenced, true()))
@@ -221,6 +237,16 @@ def _log(rows_of: Callable[[FromClause], Sequence[Logged]], turn: Any = TURN_ID)
         )
 
     return part
+
+
+def _values(row: Logged) -> tuple[Any, ...]:
+    """The row's type, message seq, status and attempt, typed (NULLs included)."""
+    return (
+        _typed(row.type, String()),
+        _typed(row.message_seq, Integer()),
+        _typed(row.status, String()),
+        _typed(row.attempt, Integer()),
+    )
 
 
 def _union(branches: list[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
@@ -237,6 +263,10 @@ def _typed(value: Any, type_: TypeEngine[Any]) -> Any:
 
 def _status_changed(fenced: FromClause) -> Logged:
     return Logged(STATUS_CHANGED, status=fenced.c.status, when=fenced.c.status != OLD_STATUS)
+
+
+def _into_tool_loop() -> Logged:
+    return Logged(STATUS_CHANGED, status=TOOL_LOOP)
 
 
 def _committed(fenced: FromClause) -> Logged:
@@ -287,12 +317,18 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         ),
     ),
     StepKind.TOOL_CALLS: Composite(
-        HEADS[StepKind.TOOL_CALLS],
-        (_insert_message, _add_usage, _log(lambda f: [_committed(f), _status_changed(f)])),
+        HEADS[StepKind.TOOL_CALLS], (_insert_message, _add_usage, _log(lambda f: [_committed(f)]))
+    ),
+    StepKind.TOOL_CALLS_ENTERING: Composite(
+        HEADS[StepKind.TOOL_CALLS_ENTERING],
+        (_insert_message, _add_usage, _log(lambda f: [_committed(f), _into_tool_loop()])),
     ),
     StepKind.TOOL_RESULT: Composite(
-        HEADS[StepKind.TOOL_RESULT],
-        (_insert_message, _log(lambda f: [_committed(f), _status_changed(f)])),
+        HEADS[StepKind.TOOL_RESULT], (_insert_message, _log(lambda f: [_committed(f)]))
+    ),
+    StepKind.TOOL_RESULT_ENTERING: Composite(
+        HEADS[StepKind.TOOL_RESULT_ENTERING],
+        (_insert_message, _log(lambda f: [_committed(f), _into_tool_loop()])),
     ),
     StepKind.ANSWER: Composite(
         HEADS[StepKind.ANSWER],

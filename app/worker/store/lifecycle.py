@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine
 
 from app.errors import ChatWorkerError
+from app.models import TOOL_LOOP
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
 from app.worker.store import fence, journal
@@ -197,6 +198,8 @@ class TurnStore:
         usage: Usage | None = None,
     ) -> Committed:
         """The fenced UPDATE, the entry's INSERT and their events, atomically: all, or nothing."""
+        if status != TOOL_LOOP and kind in fence.ENTERING:
+            kind = fence.ENTERING[kind]
         values = {
             "old_status": status,
             **journal.usage_parameters(usage),
