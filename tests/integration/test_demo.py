@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,3 +47,34 @@ def test_the_demo_fails_clearly_on_a_bad_setting(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "CHATWORKER_MAX_ITERATIONS" in result.stderr
+
+
+def test_the_demo_prints_the_answer_word_by_word_as_it_streams(tmp_path: Path) -> None:
+    """The answer's line arrives in many pieces spread over time, not whole at its commit."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "demo"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    reads: list[tuple[float, bytes]] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        piece = os.read(process.stdout.fileno(), 4096)
+        if not piece:
+            break
+        reads.append((time.monotonic(), piece))
+    assert process.wait(timeout=30) == 0
+    text = b"".join(piece for _, piece in reads).decode()
+    start = text.index("  assistant: [demo model]")
+    end = text.index("\n", start)
+    offset, during = 0, []
+    for moment, piece in reads:
+        if offset < end and offset + len(piece) > start:
+            during.append(moment)
+        offset += len(piece)
+    assert len(during) >= 5, f"the answer came in {len(during)} piece(s)"
+    assert during[-1] - during[0] > 0.2  # spread over the time the model took to say it
