@@ -1,5 +1,6 @@
 """Storage: bytes written per 10-iteration conversation through the real loop, as relation
-growth (messages + conversations, with indexes and TOAST) and as WAL bytes per turn."""
+growth (messages + conversations, with indexes and TOAST; the event log and the turns apart, beside
+the messages) and as WAL bytes per turn."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from bench.overhead import _echo, _model, _prepare
 from bench.stats import Row, median, p95, single
 
 SIZE = "SELECT pg_total_relation_size('messages') + pg_total_relation_size('conversations')"
+TABLES = ("messages", "events", "turns")
 
 
 def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
@@ -35,6 +37,7 @@ def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], d
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn, autocommit=True) as conn:
         before = _scalar(conn, SIZE)
+        tables_before = {t: _scalar(conn, "SELECT pg_total_relation_size(%s)", t) for t in TABLES}
         ids = _prepare(client, conversations)  # create + submit count as the conversation's
         wal: list[float] = []
 
@@ -49,16 +52,28 @@ def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], d
 
         asyncio.run(run_all())
         after = _scalar(conn, SIZE)
+        tables = {
+            t: (_scalar(conn, "SELECT pg_total_relation_size(%s)", t) - tables_before[t])
+            / conversations
+            for t in TABLES
+        }
+        events_per_turn = _scalar(conn, "SELECT count(*) FROM events") / conversations
     engine.dispose()
     per_conversation = (after - before) / conversations
     rows = [
         single("storage: table+index bytes / conversation", per_conversation, "bytes"),
+        single("storage: message bytes / 10-iteration turn", tables["messages"], "bytes"),
+        single("storage: event-log bytes / 10-iteration turn", tables["events"], "bytes"),
+        single("storage: events / 10-iteration turn", events_per_turn, "events"),
+        single("storage: turn row bytes / turn", tables["turns"], "bytes"),
         ("storage: WAL bytes / 10-iteration turn", median(wal), p95(wal), "bytes"),
     ]
     extra = {
         "conversations": conversations,
         "relation_bytes_before": before,
         "relation_bytes_after": after,
+        "table_bytes_per_turn": tables,
+        "events_per_turn": events_per_turn,
         "wal_bytes_per_turn": wal,
     }
     return rows, extra
