@@ -2,10 +2,12 @@
 as they arrive, and the complete reply (text, calls with their raw arguments, finish reason,
 usage) is built from the same fragments, so what is committed is exactly what was streamed.
 
-Reads litellm's OpenAI-shaped stream chunks (`choices[0].delta.content`, `.tool_calls[i]` with
-`index`, `id`, `function.name`, `function.arguments`; `finish_reason`; `usage` on the last chunk
-when asked for), whatever the provider underneath. Cheaper than `litellm.stream_chunk_builder`,
-which re-parses every chunk once the stream ends.
+Reads the chunks of litellm's provider iterators: OpenAI-shaped ones (`choices[0].delta.content`,
+`.tool_calls[i]` with `index`, `id`, `function.name`, `function.arguments`; `finish_reason`;
+`usage`, on its own chunk or with another), and litellm's generic chunks, plain dicts (`text`,
+`tool_use`, `finish_reason`, `usage`: custom providers such as the demo model, and a closing one
+of some routes). Cheaper than `litellm.stream_chunk_builder`, which re-parses every chunk once
+the stream ends.
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ class ReplyAssembler:
 
     def add(self, chunk: Any) -> None:
         self.chunks += 1
-        usage = getattr(chunk, "usage", None)
-        if usage is not None and (usage.prompt_tokens or usage.completion_tokens):
-            self._usage = Usage(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0))
+        if isinstance(chunk, dict):
+            self._add_generic(chunk)
+            return
+        self._count(getattr(chunk, "usage", None))
         choices = getattr(chunk, "choices", None)
         if not choices:
             return
@@ -63,6 +66,31 @@ class ReplyAssembler:
         for call in delta.tool_calls or ():
             self._add_call(call)
 
+    def _add_generic(self, chunk: dict[str, Any]) -> None:
+        """litellm's GenericStreamingChunk: text, one tool call, the finish, the usage."""
+        self._count(chunk.get("usage"))
+        text = chunk.get("text") or ""
+        call = chunk.get("tool_use")
+        if text or call:
+            self.choices += 1
+        if text:
+            self._text.append(text)
+            self.sink.text(text)
+        if call:
+            function = call.get("function") or {}
+            self._add_call(_Delta(call.get("index") or 0, call.get("id"), function))
+        # A route's closing dict says "stop" whatever came before: the first reason stands.
+        if chunk.get("finish_reason") and self._finish_reason is None:
+            self._finish_reason = str(chunk["finish_reason"])
+
+    def _count(self, usage: Any) -> None:
+        """The latest usage seen wins (Anthropic counts the input first, the output last)."""
+        if usage is None:
+            return
+        prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+        if prompt or completion:
+            self._usage = Usage(prompt, completion)
+
     def _add_call(self, delta: Any) -> None:
         index = int(getattr(delta, "index", None) or 0)
         call = self._calls.get(index)
@@ -70,12 +98,12 @@ class ReplyAssembler:
             call = self._calls[index] = _Call()
         function = delta.function
         new_id = delta.id if delta.id and not call.id else None
-        new_name = function.name if function is not None and function.name else None
+        new_name = _field(function, "name") or None
         if new_id:
             call.id = str(delta.id)
         if new_name:
             call.name += str(new_name)
-        fragment = (function.arguments if function is not None else None) or ""
+        fragment = _field(function, "arguments") or ""
         if not isinstance(fragment, str):  # a provider that sends the arguments as an object
             fragment = json.dumps(fragment)
         if fragment:
@@ -95,6 +123,28 @@ class ReplyAssembler:
             finish_reason=self._finish_reason,
             usage=self._usage,
         )
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """A generic chunk's tool call, shaped like an OpenAI tool-call delta."""
+
+    index: int
+    id: str | None
+    function: dict[str, Any]
+
+
+def _field(value: Any, name: str) -> Any:
+    """An attribute of an SDK object, or a key of a dict."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _tokens(usage: Any, name: str) -> int:
+    return int(_field(usage, name) or 0)
 
 
 __all__ = ["ReplyAssembler"]

@@ -15,16 +15,14 @@ from typing import Any, NamedTuple
 import pytest
 
 from app.testing.fake_llm import FakeLLMServer
-from app.worker.llm import is_transient
+from app.worker.llm import is_transient, prepare_litellm
 
-# Both must be set before the first litellm import: no cost-map fetch, no load_dotenv().
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
+# litellm as the worker configures it (the routes it takes depend on the environment, which is
+# read at every call), whichever test of this process ran first.
+prepare_litellm()
 
-import litellm
-from litellm.exceptions import MidStreamFallbackError
-
-litellm.suppress_debug_info = True
+import litellm  # noqa: E402
+from litellm.exceptions import MidStreamFallbackError  # noqa: E402
 
 USER_HI = [{"role": "user", "content": "hi"}]
 
@@ -194,7 +192,8 @@ def test_rate_limit_raises_rate_limit_error_with_retry_after_and_no_sdk_retry(
 
     assert caught.value.status_code == 429
     assert "Rate limit reached" in str(caught.value)
-    assert caught.value.litellm_response_headers["Retry-After"] == "1"
+    headers = {k.lower(): v for k, v in caught.value.litellm_response_headers.items()}
+    assert headers["retry-after"] == "1"
     assert len(server.requests()) == 1
 
 
@@ -631,7 +630,8 @@ def test_anthropic_rate_limit_raises_rate_limit_error_with_retry_after(
     assert caught.value.status_code == 429
     assert "rate_limit_error" in str(caught.value)
     assert "Rate limit reached" in str(caught.value)
-    assert caught.value.litellm_response_headers["Retry-After"] == "1"
+    headers = {k.lower(): v for k, v in caught.value.litellm_response_headers.items()}
+    assert headers["retry-after"] == "1"
     assert is_transient(caught.value)
     assert len(server.requests()) == 1
 
@@ -770,8 +770,8 @@ class StreamFailure(NamedTuple):
             StreamFailure(
                 4,
                 500,
-                litellm.APIConnectionError,
-                "litellm.MidStreamFallbackError: litellm.APIConnectionError: APIConnectionError: "
+                litellm.InternalServerError,
+                "litellm.MidStreamFallbackError: litellm.InternalServerError: InternalServerError: "
                 "OpenAIException - The server is overloaded or not ready yet.",
             ),
         ),

@@ -449,3 +449,51 @@ def test_cancelling_a_streamed_call_closes_its_connection_at_once(
         time.sleep(0.05)
     assert _connections_to(port) <= idle  # the streaming connection is gone, not pooled
     assert sink.restarts == []  # a cancel is not a retry
+
+
+# ---------------------------------------------------------------- the route the worker takes
+
+
+def test_openai_models_go_through_litellm_s_own_http_handler_not_the_openai_sdk(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    """The SDK's request transform grows with the history (docs/PERFORMANCE.md): the worker
+    sets litellm's own handler for `openai/` before importing it."""
+    server.script([{"text": "hi"}])
+    complete(server, sleep)
+    headers = server.requests()[0]["headers"]
+    assert headers["user-agent"].startswith("litellm/")
+    assert not any(name.startswith("x-stainless") for name in headers)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_on_that_route_a_stream_that_stalls_times_out_and_is_not_retried(
+    server: FakeLLMServer, sleep: RecordingSleep, route: str
+) -> None:
+    server.script([{"text": "one two three four", "chunks": 4, "chunk_delay": 5}])
+    base = server.anthropic_base if route == "anthropic" else server.api_base
+    client = LiteLLMClient(timeout=1, api_base=base, api_key=API_KEY, sleep=sleep)
+    started = time.monotonic()
+    with pytest.raises(ModelError, match=r"^LLM request timed out after 1 s$"):
+        asyncio.run(client.complete(ModelRequest(ROUTES[route], USER_HI), RecordingSink()))
+    assert time.monotonic() - started < 4
+    assert sleep.waits == [] and len(server.requests()) == 1
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_on_that_route_a_429_is_a_rate_limit_retried_3_s_later(
+    server: FakeLLMServer, sleep: RecordingSleep, route: str
+) -> None:
+    server.script([{"error": 429, "message": "Rate limit reached"}, {"text": "ok now"}])
+    reply = stream(server, sleep, RecordingSink(), route)
+    assert reply.content == "ok now"
+    assert sleep.waits == [3] and len(server.requests()) == 2
+
+
+def test_an_error_body_passed_on_whole_is_reported_by_its_message(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    server.script([{"error": 400, "message": "The 'tools' parameter is malformed"}])
+    assert failure(server, sleep) == (
+        "LLM call failed (HTTP 400 BadRequestError): The 'tools' parameter is malformed"
+    )
