@@ -21,6 +21,7 @@ from typing import Any
 
 from app.migrate import upgrade
 from app.testing import services
+from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
 from bench.followers import measure_followers
@@ -147,6 +148,11 @@ def footprint(ctx: Context) -> Measured:
         return measure_footprint(url, redis_db, workdir, turns, cold_starts, idle_seconds=idle)
 
 
+def callcpu(ctx: Context) -> Measured:
+    with services.claimed_redis_db(ctx.redis) as redis_db:
+        return measure_call_cpu(5 if ctx.quick else 40, redis_db)
+
+
 def cancel(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
         return measure_cancel(url, redis_db, workdir, 3 if ctx.quick else 30)
@@ -168,6 +174,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "recovery": recovery,
     "footprint": footprint,
     "llmcpu": llmcpu,
+    "callcpu": callcpu,
     "cancel": cancel,
     "followers": followers,
 }
@@ -246,6 +253,19 @@ def _notes(extras: dict[str, Any]) -> None:
     if "capacity" in extras:
         c = extras["capacity"]
         print(f"capacity: {c['peak_in_flight']} in flight at once (goal >= 200 per process)")
+    if "callcpu" in extras:
+        ms = extras["callcpu"]["ms"]
+        streamed = ms["streamed 100"] <= 12 and ms["streamed 100"] <= 1.2 * ms["streamed 10"]
+        whole = ms["not streamed 100"] <= 5
+        print(
+            f"model call CPU at 100 msgs: streamed {ms['streamed 100']:.1f} ms (10 msgs: "
+            f"{ms['streamed 10']:.1f}; goal <= 12 and flat: {'met' if streamed else 'MISSED'}), "
+            f"not streamed {ms['not streamed 100']:.1f} ms (goal <= 5: "
+            f"{'met' if whole else 'MISSED'}); raw HTTP floor "
+            f"{ms['raw HTTP floor, streamed 100']:.1f} / {ms['raw HTTP floor, not streamed 100']:.1f}"
+            f" ms; per streamed token {ms['per_token_us']:.0f} us (floor "
+            f"{ms['floor_per_token_us']:.0f} us)"
+        )
     if "cancel" in extras:
         c = extras["cancel"]["cancel_ms"]
         ok = median(c) <= 200 and p95(c) <= 1000
