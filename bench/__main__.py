@@ -257,13 +257,13 @@ def _notes(extras: dict[str, Any]) -> None:
         ms = extras["callcpu"]["ms"]
         streamed = ms["streamed 100"] <= 12 and ms["streamed 100"] <= 1.2 * ms["streamed 10"]
         whole = ms["not streamed 100"] <= 5
+        floor = (ms["raw HTTP floor, streamed 100"], ms["raw HTTP floor, not streamed 100"])
         print(
             f"model call CPU at 100 msgs: streamed {ms['streamed 100']:.1f} ms (10 msgs: "
             f"{ms['streamed 10']:.1f}; goal <= 12 and flat: {'met' if streamed else 'MISSED'}), "
             f"not streamed {ms['not streamed 100']:.1f} ms (goal <= 5: "
-            f"{'met' if whole else 'MISSED'}); raw HTTP floor "
-            f"{ms['raw HTTP floor, streamed 100']:.1f} / {ms['raw HTTP floor, not streamed 100']:.1f}"
-            f" ms; per streamed token {ms['per_token_us']:.0f} us (floor "
+            f"{'met' if whole else 'MISSED'}); raw HTTP floor {floor[0]:.1f} / {floor[1]:.1f} ms;"
+            f" per streamed token {ms['per_token_us']:.0f} us (floor "
             f"{ms['floor_per_token_us']:.0f} us)"
         )
     if "cancel" in extras:
