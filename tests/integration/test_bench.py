@@ -1,6 +1,6 @@
 """The benchmark runs (a smoke test of `python -m bench --quick`; its times are not checked).
 
-The measures run in three groups, as three tests, so the test processes share them out."""
+The measures run in four groups, as four tests, so the test processes share them out."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ GROUPS = {
     "kills and footprint": (
         ("recovery", "footprint"),
         ("recovery:", "worker RSS"),
+    ),
+    "streams and cancels": (
+        ("callcpu", "cancel", "followers"),
+        ("CPU per model call", "CPU per streamed token", "cancel latency", "follower latency"),
     ),
 }
 
