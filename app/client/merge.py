@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import InvalidCursor
-from app.live import ANY_STREAM, CommitNotice, Delta, Discarded, LiveEntry
+from app.live import ANY_STREAM, RESUMED, CommitNotice, Delta, Discarded, LiveEntry
 from app.models import MESSAGE_COMMITTED, TERMINAL_EVENTS, TURN_RESUMED
 
-RESUMED = "the turn resumed after its worker stopped"
 ENDED = "the turn ended"
 GAP = "part of the live stream was lost"
 RESTARTED = "the model call started over"

@@ -6,6 +6,7 @@ from app.live.channel import START, Batch, LiveChannel, Position, open_channel
 from app.live.entries import (
     ANY_STREAM,
     CALL,
+    RESUMED,
     TEXT,
     CommitNotice,
     Delta,
@@ -18,6 +19,7 @@ from app.live.entries import (
 __all__ = [
     "ANY_STREAM",
     "CALL",
+    "RESUMED",
     "START",
     "TEXT",
     "Batch",

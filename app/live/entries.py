@@ -15,6 +15,7 @@ from dataclasses import dataclass
 TEXT = "text"
 CALL = "call"
 ANY_STREAM = "*"  # a `Discarded` for every stream of its message (a resumed turn's first word)
+RESUMED = "the turn resumed after its worker stopped"  # why a dead worker's partial is dropped
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def decode(fields: Mapping[str, str]) -> LiveEntry | None:
 __all__ = [
     "ANY_STREAM",
     "CALL",
+    "RESUMED",
     "TEXT",
     "CommitNotice",
     "Delta",

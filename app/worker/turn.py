@@ -17,17 +17,18 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from app.config import Settings
-from app.live import ANY_STREAM
+from app.live import ANY_STREAM, RESUMED
 from app.models import PROCESSING
 from app.worker import failpoints, plan
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
     CallModel,
     Cancel,
+    Entry,
     Fail,
     Finish,
     RecordAnswer,
@@ -118,6 +119,7 @@ class TurnRunner:
             failed = await self.db.run(
                 self.store.fail, claim, gave_up.error, status=snapshot.status
             )
+            self.broadcaster.committed(conversation_id, failed.event_seq)
             return Outcome.FAILED, failed.status == PROCESSING
         failpoints.hit("after_claim")
         self.broadcaster.committed(conversation_id, snapshot.event_seq)
@@ -174,13 +176,16 @@ class TurnRunner:
             log.exception("conversation %s: could not release the lease", claim.conversation_id)
 
 
-RESUMED = "the turn resumed after its worker stopped"
 CANCELLED = "cancelled by the user"
 FAILED_CALL = "the model call failed"
 NOT_COMMITTED = "the reply could not be committed"
 
 
-def _next_seq(transcript: Any) -> int:
+class _Aborted(Exception):
+    """The user's cancel aborted the model or tool call the turn was waiting on."""
+
+
+def _next_seq(transcript: Sequence[Entry]) -> int:
     return transcript[-1].seq + 1 if transcript else 1
 
 
@@ -226,12 +231,14 @@ class _Turn:
                     if outcome is not None:
                         return outcome
                 case RunTool(call, arguments):
-                    ran, result = await self._interruptible(
-                        self.runner.tools.execute(call.name, arguments)
-                    )
-                    if ran:
-                        failpoints.hit("tool_ran", call.name)
-                        await self._record_result(call, result.content, result.is_error)
+                    try:
+                        result = await self._interruptible(
+                            self.runner.tools.execute(call.name, arguments)
+                        )
+                    except _Aborted:
+                        continue  # the planner answers the call "cancelled by the user"
+                    failpoints.hit("tool_ran", call.name)
+                    await self._record_result(call, result.content, result.is_error)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Finish():
@@ -244,19 +251,18 @@ class _Turn:
                     await self._fail(error)
                     return Outcome.FAILED
 
-    async def _interruptible(self, call: Awaitable[T]) -> tuple[bool, T]:
-        """Await `call` so that the user's cancel can abort it: (False, None) when it did.
-
-        A cancel of the whole run (shutdown, a lost lease) still propagates."""
+    async def _interruptible(self, call: Awaitable[T]) -> T:
+        """Await `call` so that the user's cancel can abort it (`_Aborted`). A cancel of the
+        whole run (shutdown, a lost lease) still propagates as itself."""
         task = asyncio.ensure_future(call)
         self._in_flight = task
         try:
-            return True, await task
+            return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             run_cancelled = current is not None and current.cancelling() > 0
             if task.cancelled() and self.cancel_requested and not run_cancelled:
-                return False, None  # type: ignore[return-value]
+                raise _Aborted from None
             raise
         finally:
             self._in_flight = None
@@ -293,16 +299,14 @@ class _Turn:
 
     async def _ask(self, request: ModelRequest, sink: ReplyStream, seq: int) -> Outcome | None:
         try:
-            answered, reply = await self._interruptible(
-                self.runner.model.complete(request, self._sink(sink))
-            )
+            reply = await self._interruptible(self.runner.model.complete(request, self._sink(sink)))
+        except _Aborted:
+            sink.abandon(CANCELLED)
+            return None  # cancelled while the model was answering: the planner ends the turn
         except ModelError as exc:
             sink.abandon(FAILED_CALL)
             await self._fail(plan.model_failed(str(exc)).error)
             return Outcome.FAILED
-        if not answered:
-            sink.abandon(CANCELLED)
-            return None  # cancelled while the model was answering: the planner ends the turn
         sink.flush()
         failpoints.hit("llm_answered")
         verdict = plan.judge_reply(
