@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 KEY_PREFIX = "chatworker:live:"
 CANCELS = "chatworker:cancels"
 READ_COUNT = 5000  # entries one read returns at most (a reader calls again for the rest)
+MAX_CONNECTIONS = 10_000
 _RECONNECT_S = 1.0
 _LISTEN_POLL_S = 1.0  # how often a listener checks whether it was stopped
 
@@ -41,9 +42,15 @@ class RedisChannel:
     def __init__(self, url: str, max_entries: int = MAX_ENTRIES, ttl: float = TTL_SECONDS) -> None:
         self.max_entries = max_entries
         self.ttl = ttl
-        # Blocking reads wait at most a few seconds: the socket timeout must outlast them.
+        # Blocking reads wait at most a few seconds: the socket timeout must outlast them. Each
+        # follower blocked in a read holds a connection for as long: the pool allows as many as
+        # Redis's own default `maxclients` (redis-py's default of 100 refused the 101st reader).
         self.redis: redis.Redis = redis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=15, socket_connect_timeout=3
+            url,
+            decode_responses=True,
+            socket_timeout=15,
+            socket_connect_timeout=3,
+            max_connections=MAX_CONNECTIONS,
         )
         self._listeners: list[tuple[threading.Event, threading.Thread]] = []
 
