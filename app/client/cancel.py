@@ -24,17 +24,20 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from app.client.ledger import (
     AT_REST,
     append,
+    conversations,
     holder_is_live,
     last_message_seq,
     lock_conversation,
+    messages,
     turn_id_of,
+    turns,
 )
 from app.errors import TurnNotFound
 from app.models import (
@@ -51,14 +54,7 @@ from app.models import (
     TOOL,
     TURN_CANCELLED,
     USER,
-    Conversation,
-    Message,
-    Turn,
 )
-
-conversations = cast(Table, Conversation.__table__)
-messages = cast(Table, Message.__table__)
-turns = cast(Table, Turn.__table__)
 
 
 @dataclass(frozen=True)

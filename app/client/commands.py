@@ -12,17 +12,20 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select
+from sqlalchemy import Connection, insert, select
 
 from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
 from app.client.ledger import (
     AT_REST,
     append,
+    conversations,
     last_message_seq,
     lock_conversation,
+    messages,
     turn_id_of,
+    turns,
 )
 from app.errors import ConversationBusy, ConversationNotFound, IdempotencyKeyReused, NotRetryable
 from app.models import (
@@ -34,14 +37,7 @@ from app.models import (
     RELEASED_LEASE,
     STATUS_CHANGED,
     TURN_QUEUED,
-    Conversation,
-    Message,
-    Turn,
 )
-
-conversations = cast(Table, Conversation.__table__)
-messages = cast(Table, Message.__table__)
-turns = cast(Table, Turn.__table__)
 
 REJECT = "reject"
 ENQUEUE = "enqueue"

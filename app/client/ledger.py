@@ -110,8 +110,12 @@ def last_message_seq(connection: Connection, conversation_id: uuid.UUID) -> int:
 __all__ = [
     "AT_REST",
     "append",
+    "conversations",
+    "events",
     "holder_is_live",
     "last_message_seq",
     "lock_conversation",
+    "messages",
     "turn_id_of",
+    "turns",
 ]
