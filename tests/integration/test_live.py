@@ -310,3 +310,21 @@ def test_following_needs_a_conversation_and_a_known_stop(
         client.follow(conversation_id, until="forever")
     with pytest.raises(InvalidRequest, match="poll_interval"):
         client.follow(conversation_id, poll_interval=0)
+
+
+def test_the_async_client_follows_the_same_way(
+    deployment: tuple[ChatClient, WorkerHost],
+) -> None:
+    from app.client import AsyncChatClient
+
+    client, _ = deployment
+    conversation_id = client.create_conversation(tools=["add"])
+    client.submit_message(conversation_id, "What is the refund policy?")
+    whole = [i for i in client.follow(conversation_id, timeout=30) if isinstance(i, EventView)]
+
+    async def follow_async() -> list[EventView]:
+        following = await AsyncChatClient(client).follow(conversation_id, timeout=30)
+        return [item async for item in following if isinstance(item, EventView)]
+
+    got = asyncio.run(follow_async())
+    assert [(e.seq, e.type) for e in got] == [(e.seq, e.type) for e in whole]
