@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.client import ChatClient, EventView
+from app.models import TERMINAL_EVENTS
 from bench.stats import Row, median, p95
 from bench.workers import rig
 
@@ -53,22 +54,29 @@ def _follow(client: ChatClient, followers: int, *, turns: int) -> list[float]:
     lock = threading.Lock()
     ready = threading.Barrier(followers + 1)
     done = [threading.Event() for _ in ids]
+    errors: list[BaseException] = []
 
     def follow(index: int, conversation_id: uuid.UUID) -> None:
-        following = client.follow(conversation_id, until=None, poll_interval=2.0)
-        ready.wait()
-        seen = 0
-        for item in following:
-            arrived = time.time()
-            if not isinstance(item, EventView):
-                continue
-            with lock:
-                latencies.append((arrived - item.created_at.timestamp()) * 1000)
-            if item.type == "turn.completed":
-                seen += 1
-                if seen == turns:
-                    done[index].set()
-                    return
+        try:
+            following = client.follow(conversation_id, until=None, poll_interval=2.0)
+        finally:
+            ready.wait()
+        ended = 0
+        try:
+            for item in following:
+                arrived = time.time()
+                if not isinstance(item, EventView):
+                    continue
+                with lock:
+                    latencies.append((arrived - item.created_at.timestamp()) * 1000)
+                if item.type in TERMINAL_EVENTS:  # a failed turn ends too (a loaded machine)
+                    ended += 1
+                    if ended == turns:
+                        return
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            done[index].set()
 
     threads = [
         threading.Thread(target=follow, args=(n, cid), daemon=True) for n, cid in enumerate(ids)
@@ -82,6 +90,8 @@ def _follow(client: ChatClient, followers: int, *, turns: int) -> list[float]:
         if followers == 1:
             time.sleep(0.2)  # one at a time: the latency of a quiet system
     for event in done:
-        if not event.wait(120):
+        if not event.wait(180):
             raise TimeoutError("a follower never saw its turns end")
+    if errors:
+        raise RuntimeError(f"{len(errors)} follower(s) failed") from errors[0]
     return latencies

@@ -3,11 +3,13 @@
     the turn                                   what the command writes
     -----------------------------------------  ----------------------------------------------------
     finished (completed, failed, cancelled)    nothing: it stays as it ended
-    waiting behind the running turn            the turn `cancelled` (`turn.cancelled`); it never
-                                               starts, and its message never enters the transcript
-    current, a worker holds a live lease       the request (`cancel_requested_at`,
-                                               `turn.cancel_requested`); the caller tells that
-                                               worker at once, and it ends the turn itself
+    waiting behind the running turn            the request (`cancel_requested_at`,
+                                               `turn.cancel_requested`); the worker that reaches
+                                               it ends it `cancelled` at its claim, before any
+                                               model call (its message enters the transcript,
+                                               unanswered)
+    current, a worker holds a live lease       the request; the caller tells that worker at
+                                               once, and it ends the turn itself
     current, no live lease (never claimed, or  the turn ended here: the lease epoch moves on (a
     its worker died and the lease expired)     worker that wakes up writes nothing), a "cancelled"
                                                result for every call left open, the turn
@@ -15,6 +17,11 @@
                                                next waiting turn (the caller rings a worker)
 
 Asking twice is harmless: a request already made writes nothing more, a finished turn stays.
+
+Why a waiting turn is not ended here at once: the worker hands a conversation over to its next
+turn in the statement that ends the current one, from the row's own counters; that statement may
+be waiting for the row lock behind this very command, and would then still see the waiting turn
+as it was. A request is safe whenever it is read.
 """
 
 from __future__ import annotations
@@ -87,7 +94,7 @@ def cancel_turn(
     if target.status in FINISHED_TURN_STATUSES:
         return CancelOutcome(target.id)
     if target.number > row.turn_number:
-        cancel_waiting(connection, conversation_id, row.event_seq, [target.id], now=now)
+        _request(connection, conversation_id, row.event_seq, target.id, now=now)
         return CancelOutcome(target.id)
     return cancel_current(connection, conversation_id, row, target.id, now=now)
 
@@ -105,20 +112,29 @@ def cancel_current(
     if row.status in AT_REST:  # a resting conversation runs no turn (an invariant)
         return CancelOutcome(turn_id)
     if holder_is_live(row, now):
-        requested = connection.execute(
-            update(turns)
-            .where(turns.c.id == turn_id, turns.c.cancel_requested_at.is_(None))
-            .values(cancel_requested_at=now)
-        ).rowcount
-        if requested:
-            append(
-                connection,
-                conversation_id,
-                row.event_seq,
-                [{"type": CANCEL_REQUESTED, "turn_id": turn_id}],
-            )
+        _request(connection, conversation_id, row.event_seq, turn_id, now=now)
         return CancelOutcome(turn_id, announce=True)
     return CancelOutcome(turn_id, ring=_end_here(connection, conversation_id, row, turn_id, now))
+
+
+def _request(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    last_seq: int,
+    turn_id: uuid.UUID,
+    *,
+    now: datetime,
+) -> int:
+    """The cancel request of a turn (once: a second one writes nothing); the new last seq."""
+    requested = connection.execute(
+        update(turns)
+        .where(turns.c.id == turn_id, turns.c.cancel_requested_at.is_(None))
+        .values(cancel_requested_at=now)
+    ).rowcount
+    if not requested:
+        return last_seq
+    logged = [{"type": CANCEL_REQUESTED, "turn_id": turn_id}]
+    return append(connection, conversation_id, last_seq, logged)
 
 
 def cancel_waiting(
@@ -129,16 +145,10 @@ def cancel_waiting(
     *,
     now: datetime,
 ) -> int:
-    """Turns waiting behind the running one, cancelled before they start; the new last seq."""
-    if not turn_ids:
-        return last_seq
-    connection.execute(
-        update(turns)
-        .where(turns.c.id.in_(turn_ids), turns.c.status == QUEUED)
-        .values(status=CANCELLED, cancel_requested_at=now, finished_at=now)
-    )
-    logged = [{"type": TURN_CANCELLED, "turn_id": turn_id} for turn_id in turn_ids]
-    return append(connection, conversation_id, last_seq, logged)
+    """Cancel requests for turns waiting behind the running one; the new last seq."""
+    for turn_id in turn_ids:
+        last_seq = _request(connection, conversation_id, last_seq, turn_id, now=now)
+    return last_seq
 
 
 def waiting_turns(connection: Connection, conversation_id: uuid.UUID, after: int) -> list[Any]:
@@ -186,7 +196,7 @@ def _end_here(
         )
     )
     logged.append({"type": TURN_CANCELLED, "turn_id": turn_id})
-    following = waiting_turns(connection, conversation_id, row.turn_number)
+    hands_over = bool(row.turn_count > row.turn_number)  # as the worker decides it
     ending: dict[str, Any] = {
         "lease_epoch": conversations.c.lease_epoch + 1,  # a worker that wakes up writes nothing
         "attempts": 0,
@@ -194,13 +204,13 @@ def _end_here(
         "heartbeat_at": now,
         "updated_at": now,
     }
-    if following:
-        ending.update(turn_number=following[0].number, iterations=0, error=None)
+    if hands_over:
+        ending.update(turn_number=row.turn_number + 1, iterations=0, error=None)
     else:
         ending.update(status=IDLE)
         logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": IDLE})
     append(connection, conversation_id, row.event_seq, logged, **ending)
-    return bool(following)
+    return hands_over
 
 
 def _unanswered_calls(connection: Connection, conversation_id: uuid.UUID) -> list[dict[str, Any]]:

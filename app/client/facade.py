@@ -254,14 +254,16 @@ class ChatClient:
             outcome: CancelOutcome = cancel_turn(
                 connection, conversation_id, turn_id, now=datetime.now(UTC)
             )
-        if outcome.turn_id is None:
-            return None
+            if outcome.turn_id is None:
+                return None
+            # As the command left it: the worker told next may end it a moment later.
+            turn = reads.read_turn(connection, outcome.turn_id)
         self._notify(conversation_id)
         if outcome.announce:
             self._announce_cancel(conversation_id)
         if outcome.ring and self._enqueue is not None:
             ring(self._enqueue, Submitted(conversation_id, None, enqueued=False))
-        return self.get_turn(outcome.turn_id)
+        return turn
 
     def _notify(self, conversation_id: uuid.UUID) -> None:
         """Wake the conversation's followers: its log has grown (best effort: they also poll)."""

@@ -14,7 +14,8 @@ cancel writes, that asking twice is harmless, the `interrupt` busy policy, and b
     its worker died, lease still live   the request waits; the next claim (recovery) cancels it
     the live notice is lost             the worker sees the committed request at its heartbeat
     finished                            returned unchanged, nothing written
-    waiting behind the running one      `cancelled` at once; it never starts
+    waiting behind the running one      the request; when its turn comes it is cancelled at its
+                                        claim, before any model call
 """
 
 from __future__ import annotations
@@ -411,7 +412,7 @@ def test_a_cancel_racing_the_final_answer_leaves_one_consistent_ending(
     ]
 
 
-def test_a_waiting_turn_cancelled_by_id_never_starts_and_the_queue_skips_it(
+def test_a_waiting_turn_cancelled_by_id_is_cancelled_at_its_claim_without_a_model_call(
     engine_: Engine, client: ChatClient, channel: MemoryChannel, gate: Gate, hosts: list[Any]
 ) -> None:
     release = asyncio.Event()
@@ -431,14 +432,23 @@ def test_a_waiting_turn_cancelled_by_id_never_starts_and_the_queue_skips_it(
     second = client.submit_message(conversation_id, "second", on_busy="enqueue").turn_id
     third = client.submit_message(conversation_id, "third", on_busy="enqueue").turn_id
 
-    cancelled = client.cancel_turn(second)  # type: ignore[arg-type]
-    assert (cancelled.status, cancelled.started_at) == ("cancelled", None)
+    requested = client.cancel_turn(second)  # type: ignore[arg-type]
+    assert (requested.status, requested.started_at) == ("queued", None)
+    assert requested.cancel_requested_at is not None
     host_loop[0].call_soon_threadsafe(release.set)
     wait_for(lambda: resting(client, conversation_id))
 
     view = client.get_conversation(conversation_id)
-    assert [m.content for m in view.messages] == ["first", "re: first", "third", "re: third"]
+    assert [m.content for m in view.messages] == [
+        "first",
+        "re: first",
+        "second",  # in the transcript, never answered: the model was not asked
+        "third",
+        "re: third",
+    ]
+    assert client.get_turn(second).status == "cancelled"  # type: ignore[arg-type]
     assert client.get_turn(third).status == "completed"  # type: ignore[arg-type]
+    assert len(host_loop) == 2  # the model answered "first" and "third" only
 
 
 def test_interrupt_cancels_the_running_turn_and_runs_the_new_message_next(
@@ -463,7 +473,7 @@ def test_interrupt_cancels_the_running_turn_and_runs_the_new_message_next(
     assert client.get_turn(queued).status == "cancelled"  # type: ignore[arg-type]
     assert client.get_turn(submitted.turn_id).status == "completed"  # type: ignore[arg-type]
     view = client.get_conversation(conversation_id)
-    assert [m.content for m in view.messages] == ["first", "second", "re: second"]
+    assert [m.content for m in view.messages] == ["first", "waiting", "second", "re: second"]
 
 
 def test_interrupt_of_a_queued_turn_starts_the_new_one_at_once(

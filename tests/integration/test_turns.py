@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -27,7 +29,7 @@ from app.follow import follow, render_event
 from app.models import Event, Message, Turn
 from app.testing import fakes
 from app.worker.janitor import clean_up
-from app.worker.ports import Usage
+from app.worker.ports import ModelReply, ModelRequest, Usage
 from app.worker.store import TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
 from tests.rows import force_status
@@ -392,3 +394,78 @@ def test_follow_prints_every_status_and_resumes_after_any_event(
         ]
         follow(client, conversation_id, rest, after=k)
         assert printed + rest.getvalue().splitlines() == lines, k
+
+
+def test_a_message_queued_while_the_final_answer_waits_for_the_row_is_not_forgotten(
+    database_url: str,
+) -> None:
+    """The race the hand-over must survive: a submit (`enqueue`) holds the conversation's row
+    when the worker's final statement comes; that statement waits for the row, then runs on the
+    submit's version of it. It must hand over to the new turn, not rest `idle` with the turn
+    forgotten (it decides from the row's counters: a subquery would still see its older
+    snapshot, without the new turn)."""
+    engine = make_engine(database_url, pool_size=8, max_overflow=2)
+    asyncio.run(_publish(Upkeep(engine), fakes.InMemoryTools({"add": lambda a, b: str(a + b)})))
+    settings = load_settings(database_url=database_url)
+    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
+    conversation_id = client.create_conversation()
+    client.submit_message(conversation_id, "first")
+    asked, answer_now = threading.Event(), threading.Event()
+
+    def respond(request: ModelRequest) -> ModelReply:
+        asked.set()
+        answer_now.wait(30)  # in a thread: the worker's loop keeps running
+        return fakes.text(f"re: {request.messages[-1]['content']}")
+
+    async def slow(request: ModelRequest) -> ModelReply:
+        return await asyncio.to_thread(respond, request)
+
+    worker = TurnRunner(
+        TurnStore(engine),
+        model=fakes.ScriptedModel(slow),
+        tools=fakes.InMemoryTools({}),
+        settings=SETTINGS,
+        owner="w1",
+    )
+    outcome: list[Outcome] = []
+    running = threading.Thread(
+        target=lambda: outcome.append(asyncio.run(worker.run(conversation_id)))
+    )
+    running.start()
+    try:
+        assert asked.wait(30)  # the worker holds the turn and waits on the model
+        with engine.begin() as connection:  # the submit, not committed yet
+            from app.client import commands
+
+            queued = commands.submit_turn(
+                connection, conversation_id, "second", idempotency_key=None, on_busy="enqueue"
+            )
+            answer_now.set()
+            _wait_for_a_lock_wait(database_url)  # the final answer's statement waits for the row
+        running.join(30)
+    finally:
+        answer_now.set()
+        running.join(30)
+        engine.dispose()
+    assert outcome == [Outcome.IDLE]
+    view = client.get_conversation(conversation_id)
+    assert [m.content for m in view.messages] == ["first", "re: first", "second", "re: second"]
+    assert client.get_turn(queued.id).status == "completed"
+
+
+def _wait_for_a_lock_wait(database_url: str, timeout: float = 20) -> None:
+    import psycopg
+
+    from app.testing.services import libpq_dsn
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if waiting and waiting[0]:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the worker's statement never waited for the row")

@@ -8,9 +8,11 @@ Each rule is written once and shared by every statement that needs it:
                     worker claimed the conversation since: the write did not happen
     PROGRESS        a committed step renews the lease and resets the attempt count
     RELEASED_LEASE  no worker holds the conversation (app.models; the web app writes it too)
-    NEXT_TURN       a turn ends: if another was submitted meanwhile and still waits (the first
-                    `queued` turn after the current one; a waiting turn cancelled before its start
-                    is skipped), the conversation moves to it and stays `processing`, else it rests
+    NEXT_TURN       a turn ends: if another was submitted meanwhile (turn_count > turn_number), the
+                    conversation moves to it and stays `processing`, else it rests. Decided from
+                    the row's own counters, never from a subquery: an UPDATE that waited for the
+                    row lock behind a submit sees the submit's row, but its subqueries still see
+                    the statement's older snapshot, without the new turn (it would be forgotten)
     CANCEL_ASKED    every fenced UPDATE also returns whether the user asked to cancel the lease
                     holder's turn, so a worker learns of a cancel at its next step or heartbeat
                     even when the live notice never reached it
@@ -48,7 +50,6 @@ from app.models import (
     FAILED,
     IDLE,
     PROCESSING,
-    QUEUED,
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
@@ -70,17 +71,7 @@ OLD_STATUS = bindparam("old_status", type_=String)
 FENCE = and_(c.id == bindparam("fence_id"), c.lease_epoch == bindparam("fence_epoch"))
 PROGRESS = {"lease_expires_at": _EXPIRES, "attempts": 0}
 TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
-# The turn that runs after the current one; NULL when none waits. Only read when a turn ends.
-_NEXT_QUEUED = (
-    select(func.min(turns.c.number))
-    .where(
-        turns.c.conversation_id == c.id,
-        turns.c.number > c.turn_number,
-        turns.c.status == QUEUED,
-    )
-    .scalar_subquery()
-)
-NEXT_TURN = _NEXT_QUEUED.is_not(None)
+NEXT_TURN = c.turn_count > c.turn_number
 CANCEL_ASKED = (
     select(turns.c.cancel_requested_at.is_not(None))
     .where(turns.c.id == TURN_ID)
@@ -120,7 +111,7 @@ def _ending(rest_status: str, *, counted: bool, **values: Any) -> dict[str, Any]
     iterations = c.iterations + 1 if counted else c.iterations
     return {
         "status": ending_status(rest_status),
-        "turn_number": func.coalesce(_NEXT_QUEUED, c.turn_number),
+        "turn_number": c.turn_number + case((NEXT_TURN, 1), else_=0),
         "iterations": case((NEXT_TURN, 0), else_=iterations),
         "attempts": 0,
         **RELEASED_LEASE,
