@@ -158,8 +158,8 @@ class ChatClient:
         return self._cancel(conversation_id, None)
 
     def cancel_turn(self, turn_id: uuid.UUID | str) -> TurnView:
-        """`cancel` for one turn by id: the running one, or one waiting behind it (cancelled at
-        once, it never starts); `TurnNotFound`."""
+        """`cancel` for one turn by id: the running one, or one waiting behind it (its request
+        is honoured when its time comes, before any model call); `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
         with self.engine.connect() as connection:
             conversation_id = reads.read_turn(connection, turn_id).conversation_id
