@@ -73,6 +73,12 @@ def assert_each_event_once(items: list[Any]) -> None:
     assert seqs == list(range(1, seqs[-1] + 1)), seqs
 
 
+def assert_a_preview_of(words: str, answer: str) -> None:
+    """The words shown live were the answer's beginning (all of it, but for a last delta that a
+    reader polling the log at that instant finds committed already: the commit replaces it)."""
+    assert words and answer.startswith(words), (words, answer)
+
+
 def answer_of(items: list[Any]) -> str | None:
     answers = [
         e.message.content
@@ -106,7 +112,8 @@ def test_a_tool_turn_streams_its_answer_before_committing_it(
     statuses = [e.status for e in events_of(items) if e.type == "status.changed"]
     assert statuses == ["processing", "tool_loop", "idle"]
     words = "".join(item.text for item in items if isinstance(item, Delta))
-    assert words == ANSWER == answer_of(items)
+    assert_a_preview_of(words, ANSWER)
+    assert answer_of(items) == ANSWER
     tool = next(e for e in events_of(items) if e.message is not None and e.message.role == "tool")
     assert tool.message is not None and tool.message.content == "3.0"
     turn = client.current_turn(conversation_id)
@@ -145,7 +152,9 @@ def test_a_transient_error_during_the_stream_is_retried_and_readers_drop_the_par
     dropped = [item for item in items if isinstance(item, Discarded)]
     assert len(dropped) == 1 and dropped[0].reason.endswith("retrying in 3 s"), dropped
     after = items[items.index(dropped[0]) :]
-    assert "".join(i.text for i in after if isinstance(i, Delta)) == ANSWER == answer_of(items)
+    retried = "".join(i.text for i in after if isinstance(i, Delta))
+    assert not retried or ANSWER.startswith(retried)  # a fast retry may commit before it shows
+    assert answer_of(items) == ANSWER
     assert len(deployment.llm.requests()) == 2
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
 
@@ -182,7 +191,7 @@ def test_a_worker_killed_while_it_streams_is_resumed_and_the_follower_sees_it_on
     dropped = [item for item in items if isinstance(item, Discarded)]
     assert len(dropped) == 1, dropped
     resumed_words = items[items.index(dropped[0]) :]
-    assert "".join(i.text for i in resumed_words if isinstance(i, Delta)) == ANSWER
+    assert_a_preview_of("".join(i.text for i in resumed_words if isinstance(i, Delta)), ANSWER)
     assert answer_of(items) == ANSWER  # what a crash-free run commits
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
 
