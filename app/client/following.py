@@ -17,10 +17,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from app.client.ledger import AT_REST
 from app.client.merge import Cursor, LiveMerge
 from app.client.views import EventView
 from app.live import Delta, Discarded, LiveChannel, Position
-from app.models import FAILED, IDLE, TERMINAL_EVENTS
+from app.models import TERMINAL_EVENTS
 
 if TYPE_CHECKING:
     from app.client.facade import ChatClient
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FollowItem = EventView | Delta | Discarded
-AT_REST = (IDLE, FAILED)
 REST = "rest"  # stop once the conversation rests with every event handed out
 TURN_END = "turn_end"  # stop after the terminal event of the turn being followed
 UNTIL = (REST, TURN_END, None)
