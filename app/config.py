@@ -30,6 +30,11 @@ ENV_PREFIX = "CHATWORKER_"
 DEFAULT_DATABASE_URL = "sqlite:///chatworker.db"
 DEMO_MODEL = "demo/offline"
 
+API_KEY_AUTH = "api_key"
+JWT_AUTH = "jwt"
+NO_AUTH = "none"  # every caller is trusted and sees every conversation: set it explicitly
+AUTH_MODES = (API_KEY_AUTH, JWT_AUTH, NO_AUTH)
+
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -176,6 +181,27 @@ class Settings(BaseSettings):
     mcp_servers: Annotated[tuple[McpServerConfig, ...], NoDecode] = Field(
         (), description='JSON file path or inline JSON: {"mcpServers": {...}}'
     )
+    api_auth: Annotated[tuple[str, ...], NoDecode] = Field(
+        (API_KEY_AUTH,),
+        description="how HTTP callers prove who they are: api_key, jwt, api_key,jwt, or none",
+    )
+    jwt_secret: SecretStr | None = Field(
+        None, description="HS256 secret of the bearer tokens (auth mode jwt), at least 32 bytes"
+    )
+    jwt_audience: str | None = Field(None, description="if set, a token's `aud` must name it")
+    jwt_issuer: str | None = Field(None, description="if set, a token's `iss` must be it")
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="origins a browser may call the API from (comma-separated; * for any)"
+    )
+    api_heartbeat_seconds: float = Field(
+        15, gt=0, le=300, description="an idle event stream sends a comment this often"
+    )
+    api_max_wait_seconds: float = Field(
+        60, gt=0, le=3600, description="longest wait of ?wait= (events) and ?wait=true (messages)"
+    )
+    api_max_streams: int = Field(
+        2000, ge=1, le=100_000, description="event streams one API process serves at once"
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -202,6 +228,36 @@ class Settings(BaseSettings):
     def _parse_mcp_servers(cls, value: Any) -> Any:
         return parse_mcp_servers(value) if isinstance(value, str) else value
 
+    @field_validator("api_auth", mode="before")
+    @classmethod
+    def _parse_auth(cls, value: Any) -> Any:
+        modes = _comma_list(value)
+        if not modes:
+            raise ValueError(f"name at least one mode of {', '.join(AUTH_MODES)}")
+        unknown = [mode for mode in modes if mode not in AUTH_MODES]
+        if unknown:
+            raise ValueError(f"unknown mode {unknown[0]!r}; use {', '.join(AUTH_MODES)}")
+        if NO_AUTH in modes and len(modes) > 1:
+            raise ValueError("'none' cannot be combined with another mode")
+        return modes
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _parse_origins(cls, value: Any) -> Any:
+        return _comma_list(value)
+
+    @model_validator(mode="after")
+    def _jwt_has_a_secret(self) -> Settings:
+        if JWT_AUTH not in self.api_auth:
+            return self
+        if self.jwt_secret is None:
+            raise ValueError(
+                f"{env_name('api_auth')} includes jwt, so {env_name('jwt_secret')} must be set"
+            )
+        if len(self.jwt_secret.get_secret_value().encode()) < 32:
+            raise ValueError(f"{env_name('jwt_secret')} must be at least 32 bytes (RFC 7518 3.2)")
+        return self
+
     @model_validator(mode="after")
     def _heartbeat_within_lease(self) -> Settings:
         if self.heartbeat_seconds >= self.lease_ttl_seconds:
@@ -215,6 +271,12 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def _comma_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    return tuple(str(part).strip() for part in value if str(part).strip())
 
 
 def env_name(field: str) -> str:

@@ -10,7 +10,10 @@
         ├── IdempotencyKeyReused    the key was used before, with another text
         ├── InvalidCursor           an event cursor that is negative or beyond the end
         ├── NotRetryable            only a `failed` conversation can be retried
-        ├── InvalidMessage          empty, oversized or unstorable text
+        ├── InvalidMessage          empty or unstorable text
+        │   └── MessageTooLarge     over the configured limit
+        ├── ConversationConflict    a caller-chosen id already names another conversation
+        ├── KeyNotFound             no API key has that id
         └── UnknownTool             a tool name no worker offers
 
 Worker-side errors (a model call that failed for good, a lost lease) live beside the worker code:
@@ -68,6 +71,19 @@ class NotRetryable(InvalidRequest):
 
 class InvalidMessage(InvalidRequest):
     """The message text is empty, too large, or cannot be stored."""
+
+
+class MessageTooLarge(InvalidMessage):
+    """The message is longer than `CHATWORKER_MAX_MESSAGE_CHARS`."""
+
+
+class ConversationConflict(InvalidRequest):
+    """A caller-chosen conversation id is taken by a conversation set up otherwise (or by another
+    owner's: which one is never said)."""
+
+
+class KeyNotFound(InvalidRequest):
+    """No API key has that id."""
 
 
 class UnknownTool(InvalidRequest):

@@ -16,6 +16,7 @@ from app.errors import (
     InvalidCursor,
     InvalidMessage,
     InvalidRequest,
+    MessageTooLarge,
     TurnNotFound,
     UnknownTool,
 )
@@ -73,7 +74,7 @@ def check_text(text: Any, what: str, limit: int, *, allow_empty: bool = False) -
     if not allow_empty and not text.strip():
         raise InvalidMessage(f"{what} is empty")
     if len(text) > limit:
-        raise InvalidMessage(f"{what} is {len(text)} characters; the limit is {limit}")
+        raise MessageTooLarge(f"{what} is {len(text)} characters; the limit is {limit}")
     if "\x00" in text:
         raise InvalidMessage(f"{what} contains a NUL character, which cannot be stored")
 
@@ -128,6 +129,11 @@ def check_cursor(after: Any, limit: Any) -> tuple[int, int]:
     """An event cursor (0 = from the start) and a page size of 1 to 1000."""
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise InvalidCursor(f"after must be an event seq >= 0, not {after!r}")
+    return after, check_page_size(limit)
+
+
+def check_page_size(limit: Any) -> int:
+    """A page size of 1 to 1000."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}, not {limit!r}")
-    return after, limit
+    return limit

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, delete, insert, select
 
 from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
 from app.client.ledger import (
@@ -27,7 +27,13 @@ from app.client.ledger import (
     turn_id_of,
     turns,
 )
-from app.errors import ConversationBusy, ConversationNotFound, IdempotencyKeyReused, NotRetryable
+from app.errors import (
+    ConversationBusy,
+    ConversationConflict,
+    ConversationNotFound,
+    IdempotencyKeyReused,
+    NotRetryable,
+)
 from app.models import (
     FAILED,
     FOR_MESSAGE,
@@ -62,23 +68,54 @@ def insert_conversation(
     connection: Connection,
     conversation_id: uuid.UUID,
     *,
+    owner: str | None,
     model: str,
     instructions: str | None,
     tools: Sequence[str],
     tool_choice: str,
     context: dict[str, Any] | None,
-) -> None:
-    """A new idle conversation (the columns' defaults do the rest)."""
-    connection.execute(
-        insert(conversations).values(
-            id=conversation_id,
-            model=model,
-            instructions=instructions,
-            allowed_tools=list(tools),
-            tool_choice=tool_choice,
-            context=context,
+) -> bool:
+    """A new idle conversation (the columns' defaults do the rest); False when one with that id
+    exists already, set up exactly so for the same owner (nothing is written).
+
+    `ConversationConflict` when the id is taken otherwise: other fields, or another owner (which
+    of the two is not said, so an id reveals nothing about someone else's conversation)."""
+    setup = {
+        "owner": owner,
+        "model": model,
+        "instructions": instructions,
+        "allowed_tools": list(tools),
+        "tool_choice": tool_choice,
+        "context": context,
+    }
+    existing = connection.execute(
+        select(*(conversations.c[name] for name in setup)).where(
+            conversations.c.id == conversation_id
         )
-    )
+    ).one_or_none()
+    if existing is not None:
+        if dict(existing._mapping) != setup:
+            raise ConversationConflict(
+                f"conversation id {conversation_id} is taken by a conversation set up "
+                "differently; choose another id, or send the same fields to get it back"
+            )
+        return False
+    connection.execute(insert(conversations).values(id=conversation_id, **setup))
+    return True
+
+
+def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> None:
+    """The conversation with its turns, messages and events (the foreign keys cascade), once it
+    rests: `ConversationBusy` while a turn runs or waits (cancel it first)."""
+    row = lock_conversation(connection, conversation_id)
+    if row.status not in AT_REST or row.turn_count > row.turn_number:
+        running = turn_id_of(connection, conversation_id, row.turn_number)
+        raise ConversationBusy(
+            f"conversation {conversation_id} is {row.status}: turn {running} is running or "
+            "waiting; cancel it, then delete the conversation",
+            turn_id=running,
+        )
+    connection.execute(delete(conversations).where(conversations.c.id == conversation_id))
 
 
 def submit_turn(

@@ -10,6 +10,7 @@ Starlette) and runs each call in a thread. Each call checks its input (`checks`)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -18,8 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
 
-from app.client import commands, reads
+from app.client import commands, keys, reads
 from app.client.cancel import CancelOutcome, cancel_turn
 from app.client.checks import (
     check_busy_policy,
@@ -27,6 +29,7 @@ from app.client.checks import (
     check_cursor,
     check_idempotency_key,
     check_model,
+    check_page_size,
     check_text,
     check_tool_choice,
     check_tool_names,
@@ -36,12 +39,22 @@ from app.client.checks import (
 )
 from app.client.commands import REJECT, NewTurn
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
-from app.client.following import REST, UNTIL, AsyncFollowing, Following
+from app.client.following import REST, TURN_END, UNTIL, AsyncFollowing, Following
+from app.client.keys import check_owner_name
 from app.client.merge import Cursor
-from app.client.views import ConversationView, EventPage, Submitted, ToolInfo, TurnView
+from app.client.views import (
+    ApiKeyView,
+    ConversationPage,
+    ConversationView,
+    EventPage,
+    FinishedTurn,
+    Submitted,
+    ToolInfo,
+    TurnView,
+)
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import InvalidRequest
+from app.errors import InvalidRequest, KeyNotFound
 from app.live import CommitNotice, LiveChannel, open_channel
 
 log = logging.getLogger(__name__)
@@ -84,28 +97,88 @@ class ChatClient:
         tools: Sequence[str] = (),
         tool_choice: str = "auto",
         context: dict[str, Any] | None = None,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
     ) -> uuid.UUID:
-        """A new idle conversation; `tools` are names from `list_tools()`."""
+        """A new idle conversation; `tools` are names from `list_tools()`.
+
+        `owner`: who may see it through the HTTP API (None: no one in particular). A caller may
+        choose its id: a second create with the same id and the same fields returns it again
+        (see `create_or_get`), with other fields it is `ConversationConflict`."""
+        return self.create_or_get(
+            model=model,
+            instructions=instructions,
+            tools=tools,
+            tool_choice=tool_choice,
+            context=context,
+            owner=owner,
+            conversation_id=conversation_id,
+        )[0]
+
+    def create_or_get(
+        self,
+        *,
+        model: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[str] = (),
+        tool_choice: str = "auto",
+        context: dict[str, Any] | None = None,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+    ) -> tuple[uuid.UUID, bool]:
+        """`create_conversation`, and whether it was created (False: it existed, same fields)."""
         model = check_model(self.settings.model if model is None else model)
         check_tool_choice(tool_choice)
         names = check_tool_names(tools, tool_choice)
         if instructions is not None:
             check_text(instructions, "instructions", self._limit, allow_empty=True)
         check_context(context)
-        conversation_id = uuid.uuid4()
+        if owner is not None:
+            check_owner_name(owner)
+        chosen = uuid.uuid4() if conversation_id is None else parse_conversation_id(conversation_id)
+        setup: dict[str, Any] = {
+            "owner": owner,
+            "model": model,
+            "instructions": instructions,
+            "tools": names,
+            "tool_choice": tool_choice,
+            "context": context,
+        }
+        try:
+            return chosen, self._insert(chosen, setup)
+        except IntegrityError:
+            if conversation_id is None:
+                raise
+            # Two creates of one chosen id at once: the other one won; compare with it.
+            return chosen, self._insert(chosen, setup)
+
+    def _insert(self, conversation_id: uuid.UUID, setup: dict[str, Any]) -> bool:
         with self.engine.begin() as connection:
-            if names:
-                check_tools_offered(names, reads.catalogue_names(connection))
-            commands.insert_conversation(
-                connection,
-                conversation_id,
-                model=model,
-                instructions=instructions,
-                tools=names,
-                tool_choice=tool_choice,
-                context=context,
-            )
-        return conversation_id
+            if setup["tools"]:
+                check_tools_offered(setup["tools"], reads.catalogue_names(connection))
+            return commands.insert_conversation(connection, conversation_id, **setup)
+
+    def list_conversations(
+        self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
+    ) -> ConversationPage:
+        """The owner's conversations (everyone's for None), newest first, without messages;
+        `before` is the previous page's `next_before`."""
+        limit = check_page_size(limit)
+        mark = None if before is None else parse_conversation_id(before)
+        with self.engine.connect() as connection:
+            found = reads.list_conversations(connection, owner, limit + 1, mark)
+        more = len(found) > limit
+        return ConversationPage(found[:limit], found[limit - 1].id if more else None)
+
+    def delete_conversation(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> None:
+        """Delete the conversation with its turns, messages and events; `ConversationBusy` while
+        a turn runs or waits (cancel first), `ConversationNotFound`."""
+        conversation_id = parse_conversation_id(conversation_id)
+        with self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            commands.delete_conversation(connection, conversation_id)
 
     def submit_message(
         self,
@@ -114,6 +187,7 @@ class ChatClient:
         *,
         idempotency_key: str | None = None,
         on_busy: str = REJECT,
+        owner: str | None = None,
     ) -> Submitted:
         """Store the user's message as a new turn and start it.
 
@@ -129,6 +203,7 @@ class ChatClient:
         key = check_idempotency_key(idempotency_key)
         policy = check_busy_policy(on_busy)
         with self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
             turn = commands.submit_turn(
                 connection, conversation_id, text, idempotency_key=key, on_busy=policy
             )
@@ -138,15 +213,20 @@ class ChatClient:
             self._announce_cancel(conversation_id)
         return self._ring(conversation_id, turn)
 
-    def retry_conversation(self, conversation_id: uuid.UUID | str) -> Submitted:
+    def retry_conversation(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> Submitted:
         """A new turn that continues a failed one from its transcript (pending calls first)."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
             turn = commands.retry_turn(connection, conversation_id)
         self._notify(conversation_id)
         return self._ring(conversation_id, turn)
 
-    def cancel(self, conversation_id: uuid.UUID | str) -> TurnView | None:
+    def cancel(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnView | None:
         """Stop the conversation's current turn; the turn as it is after the request (None when
         the conversation never had one).
 
@@ -155,14 +235,16 @@ class ChatClient:
         moments (follow the events for `turn.cancelled`). Queued, or left by a dead worker, it
         is `cancelled` here. A finished turn comes back unchanged; asking twice is harmless."""
         conversation_id = parse_conversation_id(conversation_id)
+        with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
         return self._cancel(conversation_id, None)
 
-    def cancel_turn(self, turn_id: uuid.UUID | str) -> TurnView:
+    def cancel_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
         """`cancel` for one turn by id: the running one, or one waiting behind it (its request
         is honoured when its time comes, before any model call); `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
         with self.engine.connect() as connection:
-            conversation_id = reads.read_turn(connection, turn_id).conversation_id
+            conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
         cancelled = self._cancel(conversation_id, turn_id)
         assert cancelled is not None
         return cancelled
@@ -176,6 +258,7 @@ class ChatClient:
         turn_id: uuid.UUID | str | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
+        owner: str | None = None,
     ) -> Following:
         """The conversation's committed events after the cursor `after`, then live as they
         happen, with the reply's deltas in between: iterate it (it blocks), resume from its
@@ -189,7 +272,8 @@ class ChatClient:
             raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
         if not poll_interval > 0:
             raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
-        self.events(conversation_id, after=cursor.after, limit=1)  # bad ids and cursors, now
+        # Bad ids and cursors, now.
+        self.events(conversation_id, after=cursor.after, limit=1, owner=owner)
         return Following(
             self,
             conversation_id,
@@ -200,43 +284,98 @@ class ChatClient:
             poll_interval=poll_interval,
         )
 
-    def get_turn(self, turn_id: uuid.UUID | str) -> TurnView:
+    def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
         """A turn's status, error, usage and times; `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
         with self.engine.connect() as connection:
+            reads.conversation_of_turn(connection, turn_id, owner)
             return reads.read_turn(connection, turn_id)
 
-    def current_turn(self, conversation_id: uuid.UUID | str) -> TurnView | None:
+    def wait_for_turn(
+        self, turn_id: uuid.UUID | str, timeout: float, *, owner: str | None = None
+    ) -> FinishedTurn:
+        """The turn once it has ended (or after `timeout` seconds, still going) with the
+        messages it committed; `TurnNotFound`."""
+        turn = self.get_turn(turn_id, owner=owner)
+        if not turn.is_finished:
+            following = self.follow(
+                turn.conversation_id, 0, until=TURN_END, turn_id=turn.id, timeout=timeout
+            )
+            with contextlib.suppress(TimeoutError):
+                for _ in following:
+                    pass
+        with self.engine.connect() as connection:
+            turn = reads.read_turn(connection, turn.id)
+            return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
+
+    def current_turn(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnView | None:
         """The conversation's current (or last) turn; None before the first message."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
             turn = reads.current_turn(connection, conversation_id)
             if turn is None:
                 commands.status_of(connection, conversation_id)  # ConversationNotFound
             return turn
 
     def events(
-        self, conversation_id: uuid.UUID | str, after: int = 0, limit: int = 100
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        owner: str | None = None,
     ) -> EventPage:
         """Committed events with `seq > after` (at most `limit`), oldest first; `InvalidCursor`
         for a negative cursor or one beyond the last event."""
         conversation_id = parse_conversation_id(conversation_id)
         after, limit = check_cursor(after, limit)
         with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
             return reads.read_events(connection, conversation_id, after, limit)
 
     def get_conversation(
-        self, conversation_id: uuid.UUID | str, after_seq: int | None = None
+        self,
+        conversation_id: uuid.UUID | str,
+        after_seq: int | None = None,
+        *,
+        owner: str | None = None,
     ) -> ConversationView:
         """Status, error, setup, counters and the messages with `seq > after_seq` (all if None)."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
             return reads.read_conversation(connection, conversation_id, after_seq)
 
     def list_tools(self) -> list[ToolInfo]:
         """The tools the workers' MCP servers offer (as the workers last published them)."""
         with self.engine.connect() as connection:
             return reads.read_catalogue(connection)
+
+    def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
+        """A new API key for `owner`: its listing, and its text, shown this once."""
+        with self.engine.begin() as connection:
+            return keys.create_key(connection, owner, name)
+
+    def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
+        with self.engine.connect() as connection:
+            return keys.list_keys(connection, owner)
+
+    def revoke_key(self, key_id: uuid.UUID | str) -> ApiKeyView:
+        """Revoke a key (from its next request on); harmless twice; `KeyNotFound`."""
+        try:
+            parsed = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
+        except ValueError:
+            raise KeyNotFound(f"no API key {key_id!r} (a key id is a UUID)") from None
+        with self.engine.begin() as connection:
+            return keys.revoke_key(connection, parsed)
+
+    def owner_of_key(self, text: str) -> str:
+        """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
+        with self.engine.connect() as connection:
+            return keys.owner_of_key(connection, text)
 
     def close(self) -> None:
         if isinstance(self._enqueue, QueueRinger):
@@ -299,7 +438,8 @@ class ChatClient:
 
 
 class AsyncChatClient:
-    """`ChatClient` for asyncio apps: every call runs in a worker thread, never on the loop."""
+    """`ChatClient` for asyncio apps: every call runs in a worker thread, never on the loop.
+    Each method takes the same arguments as `ChatClient`'s."""
 
     def __init__(self, client: ChatClient | None = None, **options: Any) -> None:
         self.sync = client or ChatClient(**options)
@@ -314,25 +454,33 @@ class AsyncChatClient:
             lambda: self.sync.submit_message(conversation_id, text, **options)
         )
 
-    async def get_turn(self, turn_id: uuid.UUID | str) -> TurnView:
-        return await asyncio.to_thread(self.sync.get_turn, turn_id)
+    async def get_turn(self, turn_id: uuid.UUID | str, **options: Any) -> TurnView:
+        return await asyncio.to_thread(lambda: self.sync.get_turn(turn_id, **options))
 
-    async def current_turn(self, conversation_id: uuid.UUID | str) -> TurnView | None:
-        return await asyncio.to_thread(self.sync.current_turn, conversation_id)
+    async def current_turn(
+        self, conversation_id: uuid.UUID | str, **options: Any
+    ) -> TurnView | None:
+        return await asyncio.to_thread(lambda: self.sync.current_turn(conversation_id, **options))
 
     async def events(
-        self, conversation_id: uuid.UUID | str, after: int = 0, limit: int = 100
+        self, conversation_id: uuid.UUID | str, after: int = 0, limit: int = 100, **options: Any
     ) -> EventPage:
-        return await asyncio.to_thread(self.sync.events, conversation_id, after, limit)
+        return await asyncio.to_thread(
+            lambda: self.sync.events(conversation_id, after, limit, **options)
+        )
 
-    async def retry_conversation(self, conversation_id: uuid.UUID | str) -> Submitted:
-        return await asyncio.to_thread(self.sync.retry_conversation, conversation_id)
+    async def retry_conversation(
+        self, conversation_id: uuid.UUID | str, **options: Any
+    ) -> Submitted:
+        return await asyncio.to_thread(
+            lambda: self.sync.retry_conversation(conversation_id, **options)
+        )
 
-    async def cancel(self, conversation_id: uuid.UUID | str) -> TurnView | None:
-        return await asyncio.to_thread(self.sync.cancel, conversation_id)
+    async def cancel(self, conversation_id: uuid.UUID | str, **options: Any) -> TurnView | None:
+        return await asyncio.to_thread(lambda: self.sync.cancel(conversation_id, **options))
 
-    async def cancel_turn(self, turn_id: uuid.UUID | str) -> TurnView:
-        return await asyncio.to_thread(self.sync.cancel_turn, turn_id)
+    async def cancel_turn(self, turn_id: uuid.UUID | str, **options: Any) -> TurnView:
+        return await asyncio.to_thread(lambda: self.sync.cancel_turn(turn_id, **options))
 
     async def follow(
         self, conversation_id: uuid.UUID | str, after: Cursor | int | str = 0, **options: Any
@@ -343,9 +491,17 @@ class AsyncChatClient:
         return AsyncFollowing(following)
 
     async def get_conversation(
-        self, conversation_id: uuid.UUID | str, after_seq: int | None = None
+        self, conversation_id: uuid.UUID | str, after_seq: int | None = None, **options: Any
     ) -> ConversationView:
-        return await asyncio.to_thread(self.sync.get_conversation, conversation_id, after_seq)
+        return await asyncio.to_thread(
+            lambda: self.sync.get_conversation(conversation_id, after_seq, **options)
+        )
+
+    async def list_conversations(self, **options: Any) -> ConversationPage:
+        return await asyncio.to_thread(lambda: self.sync.list_conversations(**options))
+
+    async def delete_conversation(self, conversation_id: uuid.UUID | str, **options: Any) -> None:
+        await asyncio.to_thread(lambda: self.sync.delete_conversation(conversation_id, **options))
 
     async def list_tools(self) -> list[ToolInfo]:
         return await asyncio.to_thread(self.sync.list_tools)

@@ -21,7 +21,7 @@ from app.client.views import (
     TurnView,
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
-from app.models import CatalogTool, Conversation, Event, Message, Turn
+from app.models import MESSAGE_COMMITTED, CatalogTool, Conversation, Event, Message, Turn
 
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
@@ -31,6 +31,7 @@ events = cast(Table, Event.__table__)
 
 _CONVERSATION_COLUMNS = (
     conversations.c.id,
+    conversations.c.owner,
     conversations.c.status,
     conversations.c.error,
     conversations.c.model,
@@ -41,8 +42,76 @@ _CONVERSATION_COLUMNS = (
     conversations.c.iterations,
     conversations.c.prompt_tokens,
     conversations.c.completion_tokens,
+    conversations.c.turn_number,
+    conversations.c.created_at,
     conversations.c.updated_at,
 )
+
+
+def check_owner(connection: Connection, conversation_id: uuid.UUID, owner: str | None) -> None:
+    """`ConversationNotFound` unless the conversation exists and `owner` may see it (None: any
+    caller's, a trusted one). Another owner's conversation is not found, never forbidden."""
+    if owner is None:
+        return
+    found = connection.execute(
+        select(conversations.c.owner).where(conversations.c.id == conversation_id)
+    ).one_or_none()
+    if found is None or found.owner != owner:
+        raise ConversationNotFound(f"no conversation {conversation_id}")
+
+
+def conversation_of_turn(
+    connection: Connection, turn_id: uuid.UUID, owner: str | None
+) -> uuid.UUID:
+    """The turn's conversation; `TurnNotFound` when there is no such turn, or `owner` may not see
+    it."""
+    found = connection.execute(
+        select(turns.c.conversation_id, conversations.c.owner)
+        .join(conversations, conversations.c.id == turns.c.conversation_id)
+        .where(turns.c.id == turn_id)
+    ).one_or_none()
+    if found is None or (owner is not None and found.owner != owner):
+        raise TurnNotFound(f"no turn {turn_id}")
+    return cast(uuid.UUID, found.conversation_id)
+
+
+def list_conversations(
+    connection: Connection, owner: str | None, limit: int, before: uuid.UUID | None
+) -> list[ConversationView]:
+    """The owner's conversations (everyone's when None), newest first, at most `limit`, those
+    created before conversation `before` (the previous page's last); no messages."""
+    query = select(*_CONVERSATION_COLUMNS)
+    if owner is not None:
+        query = query.where(conversations.c.owner == owner)
+    if before is not None:
+        mark = connection.execute(
+            select(conversations.c.created_at, conversations.c.owner).where(
+                conversations.c.id == before
+            )
+        ).one_or_none()
+        if mark is None or (owner is not None and mark.owner != owner):
+            raise InvalidCursor(f"page token {before} names no conversation of yours")
+        query = query.where(
+            (conversations.c.created_at < mark.created_at)
+            | ((conversations.c.created_at == mark.created_at) & (conversations.c.id < before))
+        )
+    query = query.order_by(conversations.c.created_at.desc(), conversations.c.id.desc())
+    return [_conversation_view(row, []) for row in connection.execute(query.limit(limit))]
+
+
+def turn_messages(connection: Connection, turn_id: uuid.UUID) -> list[MessageView]:
+    """The messages the turn committed (its user message, calls, results and answer), in order."""
+    rows = connection.execute(
+        select(messages)
+        .join(
+            events,
+            (events.c.conversation_id == messages.c.conversation_id)
+            & (events.c.message_seq == messages.c.seq),
+        )
+        .where(events.c.turn_id == turn_id, events.c.type == MESSAGE_COMMITTED)
+        .order_by(messages.c.seq)
+    ).all()
+    return [_message_view(row) for row in rows]
 
 
 def read_conversation(
@@ -138,6 +207,7 @@ def catalogue_names(connection: Connection) -> set[str]:
 def _conversation_view(row: Any, message_views: list[MessageView]) -> ConversationView:
     return ConversationView(
         id=row.id,
+        owner=row.owner,
         status=row.status,
         error=row.error,
         model=row.model,
@@ -148,6 +218,8 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         iterations=row.iterations,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
+        turn_number=row.turn_number,
+        created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
         messages=message_views,
     )

@@ -31,6 +31,7 @@ class ConversationView:
     """A conversation's state, how it was set up, and the messages after the caller's cursor."""
 
     id: uuid.UUID
+    owner: str | None
     status: str
     error: str | None
     model: str
@@ -41,6 +42,8 @@ class ConversationView:
     iterations: int
     prompt_tokens: int
     completion_tokens: int
+    turn_number: int  # the current (or last) turn's number; 0 before the first message
+    created_at: datetime
     updated_at: datetime
     messages: list[MessageView] = field(default_factory=list)
 
@@ -132,6 +135,35 @@ class Submitted:
     turn_id: uuid.UUID | None = None
     turn_status: str = "queued"
     repeated: bool = False
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    """A page of conversations, newest first; `next_before` fetches the next (None: the last)."""
+
+    conversations: list[ConversationView]
+    next_before: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class FinishedTurn:
+    """A turn after waiting for it, with the messages it committed (`finished` False: the wait
+    ran out first and it is still going)."""
+
+    turn: TurnView
+    messages: list[MessageView]
+    finished: bool
+
+
+@dataclass(frozen=True)
+class ApiKeyView:
+    """An API key as listed: never its secret."""
+
+    id: uuid.UUID
+    owner: str
+    name: str
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The typed SQLAlchemy models: a conversation, its transcript, its turns and its event log."""
 
+from app.models.api_key import MAX_OWNER_CHARS, ApiKey
 from app.models.base import Base
 from app.models.conversation import (
     FAILED,
@@ -63,6 +64,7 @@ __all__ = [
     "FOR_RETRY",
     "IDLE",
     "MAX_IDEMPOTENCY_KEY_CHARS",
+    "MAX_OWNER_CHARS",
     "MESSAGE_COMMITTED",
     "PROCESSING",
     "QUEUED",
@@ -86,6 +88,7 @@ __all__ = [
     "TURN_STARTED",
     "TURN_STATUSES",
     "USER",
+    "ApiKey",
     "Base",
     "CatalogTool",
     "Conversation",

@@ -49,10 +49,15 @@ class Conversation(Base):
             postgresql_where=sql_text(in_list("status", RUNNING_STATUSES)),
             sqlite_where=sql_text(in_list("status", RUNNING_STATUSES)),
         ),
+        # An owner's conversations, newest first (`GET /v1/conversations`).
+        Index("ix_conversations_owner_created", "owner", "created_at", "id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     status: Mapped[str] = mapped_column(String(16), default=IDLE, server_default=IDLE)
+    # Who may see it through the HTTP API (an API key's owner, a token's `sub`); None: created by
+    # a trusted caller (the Python client, the CLI) for nobody in particular.
+    owner: Mapped[str | None] = mapped_column(String(200))
     error: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str] = mapped_column(String(200))
     instructions: Mapped[str | None] = mapped_column(Text)

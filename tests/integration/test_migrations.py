@@ -15,6 +15,7 @@ from app.models import Base
 
 EXPECTED_TABLES = {
     "alembic_version",
+    "api_keys",
     "conversations",
     "events",
     "messages",

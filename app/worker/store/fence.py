@@ -170,7 +170,7 @@ CLAIM = (
         c.turn_number == _current("number"),
     )
     .values(
-        lease_owner=bindparam("owner", type_=String),
+        lease_owner=bindparam("claim_owner", type_=String),
         lease_epoch=c.lease_epoch + 1,
         lease_expires_at=_EXPIRES,
         attempts=c.attempts + 1,

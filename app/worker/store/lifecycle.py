@@ -80,7 +80,7 @@ class TurnStore:
         now = self.clock()
         parameters = {
             "claim_id": conversation_id,
-            "owner": owner,
+            "claim_owner": owner,
             "now": now,
             "expires": now + timedelta(seconds=ttl),
         }
