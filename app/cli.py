@@ -1,4 +1,5 @@
-"""The `chatworker` command line: demo, worker, migrate, submit, status, cancel, cleanup, tools.
+"""The `chatworker` command line: demo, serve, worker, migrate, submit, status, cancel, cleanup,
+keys, tools.
 
 Subcommands import what they need when they run, so `status` or `cleanup` never pay for litellm.
 """
@@ -12,6 +13,7 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from app import __version__
 from app.errors import ChatWorkerError
@@ -97,10 +99,35 @@ def _parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--dry-run", action="store_true", help="list what would change")
     cleanup.set_defaults(run=_cleanup)
 
+    _add_api_commands(commands)
+
     tools = commands.add_parser("tools", help="list the tool catalogue")
     tools.add_argument("--refresh", action="store_true", help="ask the MCP servers and publish")
     tools.set_defaults(run=_tools)
     return parser
+
+
+def _add_api_commands(commands: Any) -> None:
+    """`serve` and `keys`."""
+    serve = commands.add_parser("serve", help="serve the HTTP API and the chat page")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, default=1, help="API processes (needs REDIS_URL)")
+    serve.set_defaults(run=_serve)
+
+    keys = commands.add_parser("keys", help="make, list and revoke API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    create = key_commands.add_parser("create", help="a new key for an owner (shown once)")
+    create.add_argument("--owner", required=True, help="who the key acts as")
+    create.add_argument("--name", default="", help="a note: what the key is for")
+    create.set_defaults(run=_keys_create)
+    listing = key_commands.add_parser("list", help="every key (never its secret)")
+    listing.add_argument("--owner", help="only this owner's")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(run=_keys_list)
+    revoke = key_commands.add_parser("revoke", help="revoke a key by its id")
+    revoke.add_argument("key_id", help="the key's id (from keys list)")
+    revoke.set_defaults(run=_keys_revoke)
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -114,6 +141,59 @@ def _migrate(args: argparse.Namespace) -> int:
     url = args.database_url or load_settings().database_url
     upgrade(url, args.revision)
     print(f"database at {shown(url)} is at revision {args.revision}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from app.serve import ServeOptions, serve
+
+    if args.workers < 1:
+        raise ChatWorkerError(f"--workers must be at least 1, not {args.workers}")
+    level = "debug" if args.verbose else "info"
+    return serve(ServeOptions(args.host, args.port, args.workers, level))
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    client = ChatClient()
+    try:
+        key, text = client.create_key(args.owner, args.name)
+    finally:
+        client.close()
+    print(f"key {key.id} for owner {key.owner!r}; its secret is shown this once:", file=sys.stderr)
+    print(text)
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    client = ChatClient()
+    try:
+        found = client.list_keys(args.owner)
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps([_as_json(key) for key in found], indent=2))
+        return 0
+    for key in found:
+        state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
+        print(
+            f"{key.id}  {key.owner}  {state}  created {key.created_at:%Y-%m-%d %H:%M}  {key.name}"
+        )
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from app.client import ChatClient
+
+    client = ChatClient()
+    try:
+        key = client.revoke_key(args.key_id)
+    finally:
+        client.close()
+    print(f"key {key.id} of owner {key.owner!r} revoked at {key.revoked_at:%Y-%m-%d %H:%M:%S}")
     return 0
 
 

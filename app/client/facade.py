@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from app.client import commands, keys, reads
@@ -47,6 +47,7 @@ from app.client.views import (
     ConversationPage,
     ConversationView,
     EventPage,
+    EventView,
     FinishedTurn,
     Submitted,
     ToolInfo,
@@ -336,6 +337,32 @@ class ChatClient:
             reads.check_owner(connection, conversation_id, owner)
             return reads.read_events(connection, conversation_id, after, limit)
 
+    def wait_for_events(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        wait: float = 0.0,
+        owner: str | None = None,
+    ) -> EventPage:
+        """`events`, but when none is committed after `after` yet, wait up to `wait` seconds
+        for the first (a long poll); the page may still be empty."""
+        page = self.events(conversation_id, after, limit, owner=owner)
+        if page.events or wait <= 0:
+            return page
+        following = self.follow(
+            conversation_id, after, until=None, timeout=wait, poll_interval=min(1.0, wait)
+        )
+        try:
+            if not any(isinstance(item, EventView) for item in following):
+                return page  # pragma: no cover (until=None: it ends by timing out)
+        except TimeoutError:
+            return page
+        finally:
+            following.close()
+        return self.events(conversation_id, after, limit, owner=owner)
+
     def get_conversation(
         self,
         conversation_id: uuid.UUID | str,
@@ -376,6 +403,22 @@ class ChatClient:
         """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
         with self.engine.connect() as connection:
             return keys.owner_of_key(connection, text)
+
+    def check_ready(self) -> dict[str, str]:
+        """'ok' or the error, for the database and the live channel (Redis) each."""
+        found: dict[str, str] = {}
+        try:
+            with self.engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+            found["database"] = "ok"
+        except Exception as exc:
+            found["database"] = type(exc).__name__
+        try:
+            self.live.ping()
+            found["live"] = "ok"
+        except Exception as exc:
+            found["live"] = type(exc).__name__
+        return found
 
     def close(self) -> None:
         if isinstance(self._enqueue, QueueRinger):

@@ -67,6 +67,7 @@ class Following(Iterator[FollowItem]):
         self._cursor = cursor
         self._status = ""
         self._done = False
+        self._closed = False
         self._live_failed = False
 
     @property
@@ -77,9 +78,13 @@ class Following(Iterator[FollowItem]):
     def __iter__(self) -> Following:
         return self
 
+    def close(self) -> None:
+        """Stop: a `next` in another thread returns within a `poll_interval` (StopIteration)."""
+        self._closed = True
+
     def __next__(self) -> FollowItem:
         while not self._ready:
-            if self._done:
+            if self._done or self._closed:
                 raise StopIteration
             if self._deadline is not None and time.monotonic() > self._deadline:
                 raise TimeoutError(

@@ -52,6 +52,10 @@ class LiveChannel(Protocol):
         returns the function that stops listening."""
         ...
 
+    def ping(self) -> None:
+        """Raise if the channel is down (readiness checks)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -72,6 +72,9 @@ class MemoryChannel:
 
         return stop
 
+    def ping(self) -> None:
+        """The hub is this process's memory: always up."""
+
     def close(self) -> None:
         """The hub lives as long as its process; closing a handle on it does nothing."""
 

@@ -93,6 +93,9 @@ class RedisChannel:
         thread.start()
         return stopped.set
 
+    def ping(self) -> None:
+        self.redis.ping()
+
     def close(self) -> None:
         """Stop listening (each listener notices within a second), then close the connections."""
         for stopped, _ in self._listeners:

@@ -1,0 +1,117 @@
+"""The HTTP API as an ASGI app: `create_app(settings)` for a server of its own, `install(app)` to
+mount the same routes, error handlers and context in an existing FastAPI app.
+
+It is a skin over the client layer (`app.client`): it never imports the worker, and a route holds
+no SQL and no business rule. The chat page (`app/api/page/`) is served at `/` by `create_app`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from app.api.context import ApiContext
+from app.api.limits import BodyLimit
+from app.api.problems import Problem, install_handlers
+from app.api.routes import router
+from app.client import ChatClient
+from app.config import Settings, get_settings
+from app.db import make_engine
+
+PAGE = Path(__file__).parent / "page"
+# Beyond the largest message, its JSON escaping and the other fields: no valid request is larger.
+BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+def create_app(settings: Settings | None = None, *, client: ChatClient | None = None) -> FastAPI:
+    """The API with the chat page, ready for uvicorn; `client` defaults to one on the settings'
+    database and Redis (closed with the app)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.chatworker.close()
+
+    app = FastAPI(
+        title="chatworker",
+        version=_version(),
+        summary="A durable LLM chat worker with MCP tools: conversations, turns, event streams.",
+        lifespan=lifespan,
+        docs_url=None,  # the interactive docs load scripts from a CDN; the document is enough
+        redoc_url=None,
+    )
+    install(app, settings, client=client)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Location", "Idempotent-Replayed", "Retry-After"],
+            max_age=600,
+        )
+    app.mount("/static", StaticFiles(directory=PAGE), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page() -> FileResponse:
+        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-cache"})
+
+    return app
+
+
+def install(
+    app: FastAPI, settings: Settings | None = None, *, client: ChatClient | None = None
+) -> ApiContext:
+    """Mount the `/v1` routes on `app` with the problem handlers and the body limit; returns the
+    context (close it when the app stops; `create_app` does)."""
+    settings = settings or get_settings()
+    owned = client is None
+    if client is None:
+        engine = make_engine(settings.database_url, pool_size=10, max_overflow=20)
+        client = ChatClient(settings, engine=engine)
+    context = ApiContext(settings, client, owns_client=owned)
+    app.state.chatworker = context
+    install_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
+    app.include_router(router)
+    _document_problems(app)
+    return context
+
+
+def _document_problems(app: FastAPI) -> None:
+    """The `Problem` schema in the OpenAPI components, for every route's error responses."""
+    original = app.openapi
+
+    def openapi() -> dict[str, object]:
+        if app.openapi_schema is None:
+            schema = original()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            components.setdefault(
+                "Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+            )
+            for name, definition in (
+                Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+                .get("$defs", {})
+                .items()
+            ):
+                components.setdefault(name, definition)
+            components["Problem"].pop("$defs", None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _version() -> str:
+    try:
+        return version("chatworker")
+    except PackageNotFoundError:  # pragma: no cover (a checkout without an install)
+        return "0"

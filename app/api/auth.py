@@ -1,0 +1,102 @@
+"""Who is calling: the owner every route scopes its reads and writes to.
+
+    mode     credentials                                   owner
+    -------  --------------------------------------------  -------------------------------------
+    api_key  `Authorization: Bearer cwk_...` or            the key's owner (`chatworker keys`)
+             `X-API-Key: cwk_...`
+    jwt      `Authorization: Bearer <HS256 JWT>`           the token's `sub`; `exp` required,
+                                                           `aud` / `iss` checked when configured
+    none     nothing                                       None: every conversation, unowned
+                                                           ones created (set it explicitly)
+
+Several modes may be on at once (`api_key,jwt`): a bearer starting `cwk_` is a key, any other a
+token. Every refusal is a 401 problem with `WWW-Authenticate: Bearer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import jwt
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+
+from app.api.context import Context
+from app.api.problems import ApiProblem
+from app.client.keys import PREFIX, KeyRefused
+from app.config import API_KEY_AUTH, JWT_AUTH, NO_AUTH
+from app.models import MAX_OWNER_CHARS
+
+_bearer = HTTPBearer(auto_error=False, description="an API key (cwk_...) or an HS256 JWT")
+_key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="an API key")
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+LEEWAY_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Caller:
+    owner: str | None  # None: auth mode `none`, a trusted caller who sees everything
+
+
+def refused(code: str, detail: str) -> ApiProblem:
+    return ApiProblem(401, code, detail, dict(_CHALLENGE))
+
+
+def authenticate(
+    request: Request,
+    context: Context,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    key_header: Annotated[str | None, Depends(_key_header)],
+) -> Caller:
+    modes = context.settings.api_auth
+    if modes == (NO_AUTH,):
+        return Caller(None)
+    presented = key_header if key_header else (bearer.credentials if bearer else None)
+    if not presented:
+        if request.headers.get("authorization"):
+            raise refused("unauthenticated", "the Authorization header must be 'Bearer <token>'")
+        raise refused(
+            "unauthenticated",
+            f"credentials are required ({' or '.join(_shown(mode) for mode in modes)})",
+        )
+    if presented.startswith(PREFIX) or key_header:
+        if API_KEY_AUTH not in modes:
+            raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
+        try:
+            return Caller(context.client.owner_of_key(presented))
+        except KeyRefused as exc:
+            raise refused(exc.code, str(exc)) from None
+    if JWT_AUTH not in modes:
+        raise refused("invalid_api_key", f"an API key starts with {PREFIX!r}")
+    return Caller(_owner_of_token(context, presented))
+
+
+def _owner_of_token(context: Context, token: str) -> str:
+    settings = context.settings
+    assert settings.jwt_secret is not None  # the settings refuse jwt without one
+    try:
+        claims = jwt.decode(
+            token,
+            settings.jwt_secret.get_secret_value(),
+            algorithms=["HS256"],
+            audience=settings.jwt_audience,
+            issuer=settings.jwt_issuer,
+            leeway=LEEWAY_SECONDS,
+            options={"require": ["exp", "sub"], "verify_aud": settings.jwt_audience is not None},
+        )
+    except jwt.ExpiredSignatureError:
+        raise refused("token_expired", "the bearer token has expired") from None
+    except jwt.InvalidTokenError as exc:
+        raise refused("invalid_token", f"the bearer token is not valid: {exc}") from None
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject or len(subject) > MAX_OWNER_CHARS:
+        raise refused("invalid_token", "the token's sub must name its owner")
+    return subject
+
+
+def _shown(mode: str) -> str:
+    return {API_KEY_AUTH: "an API key", JWT_AUTH: "a bearer JWT"}.get(mode, mode)
+
+
+Authenticated = Annotated[Caller, Depends(authenticate)]

@@ -1,0 +1,77 @@
+"""What every route reaches through its dependencies: the settings, the client layer, and the
+threads that follow conversations for event streams and waits.
+
+One `ApiContext` per app (`app.state.chatworker`), made by `create_app` or `install`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Annotated, TypeVar
+
+from fastapi import Depends, Request
+
+from app.api.problems import ApiProblem
+from app.client import ChatClient
+from app.config import Settings
+
+T = TypeVar("T")
+
+
+@dataclass
+class ApiContext:
+    settings: Settings
+    client: ChatClient
+    owns_client: bool = True
+    # A following thread blocks on the live channel between items: streams and waits get their
+    # own pool, so they never starve the short requests of the shared threadpool.
+    followers: ThreadPoolExecutor = field(init=False)
+    _streams: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.followers = ThreadPoolExecutor(
+            self.settings.api_max_streams + 16, thread_name_prefix="chatworker-follow"
+        )
+
+    async def follow_step(self, step: Callable[[], T]) -> T:
+        """Run a blocking step of a follower in the followers' pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.followers, step)
+
+    def open_stream(self) -> None:
+        """Count a stream in; 503 `too_many_streams` when this process serves its maximum."""
+        with self._lock:
+            if self._streams >= self.settings.api_max_streams:
+                raise ApiProblem(
+                    503,
+                    "too_many_streams",
+                    f"this server follows {self._streams} streams, its maximum; retry soon "
+                    "or follow with GET .../events?wait=",
+                    {"Retry-After": "5"},
+                )
+            self._streams += 1
+
+    def close_stream(self) -> None:
+        with self._lock:
+            self._streams -= 1
+
+    @property
+    def streams(self) -> int:
+        return self._streams
+
+    def close(self) -> None:
+        self.followers.shutdown(wait=False, cancel_futures=True)
+        if self.owns_client:
+            self.client.close()
+
+
+def get_context(request: Request) -> ApiContext:
+    context: ApiContext = request.app.state.chatworker
+    return context
+
+
+Context = Annotated[ApiContext, Depends(get_context)]

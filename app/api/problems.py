@@ -1,0 +1,252 @@
+"""One error shape for every failure: RFC 9457 `application/problem+json`, with a stable `code`.
+
+    status  code                      raised by
+    ------  ------------------------  -----------------------------------------------------------
+    400     malformed_json            a body that is not JSON
+    400     invalid_request           a value the client layer refuses (`InvalidRequest`)
+    400     invalid_message           an empty message, or one with a NUL character
+    400     invalid_cursor            `after` / `Last-Event-ID` malformed, negative or past the end
+    400     unknown_tool              a tool name no worker offers
+    401     unauthenticated           no credentials
+    401     invalid_token             a bearer token that is malformed or badly signed
+    401     token_expired             a bearer token past its `exp`
+    401     invalid_api_key           an API key that is malformed or unknown
+    401     api_key_revoked           an API key that was revoked
+    404     conversation_not_found    no such conversation, or another owner's
+    404     turn_not_found            no such turn, or another owner's
+    404     not_found                 no such route
+    405     method_not_allowed        a route that does not take that method
+    409     conversation_busy         a turn runs (`on_busy=reject`, delete): `turn_id` names it
+    409     conversation_conflict     a chosen conversation id is taken by another setup
+    409     not_retryable             retry of a conversation that has not failed
+    413     message_too_large         a message over `CHATWORKER_MAX_MESSAGE_CHARS`
+    413     request_too_large         a body larger than any valid request
+    415     unsupported_media_type    a body that is not `application/json`
+    422     validation_failed         wrong types, unknown fields, bad values: `errors` says where
+    422     idempotency_key_reused    the `Idempotency-Key` was used with another message
+    503     database_unavailable      the database did not answer; `Retry-After`
+    503     too_many_streams          this process serves `CHATWORKER_API_MAX_STREAMS` streams
+    500     internal_error            a bug: logged with its traceback, never shown
+
+A refused request wrote nothing (the client layer's contract); a 503 may be retried as it is (with
+the same `Idempotency-Key`, a submit is never run twice).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import (
+    ConversationBusy,
+    ConversationConflict,
+    ConversationNotFound,
+    DatabaseUnavailable,
+    IdempotencyKeyReused,
+    InvalidCursor,
+    InvalidMessage,
+    InvalidRequest,
+    KeyNotFound,
+    MessageTooLarge,
+    NotRetryable,
+    TurnNotFound,
+    UnknownTool,
+)
+
+log = logging.getLogger(__name__)
+
+MEDIA_TYPE = "application/problem+json"
+RETRY_AFTER_SECONDS = 2
+
+#: The client layer's refusals, most specific first (looked up along the exception's MRO).
+REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
+    ConversationNotFound: (404, "conversation_not_found"),
+    TurnNotFound: (404, "turn_not_found"),
+    KeyNotFound: (404, "key_not_found"),
+    ConversationBusy: (409, "conversation_busy"),
+    ConversationConflict: (409, "conversation_conflict"),
+    NotRetryable: (409, "not_retryable"),
+    MessageTooLarge: (413, "message_too_large"),
+    IdempotencyKeyReused: (422, "idempotency_key_reused"),
+    InvalidCursor: (400, "invalid_cursor"),
+    InvalidMessage: (400, "invalid_message"),
+    UnknownTool: (400, "unknown_tool"),
+    InvalidRequest: (400, "invalid_request"),
+}
+
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+class FieldError(BaseModel):
+    loc: list[str | int] = Field(description="where: body, query, header or path, then the field")
+    msg: str
+    type: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, with this API's stable `code`."""
+
+    type: str = Field("about:blank", description="always about:blank: `code` names the problem")
+    title: str = Field(description="the HTTP status's phrase")
+    status: int
+    code: str = Field(description="stable and machine-readable, e.g. conversation_busy")
+    detail: str = Field(description="what went wrong and what to do, for a human")
+    instance: str | None = Field(None, description="the request's path")
+    turn_id: str | None = Field(None, description="conversation_busy: the turn that runs")
+    errors: list[FieldError] | None = Field(None, description="validation_failed: each field")
+
+
+class ApiProblem(Exception):
+    """Raised by the API's own code to answer with a problem (auth, limits, media types)."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(
+    request: Request | None,
+    status: int,
+    code: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body = Problem(
+        title=_TITLES.get(status, "Error"),
+        status=status,
+        code=code,
+        detail=detail,
+        instance=None if request is None else request.url.path,
+        **extra,
+    )
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status, headers=headers, media_type=MEDIA_TYPE
+    )
+
+
+def refusal(exc: InvalidRequest) -> tuple[int, str]:
+    for kind in type(exc).__mro__:
+        if kind in REFUSALS:
+            return REFUSALS[kind]
+    return 400, "invalid_request"  # pragma: no cover (InvalidRequest is in the table)
+
+
+def documented(
+    *statuses: int, also: dict[int | str, dict[str, Any]] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a route: each status answered with a `Problem` (and `also`)."""
+    return dict(also or {}) | {
+        status: {
+            "model": Problem,
+            "description": _TITLES.get(status, "Error"),
+            "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Every failure of `app` answered as a problem."""
+
+    async def on_refusal(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, InvalidRequest)
+        status, code = refusal(exc)
+        extra: dict[str, Any] = {}
+        if isinstance(exc, ConversationBusy) and exc.turn_id is not None:
+            extra["turn_id"] = str(exc.turn_id)
+        return problem_response(request, status, code, str(exc), **extra)
+
+    async def on_problem(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiProblem)
+        return problem_response(request, exc.status, exc.code, exc.detail, exc.headers, **exc.extra)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = exc.errors()
+        if any(error.get("type") == "json_invalid" for error in errors):
+            return problem_response(
+                request, 400, "malformed_json", "the request body is not valid JSON"
+            )
+        fields = [
+            FieldError(
+                loc=[str(part) if not isinstance(part, int) else part for part in e["loc"]],
+                msg=str(e["msg"]),
+                type=str(e["type"]),
+            )
+            for e in errors
+        ]
+        summary = "; ".join(f"{'.'.join(map(str, f.loc))}: {f.msg}" for f in fields[:5])
+        return problem_response(request, 422, "validation_failed", summary, errors=fields)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        detail = exc.detail if isinstance(exc.detail, str) else "the request was refused"
+        if exc.status_code == 404:
+            detail = f"no route {request.method} {request.url.path}"
+        return problem_response(
+            request,
+            exc.status_code,
+            codes.get(exc.status_code, "http_error"),
+            detail,
+            dict(exc.headers or {}),
+        )
+
+    async def on_database(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return problem_response(
+            request,
+            503,
+            "database_unavailable",
+            "the database did not answer; retry in a moment (a submit with the same "
+            "Idempotency-Key is never run twice)",
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            return await on_database(request, exc)
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return problem_response(
+            request, 500, "internal_error", "an unexpected error; it was logged"
+        )
+
+    app.add_exception_handler(InvalidRequest, on_refusal)
+    app.add_exception_handler(ApiProblem, on_problem)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    for unavailable in (OperationalError, InterfaceError, PoolTimeout, DatabaseUnavailable):
+        app.add_exception_handler(unavailable, on_database)
+    app.add_exception_handler(Exception, on_bug)

@@ -1,0 +1,14 @@
+"""The `/v1` routes, one module per resource; `router` assembles them (all need a caller but the
+health checks)."""
+
+from fastapi import APIRouter
+
+from app.api.routes import conversations, events, system, turns
+
+router = APIRouter(prefix="/v1")
+router.include_router(system.router)
+router.include_router(conversations.router)
+router.include_router(turns.router)
+router.include_router(events.router)
+
+__all__ = ["router"]

@@ -1,0 +1,206 @@
+"""Conversations and the messages submitted to them: thin routes over `ChatClient`."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Response
+from fastapi.concurrency import run_in_threadpool
+
+from app.api.auth import Authenticated
+from app.api.context import Context
+from app.api.problems import documented
+from app.api.schemas import (
+    Conversation,
+    ConversationCreate,
+    ConversationList,
+    MessageCreate,
+    Submission,
+    Turn,
+    TurnResult,
+)
+
+router = APIRouter(prefix="/conversations", tags=["conversations"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="the same key and text again returns the first turn and runs nothing twice",
+    ),
+]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Conversation,
+    responses=documented(
+        400,
+        401,
+        409,
+        413,
+        415,
+        422,
+        503,
+        also={200: {"model": Conversation, "description": "it existed, same fields"}},
+    ),
+)
+def create_conversation(
+    body: ConversationCreate, caller: Authenticated, context: Context, response: Response
+) -> Conversation:
+    """A new idle conversation (201); with a chosen `id` that exists with the same fields, that
+    one (200); with other fields, 409 `conversation_conflict`."""
+    conversation_id, created = context.client.create_or_get(
+        conversation_id=body.id,
+        model=body.model,
+        instructions=body.instructions,
+        tools=body.tools,
+        tool_choice=body.tool_choice,
+        context=body.context,
+        owner=caller.owner,
+    )
+    response.status_code = 201 if created else 200
+    response.headers["Location"] = f"/v1/conversations/{conversation_id}"
+    view = context.client.get_conversation(conversation_id, after_seq=0, owner=caller.owner)
+    return Conversation.of(view, messages=False)
+
+
+@router.get("", response_model=ConversationList, responses=documented(400, 401, 422, 503))
+def list_conversations(
+    caller: Authenticated,
+    context: Context,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    before: Annotated[
+        uuid.UUID | None, Query(description="the previous page's next_before")
+    ] = None,
+) -> ConversationList:
+    """The caller's conversations, newest first."""
+    page = context.client.list_conversations(owner=caller.owner, limit=limit, before=before)
+    return ConversationList(
+        data=[Conversation.of(view, messages=False) for view in page.conversations],
+        next_before=page.next_before,
+    )
+
+
+@router.get(
+    "/{conversation_id}", response_model=Conversation, responses=documented(401, 404, 422, 503)
+)
+def get_conversation(
+    conversation_id: uuid.UUID,
+    caller: Authenticated,
+    context: Context,
+    after_seq: Annotated[
+        int | None, Query(ge=0, description="only the messages after this seq")
+    ] = None,
+) -> Conversation:
+    """Its status, setup, usage and transcript."""
+    view = context.client.get_conversation(conversation_id, after_seq, owner=caller.owner)
+    return Conversation.of(view, messages=True)
+
+
+@router.delete("/{conversation_id}", status_code=204, responses=documented(401, 404, 409, 422, 503))
+def delete_conversation(
+    conversation_id: uuid.UUID, caller: Authenticated, context: Context
+) -> None:
+    """Delete it with its turns, messages and events; 409 `conversation_busy` while a turn runs
+    or waits (cancel it first)."""
+    context.client.delete_conversation(conversation_id, owner=caller.owner)
+
+
+@router.post(
+    "/{conversation_id}/messages",
+    status_code=202,
+    response_model=Submission | TurnResult,
+    responses=documented(
+        400,
+        401,
+        404,
+        409,
+        413,
+        415,
+        422,
+        503,
+        also={
+            200: {"model": TurnResult, "description": "?wait=true: the turn ended"},
+            202: {"model": Submission, "description": "the turn is queued or running"},
+        },
+    ),
+)
+async def submit_message(
+    conversation_id: uuid.UUID,
+    *,
+    body: MessageCreate,
+    caller: Authenticated,
+    context: Context,
+    response: Response,
+    idempotency_key: IdempotencyKey = None,
+    wait: Annotated[
+        bool, Query(description="answer when the turn has ended (at most the server's wait)")
+    ] = False,
+) -> Submission | TurnResult:
+    """The user's message as a new turn (202, `Location` names the turn). While a turn runs,
+    `on_busy` decides: 409 `conversation_busy` naming it, queued behind it, or interrupting it."""
+    client = context.client
+
+    def submit() -> tuple[Submission, uuid.UUID]:
+        submitted = client.submit_message(
+            conversation_id,
+            body.text,
+            idempotency_key=idempotency_key,
+            on_busy=body.on_busy,
+            owner=caller.owner,
+        )
+        assert submitted.turn_id is not None
+        return Submission.of(submitted, client.get_turn(submitted.turn_id)), submitted.turn_id
+
+    submission, turn_id = await run_in_threadpool(submit)
+    response.headers["Location"] = f"/v1/turns/{turn_id}"
+    if submission.repeated:
+        response.headers["Idempotent-Replayed"] = "true"
+    if not wait:
+        return submission
+    timeout = context.settings.api_max_wait_seconds
+    result = await context.follow_step(lambda: client.wait_for_turn(turn_id, timeout))
+    response.status_code = 200 if result.finished else 202
+    return TurnResult.of(result)
+
+
+@router.post(
+    "/{conversation_id}/retry",
+    status_code=202,
+    response_model=Submission,
+    responses=documented(401, 404, 409, 422, 503),
+)
+def retry_conversation(
+    conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
+) -> Submission:
+    """A new turn that continues a failed one from its transcript; 409 `not_retryable` unless
+    the conversation failed."""
+    submitted = context.client.retry_conversation(conversation_id, owner=caller.owner)
+    assert submitted.turn_id is not None
+    response.headers["Location"] = f"/v1/turns/{submitted.turn_id}"
+    return Submission.of(submitted, context.client.get_turn(submitted.turn_id))
+
+
+@router.post(
+    "/{conversation_id}/cancel",
+    response_model=Turn | None,
+    responses=documented(
+        401,
+        404,
+        422,
+        503,
+        also={202: {"model": Turn, "description": "asked: the worker ends it in moments"}},
+    ),
+)
+def cancel_current(
+    conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
+) -> Turn | None:
+    """Stop the conversation's current turn (see POST /v1/turns/{id}/cancel); null before its
+    first turn."""
+    turn = context.client.cancel(conversation_id, owner=caller.owner)
+    if turn is not None and not turn.is_finished:
+        response.status_code = 202
+    return None if turn is None else Turn.of(turn)

@@ -1,0 +1,104 @@
+"""A conversation's event log: a JSON page (long-poll with `wait`), or a server-sent stream."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query
+from sse_starlette import EventSourceResponse
+
+from app.api.auth import Authenticated
+from app.api.context import Context
+from app.api.problems import documented
+from app.api.schemas import Event, EventList
+from app.api.streaming import sse_events
+from app.client import Cursor
+from app.client.following import REST, TURN_END
+
+router = APIRouter(prefix="/conversations", tags=["events"])
+
+
+@router.get(
+    "/{conversation_id}/events",
+    response_model=EventList,
+    responses=documented(400, 401, 404, 422, 503),
+)
+async def list_events(
+    conversation_id: uuid.UUID,
+    *,
+    caller: Authenticated,
+    context: Context,
+    after: Annotated[int, Query(ge=0, description="the last event seq you have")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    wait: Annotated[
+        float, Query(ge=0, le=3600, description="seconds to wait for the first new event")
+    ] = 0,
+) -> EventList:
+    """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
+    wait = min(wait, context.settings.api_max_wait_seconds)
+    page = await context.follow_step(
+        lambda: context.client.wait_for_events(
+            conversation_id, after, limit, wait=wait, owner=caller.owner
+        )
+    )
+    return EventList(
+        conversation_id=page.conversation_id,
+        data=[Event.of(view) for view in page.events],
+        last_seq=page.last_seq,
+        status=page.status,
+        next_after=page.next_after,
+    )
+
+
+@router.get(
+    "/{conversation_id}/stream",
+    response_class=EventSourceResponse,
+    responses=documented(
+        400,
+        401,
+        404,
+        422,
+        503,
+        also={
+            200: {
+                "description": "server-sent events: the log after the cursor, then live "
+                "(see app/api/streaming.py for the events)",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
+    ),
+)
+async def stream_events(
+    conversation_id: uuid.UUID,
+    *,
+    caller: Authenticated,
+    context: Context,
+    after: Annotated[
+        str | None, Query(description="a cursor: an event seq, or an SSE id received before")
+    ] = None,
+    until: Annotated[
+        Literal["rest", "turn_end", "never"],
+        Query(description="end after the conversation rests, after the next turn ends, or never"),
+    ] = "never",
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", description="resume after this SSE id")
+    ] = None,
+) -> EventSourceResponse:
+    """Replays the committed events after `Last-Event-ID` (or `?after=`, else from the start),
+    then continues live: the reply's words as `message.delta`, every event as it commits."""
+    cursor = Cursor.parse(last_event_id if last_event_id is not None else (after or 0))
+    ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
+    context.open_stream()
+    try:
+        following = await context.follow_step(
+            lambda: context.client.follow(conversation_id, cursor, until=ends, owner=caller.owner)
+        )
+    except BaseException:
+        context.close_stream()
+        raise
+    return EventSourceResponse(
+        sse_events(context, following),
+        ping=context.settings.api_heartbeat_seconds,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,44 @@
+"""Turns: read one, cancel one."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter, Response
+
+from app.api.auth import Authenticated
+from app.api.context import Context
+from app.api.problems import documented
+from app.api.schemas import Turn
+
+router = APIRouter(prefix="/turns", tags=["turns"])
+
+
+@router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
+def get_turn(turn_id: uuid.UUID, caller: Authenticated, context: Context) -> Turn:
+    """Its status, error, usage and times."""
+    return Turn.of(context.client.get_turn(turn_id, owner=caller.owner))
+
+
+@router.post(
+    "/{turn_id}/cancel",
+    response_model=Turn,
+    responses=documented(
+        401,
+        404,
+        422,
+        503,
+        also={202: {"model": Turn, "description": "asked: the worker ends it in moments"}},
+    ),
+)
+def cancel_turn(
+    turn_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
+) -> Turn:
+    """Stop the turn: 200 when it has ended (a finished turn comes back unchanged: asking twice
+    is harmless), 202 while its worker is told (`cancel_requested_at` set; `turn.cancelled`
+    follows in moments). A waiting turn is cancelled when its time comes, before any model
+    call."""
+    turn = context.client.cancel_turn(turn_id, owner=caller.owner)
+    if not turn.is_finished:
+        response.status_code = 202
+    return Turn.of(turn)

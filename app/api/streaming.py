@@ -1,0 +1,73 @@
+"""A conversation's events as server-sent events: the committed log after the reader's cursor,
+then live, with the reply's deltas in between (`ChatClient.follow` decides what and in what
+order; this module only writes it as SSE).
+
+    SSE event           id                       data
+    ------------------  -----------------------  ------------------------------------------------
+    <event type>        the event seq ("12")     the event (`schemas.Event`), e.g. turn.completed
+    message.delta       "12:5:8f3a2c1d:7"        a piece of the reply (`schemas.DeltaOut`)
+    message.discarded   "12:5:8f3a2c1d:7"        drop what was shown of it (`schemas.DiscardedOut`)
+    stream.end          (unchanged)              {"cursor": ...}: the `until` was reached
+
+Each `id` is the cursor that resumes right after its event: a reader that reconnects with
+`Last-Event-ID` gets exactly what an uninterrupted one got next, nothing twice, nothing missing.
+Comments (`: ping`) keep proxies from closing an idle stream. A database that stops answering
+pauses the stream (the reader keeps its place); a live channel that stops answering costs
+latency only (the log is read instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from sqlalchemy.exc import DBAPIError
+from sse_starlette import ServerSentEvent
+
+from app.api.context import ApiContext
+from app.api.schemas import DeltaOut, DiscardedOut, Event
+from app.client import Delta, Discarded, EventView, Following
+
+log = logging.getLogger(__name__)
+
+DELTA = "message.delta"
+DISCARDED = "message.discarded"
+END = "stream.end"
+DATABASE_PAUSE_SECONDS = 1.0
+
+
+def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
+    if isinstance(item, EventView):
+        body = Event.of(item).model_dump_json(exclude_none=True)
+        return ServerSentEvent(data=body, event=item.type, id=cursor)
+    if isinstance(item, Delta):
+        return ServerSentEvent(data=DeltaOut.of(item).model_dump_json(), event=DELTA, id=cursor)
+    return ServerSentEvent(data=DiscardedOut.of(item).model_dump_json(), event=DISCARDED, id=cursor)
+
+
+async def sse_events(context: ApiContext, following: Following) -> AsyncIterator[ServerSentEvent]:
+    """The stream's events until the following ends (its `until`) or the reader leaves."""
+
+    def step() -> tuple[EventView | Delta | Discarded | None, str]:
+        item = next(following, None)
+        return item, str(following.cursor)
+
+    try:
+        while True:
+            try:
+                item, cursor = await context.follow_step(step)
+            except DBAPIError as exc:
+                log.warning(
+                    "stream of %s: database unavailable (%s)", following.conversation_id, exc
+                )
+                await asyncio.sleep(DATABASE_PAUSE_SECONDS)
+                continue
+            if item is None:
+                break
+            yield as_sse(item, cursor)
+        yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
+    finally:
+        following.close()
+        context.close_stream()
