@@ -175,7 +175,7 @@ def _keys_list(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        print(json.dumps([_as_json(key) for key in found], indent=2))
+        print(json.dumps([_as_json(key) for key in found], indent=2, default=str))
         return 0
     for key in found:
         state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"

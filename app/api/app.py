@@ -75,7 +75,9 @@ def install(
     settings = settings or get_settings()
     owned = client is None
     if client is None:
-        engine = make_engine(settings.database_url, pool_size=10, max_overflow=20)
+        # Short requests from the threadpool and the followers' log reads share the pool.
+        pool = {} if settings.is_sqlite else {"pool_size": 10, "max_overflow": 20}
+        engine = make_engine(settings.database_url, **pool)
         client = ChatClient(settings, engine=engine)
     context = ApiContext(settings, client, owns_client=owned)
     app.state.chatworker = context

@@ -169,3 +169,33 @@ def test_bad_mcp_server_entries_are_rejected(entry: dict[str, object]) -> None:
 def test_bad_mcp_server_name_is_rejected() -> None:
     with pytest.raises(ValueError, match="server name"):
         parse_mcp_servers(json.dumps({"mcpServers": {"has space": {"command": "x"}}}))
+
+
+def test_the_api_auth_mode_is_api_keys_unless_set() -> None:
+    assert load_settings().api_auth == ("api_key",)
+    assert load_settings(api_auth="none").api_auth == ("none",)
+    both = load_settings(api_auth=" api_key , jwt ", jwt_secret="s" * 32)
+    assert both.api_auth == ("api_key", "jwt")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"api_auth": ""}, "CHATWORKER_API_AUTH: name at least one mode"),
+        ({"api_auth": "basic"}, "CHATWORKER_API_AUTH: unknown mode 'basic'"),
+        ({"api_auth": "none,api_key"}, "'none' cannot be combined"),
+        ({"api_auth": "jwt"}, "CHATWORKER_JWT_SECRET must be set"),
+        ({"api_auth": "jwt", "jwt_secret": "short"}, "at least 32 bytes"),
+        ({"api_max_streams": 0}, "CHATWORKER_API_MAX_STREAMS"),
+    ],
+)
+def test_bad_api_settings_name_the_variable(overrides: dict[str, object], says: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(**overrides)
+    assert says in str(refused.value)
+
+
+def test_cors_origins_are_a_comma_list() -> None:
+    settings = load_settings(cors_origins="https://app.example.com, http://localhost:3000")
+    assert settings.cors_origins == ("https://app.example.com", "http://localhost:3000")
+    assert load_settings().cors_origins == ()
