@@ -153,10 +153,21 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(ServeOptions(args.host, args.port, args.workers, level))
 
 
-def _keys_create(args: argparse.Namespace) -> int:
+def _keys_client() -> Any:
+    """A client for the key commands; the embedded SQLite file is brought up to date first (as
+    `serve` and `demo` do), so keys can be made before the first `serve`."""
     from app.client import ChatClient
+    from app.config import get_settings
+    from app.migrate import upgrade
 
-    client = ChatClient()
+    settings = get_settings()
+    if settings.is_sqlite:
+        upgrade(settings.database_url)
+    return ChatClient(settings)
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    client = _keys_client()
     try:
         key, text = client.create_key(args.owner, args.name)
     finally:
@@ -167,9 +178,7 @@ def _keys_create(args: argparse.Namespace) -> int:
 
 
 def _keys_list(args: argparse.Namespace) -> int:
-    from app.client import ChatClient
-
-    client = ChatClient()
+    client = _keys_client()
     try:
         found = client.list_keys(args.owner)
     finally:
@@ -186,9 +195,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 
 def _keys_revoke(args: argparse.Namespace) -> int:
-    from app.client import ChatClient
-
-    client = ChatClient()
+    client = _keys_client()
     try:
         key = client.revoke_key(args.key_id)
     finally:
