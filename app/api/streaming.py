@@ -24,11 +24,13 @@ import logging
 from collections.abc import AsyncIterator
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import ServerSentEvent
 
 from app.api.context import ApiContext
 from app.api.schemas import DeltaOut, DiscardedOut, Event
 from app.client import Delta, Discarded, EventView, Following
+from app.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ async def sse_events(context: ApiContext, following: Following) -> AsyncIterator
         while True:
             try:
                 item, cursor = await context.follow_step(step)
-            except DBAPIError as exc:
+            except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                 log.warning(
                     "stream of %s: database unavailable (%s)", following.conversation_id, exc
                 )

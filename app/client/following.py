@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from app.client.ledger import AT_REST
 from app.client.merge import Cursor, LiveMerge
 from app.client.views import EventView
-from app.live import Delta, Discarded, LiveChannel, Position
+from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Position
 from app.models import TERMINAL_EVENTS
 
 if TYPE_CHECKING:
@@ -108,10 +108,19 @@ class Following(Iterator[FollowItem]):
             self._read_log()
             return
         self._position = batch.position
-        items, news = self._merge.live(batch.entries)
-        self._hand_out(items)
-        if news or not batch.entries:  # a commit, or a quiet interval: ask the database
+        if not batch.entries:  # a quiet interval: ask the database
             self._read_log()
+            return
+        # Each commit notice is answered where it stands, with the log as far as it announced:
+        # a `turn.resumed` (or a turn's end) read after the deltas of a reply that began after
+        # it would drop that reply's partial.
+        for part in _cut_after_notices(batch.entries):
+            items, news = self._merge.live(part)
+            self._hand_out(items)
+            if news and not self._done:  # a commit: ask the database
+                notice = part[-1]
+                assert isinstance(notice, CommitNotice)
+                self._read_log(up_to=notice.seq or None)  # (0: a client's, of unknown seq)
 
     def _start(self) -> None:
         """The channel's retained entries are read before the log (no notice falls between the
@@ -130,14 +139,20 @@ class Following(Iterator[FollowItem]):
         self._live_failed = False
         self._hand_out(self._merge.live(retained.entries)[0])
 
-    def _read_log(self) -> None:
+    def _read_log(self, up_to: int | None = None) -> None:
+        """Hand out the committed events after the last one handed out; with `up_to`, only
+        those up to that seq (the later ones come after the live entries published before
+        them, with their own notice or the next quiet interval)."""
         while True:
             page = self.client.events(self.conversation_id, after=self._merge.after, limit=PAGE)
-            self._hand_out(self._merge.committed(page.events, page.last_message_seq))
+            last = page.last_seq if up_to is None else min(up_to, page.last_seq)
+            whole = last == page.last_seq
+            events = page.events if whole else [event for event in page.events if event.seq <= last]
+            self._hand_out(self._merge.committed(events, page.last_message_seq if whole else 0))
             self._status = page.status
-            if self._merge.after >= page.last_seq:
+            if self._merge.after >= last:
                 break
-        if self.until == REST and self._status in AT_REST:
+        if whole and self.until == REST and self._status in AT_REST:
             self._done = True
 
     def _hand_out(self, handed: list[tuple[Any, Cursor]]) -> None:
@@ -167,6 +182,16 @@ class Following(Iterator[FollowItem]):
             )
         self._live_failed = True
         self._position = None
+
+
+def _cut_after_notices(entries: list[LiveEntry]) -> list[list[LiveEntry]]:
+    """The entries of one read, cut after each commit notice."""
+    parts: list[list[LiveEntry]] = [[]]
+    for entry in entries:
+        parts[-1].append(entry)
+        if isinstance(entry, CommitNotice):
+            parts.append([])
+    return [part for part in parts if part]
 
 
 class AsyncFollowing(AsyncIterator[FollowItem]):
