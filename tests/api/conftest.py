@@ -3,21 +3,32 @@ process, on the test's PostgreSQL database and Redis, the fake LLM and the MCP t
 
 `api` serves with API keys (`keys` makes them, by owner); `deployment` lets a test choose the
 auth mode and restart pieces. Requests go over real HTTP with httpx.
+
+`shared_api` is one worker and one API process for a whole module (they take seconds to start):
+its tests share them, each with owners (`owner_name`) and conversations of its own; a module sets
+`API_ENV = {...}` to add to their environment. `assert_problem`, `owner_rows` and `finished_turn`
+are the checks those tests share.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from app.client import ChatClient
 from app.config import load_settings
+from app.testing import services
 from app.testing.api_process import ApiProcess
 from app.testing.fake_llm import FakeLLMServer
+from tests.invariants import violations
 from tests.worker_process import REPO, WorkerProcess, worker_environment
 
 JWT_SECRET = "test-secret-of-at-least-thirty-two-bytes!"
@@ -40,10 +51,11 @@ class Deployment:
         self.apis.append(api.start())
         return api
 
-    def start_worker(self, **extra: str) -> WorkerProcess:
+    def start_worker(self, ready: bool = True, **extra: str) -> WorkerProcess:
+        """A worker process; `ready=False`: started, not waited for (`wait_until_ready`)."""
         env = {**self.env, **extra}
         worker = WorkerProcess(env, self.tmp / f"worker{len(self.workers)}.log")
-        self.workers.append(worker.start())
+        self.workers.append(worker.start(ready=ready))
         return worker
 
     @property
@@ -76,19 +88,29 @@ def deployment(
     database_url: str, redis_url: str, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> Iterator[Deployment]:
     """Nothing started yet: the environment of an API with API keys and JWTs, and its worker."""
-    env = worker_environment(
-        database_url,
-        redis_url,
-        fake_llm.api_base,
-        tmp_path / "ledger.jsonl",
-        tmp_path / "notes.jsonl",
-        CHATWORKER_API_AUTH="api_key,jwt",
-        CHATWORKER_JWT_SECRET=JWT_SECRET,
-        CHATWORKER_API_HEARTBEAT_SECONDS="1",
-    )
+    env = api_environment(database_url, redis_url, fake_llm, tmp_path)
     found = Deployment(database_url, redis_url, fake_llm, tmp_path, env)
     yield found
     found.close()
+
+
+def api_environment(
+    database_url: str, redis_url: str, fake_llm: FakeLLMServer, tmp: Path, **extra: str
+) -> dict[str, str]:
+    """The environment of a test API (API keys and JWTs) and its worker, plus `extra`."""
+    return worker_environment(
+        database_url,
+        redis_url,
+        fake_llm.api_base,
+        tmp / "ledger.jsonl",
+        tmp / "notes.jsonl",
+        **{
+            "CHATWORKER_API_AUTH": "api_key,jwt",
+            "CHATWORKER_JWT_SECRET": JWT_SECRET,
+            "CHATWORKER_API_HEARTBEAT_SECONDS": "1",
+            **extra,
+        },
+    )
 
 
 @pytest.fixture
@@ -103,3 +125,93 @@ def api(deployment: Deployment) -> Deployment:
 def keys(api: Deployment) -> Callable[[str], str]:
     """A new API key for an owner."""
     return api.key
+
+
+@pytest.fixture(scope="module")
+def shared_api(
+    *,
+    request: pytest.FixtureRequest,
+    postgres_server: str,
+    migrated_template: str,
+    redis_server: str,
+    fake_llm_server: FakeLLMServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Deployment]:
+    """A worker and an API process (API keys and JWTs) for the whole module, on a database of
+    its own cloned from the migrated template, the session's Redis (flushed before and after)
+    and the session's fake LLM; the module's `API_ENV` adds to their environment. After the
+    module, the invariants (tests/invariants.py) must hold in the database, as after a test
+    that used `database_url`."""
+    name = services.unique_name("db")
+    url = services.create_database(postgres_server, name, template=migrated_template)
+    services.flush_redis(redis_server)
+    fake_llm_server.reset()
+    tmp = tmp_path_factory.mktemp("shared_api")
+    extra: dict[str, str] = getattr(request.module, "API_ENV", {})
+    env = api_environment(url, redis_server, fake_llm_server, tmp, **extra)
+    found = Deployment(url, redis_server, fake_llm_server, tmp, env)
+    try:
+        try:
+            worker = found.start_worker(ready=False)  # it boots while the API does
+            found.start_api()
+            worker.wait_until_ready()
+            yield found
+        finally:
+            found.close()
+        problems = violations(url, at_rest=False, live_within=24 * 3600)
+    finally:
+        services.drop_database(postgres_server, name)
+        services.flush_redis(redis_server)
+        fake_llm_server.reset()
+    if problems:
+        pytest.fail("invariants violated after the module:\n  " + "\n  ".join(problems))
+
+
+# --- checks the API tests share -------------------------------------------------------------------
+
+PROBLEM_FIELDS = {"type", "title", "status", "code", "detail"}
+
+
+def owner_name(prefix: str) -> str:
+    """An owner no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """`response` is an `application/problem+json` with that status and code; its body."""
+    assert response.status_code == status, f"{response.status_code} {response.text}"
+    assert response.headers["content-type"] == "application/problem+json", response.headers
+    body: dict[str, Any] = response.json()
+    assert body.keys() >= PROBLEM_FIELDS, body
+    assert (body["status"], body["code"]) == (status, code), body
+    assert body["type"] == "about:blank" and body["title"] and body["detail"], body
+    return body
+
+
+def owner_rows(database_url: str, owner: str) -> dict[str, int]:
+    """How many conversations, turns, messages and events the owner has, and API keys."""
+    query = """
+        SELECT (SELECT count(*) FROM conversations WHERE owner = %(owner)s),
+               (SELECT count(*) FROM turns t JOIN conversations c ON c.id = t.conversation_id
+                 WHERE c.owner = %(owner)s),
+               (SELECT count(*) FROM messages m JOIN conversations c ON c.id = m.conversation_id
+                 WHERE c.owner = %(owner)s),
+               (SELECT count(*) FROM events e JOIN conversations c ON c.id = e.conversation_id
+                 WHERE c.owner = %(owner)s),
+               (SELECT count(*) FROM api_keys WHERE owner = %(owner)s)
+    """
+    with psycopg.connect(services.libpq_dsn(database_url), autocommit=True) as conn:
+        row = conn.execute(query, {"owner": owner}).fetchone()
+    assert row is not None
+    return dict(zip(("conversations", "turns", "messages", "events", "api_keys"), row, strict=True))
+
+
+def finished_turn(http: httpx.Client, turn_id: str, timeout: float = 30) -> dict[str, Any]:
+    """The turn once it has ended (polled over HTTP)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        turn: dict[str, Any] = http.get(f"/v1/turns/{turn_id}").json()
+        if turn["status"] in ("completed", "failed", "cancelled"):
+            return turn
+        assert time.monotonic() < deadline, f"turn still {turn['status']} after {timeout} s"
+        time.sleep(0.05)

@@ -1,0 +1,328 @@
+"""Bad requests over real HTTP: each is refused with its documented status and `code` as an
+`application/problem+json` (`type`, `title`, `status`, `code`, `detail`), and writes nothing (the
+owner's conversations, turns, messages, events and keys are counted before and after).
+
+The table comes first; `{conversation}` and `{turn}` in a path are the owner's (a conversation
+with a finished turn), `{unknown}` a UUID nobody has. `auth` names the credentials sent (see
+`credentials`): the owner's API key unless it says otherwise. One test runs the whole table (the
+module's deployment is started once even when pytest-xdist spreads tests over its workers) and
+reports every case that fails, by its id.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from tests.api.conftest import (
+    JWT_SECRET,
+    Deployment,
+    assert_problem,
+    finished_turn,
+    owner_name,
+    owner_rows,
+)
+
+# One deployment for the module: its tests stay on one test process (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("api-bad_inputs")
+
+MAX_MESSAGE_CHARS = 2000
+API_ENV = {"CHATWORKER_MAX_MESSAGE_CHARS": str(MAX_MESSAGE_CHARS)}
+# The body limit (app/api/app.py): six bytes a character of the largest message, plus 64 KiB.
+BODY_LIMIT = MAX_MESSAGE_CHARS * 6 + 64 * 1024
+USED_KEY = "the-key-of-the-first-message"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    method: str
+    path: str
+    status: int
+    code: str
+    json: Any = None
+    content: bytes | None = None
+    chunked: bool = False  # send `content` without a Content-Length
+    headers: dict[str, str] = field(default_factory=dict)
+    params: dict[str, str] = field(default_factory=dict)
+    auth: str = "key"
+
+
+CONVERSATIONS = "/v1/conversations"
+MESSAGES = "/v1/conversations/{conversation}/messages"
+EVENTS = "/v1/conversations/{conversation}/events"
+STREAM = "/v1/conversations/{conversation}/stream"
+JSON = {"Content-Type": "application/json"}
+HI = {"text": "hi"}
+
+CASES = [
+    # --- bodies that are not what the route takes
+    Case("malformed json", "POST", CONVERSATIONS, 400, "malformed_json",
+         content=b'{"tools": [', headers=JSON),
+    Case("malformed json message", "POST", MESSAGES, 400, "malformed_json",
+         content=b'{"text": "hi"', headers=JSON),
+    Case("json not in utf-8", "POST", MESSAGES, 400, "malformed_json",
+         content=b'{"text": "\xff\xfe"}', headers=JSON),
+    Case("json of another type", "POST", CONVERSATIONS, 422, "validation_failed", json=[]),
+    Case("wrong type tools", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"tools": "add"}),
+    Case("wrong type context", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"context": ["a"]}),
+    Case("wrong type text", "POST", MESSAGES, 422, "validation_failed", json={"text": 5}),
+    Case("missing text", "POST", MESSAGES, 422, "validation_failed", json={}),
+    Case("no body", "POST", MESSAGES, 422, "validation_failed"),
+    Case("unknown field", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"tool": ["add"]}),
+    Case("unknown field message", "POST", MESSAGES, 422, "validation_failed",
+         json={"text": "hi", "stream": True}),
+    Case("unknown tool_choice", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"tool_choice": "sometimes"}),
+    Case("malformed chosen id", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"id": "not-a-uuid"}),
+    Case("unknown on_busy", "POST", MESSAGES, 422, "validation_failed",
+         json={"text": "hi", "on_busy": "later"}),
+    Case("unknown tool", "POST", CONVERSATIONS, 400, "unknown_tool",
+         json={"tools": ["add", "no_such_tool"]}),
+    Case("empty message", "POST", MESSAGES, 400, "invalid_message", json={"text": ""}),
+    Case("nul in message", "POST", MESSAGES, 400, "invalid_message", json={"text": "a\x00b"}),
+    Case("message too large", "POST", MESSAGES, 413, "message_too_large",
+         json={"text": "x" * (MAX_MESSAGE_CHARS + 1)}),
+    Case("request too large", "POST", MESSAGES, 413, "request_too_large",
+         content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON),
+    Case("request too large chunked", "POST", MESSAGES, 413, "request_too_large",
+         content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON, chunked=True),
+    Case("idempotency key reused", "POST", MESSAGES, 422, "idempotency_key_reused",
+         json={"text": "another text"}, headers={"Idempotency-Key": USED_KEY}),
+    Case("text/plain body", "POST", MESSAGES, 415, "unsupported_media_type",
+         content=b'{"text": "hi"}', headers={"Content-Type": "text/plain"}),
+    Case("form body", "POST", CONVERSATIONS, 415, "unsupported_media_type",
+         content=b"tools=add", headers={"Content-Type": "application/x-www-form-urlencoded"}),
+    Case("body without a content type", "POST", MESSAGES, 415, "unsupported_media_type",
+         content=b'{"text": "hi"}'),
+    # --- ids, cursors and query parameters
+    Case("unknown conversation", "GET", "/v1/conversations/{unknown}", 404,
+         "conversation_not_found"),
+    Case("message to unknown conversation", "POST", "/v1/conversations/{unknown}/messages",
+         404, "conversation_not_found", json=HI),
+    Case("delete unknown conversation", "DELETE", "/v1/conversations/{unknown}", 404,
+         "conversation_not_found"),
+    Case("events of unknown conversation", "GET", "/v1/conversations/{unknown}/events", 404,
+         "conversation_not_found"),
+    Case("stream of unknown conversation", "GET", "/v1/conversations/{unknown}/stream", 404,
+         "conversation_not_found"),
+    Case("retry unknown conversation", "POST", "/v1/conversations/{unknown}/retry", 404,
+         "conversation_not_found"),
+    Case("cancel unknown conversation", "POST", "/v1/conversations/{unknown}/cancel", 404,
+         "conversation_not_found"),
+    Case("unknown turn", "GET", "/v1/turns/{unknown}", 404, "turn_not_found"),
+    Case("cancel unknown turn", "POST", "/v1/turns/{unknown}/cancel", 404, "turn_not_found"),
+    Case("malformed conversation id", "GET", "/v1/conversations/not-a-uuid", 422,
+         "validation_failed"),
+    Case("malformed conversation id message", "POST", "/v1/conversations/123/messages", 422,
+         "validation_failed", json=HI),
+    Case("malformed turn id", "POST", "/v1/turns/not-a-uuid/cancel", 422, "validation_failed"),
+    Case("negative after", "GET", EVENTS, 400, "invalid_cursor", params={"after": "-1"}),
+    Case("after past the end", "GET", EVENTS, 400, "invalid_cursor",
+         params={"after": "1000000"}),
+    Case("after not a number", "GET", EVENTS, 422, "validation_failed", params={"after": "x"}),
+    Case("events limit 0", "GET", EVENTS, 422, "validation_failed", params={"limit": "0"}),
+    Case("negative wait", "GET", EVENTS, 422, "validation_failed", params={"wait": "-1"}),
+    Case("stream negative after", "GET", STREAM, 400, "invalid_cursor", params={"after": "-1"}),
+    Case("stream malformed Last-Event-ID", "GET", STREAM, 400, "invalid_cursor",
+         headers={"Last-Event-ID": "yesterday"}),
+    Case("stream Last-Event-ID past the end", "GET", STREAM, 400, "invalid_cursor",
+         headers={"Last-Event-ID": "1000000"}),
+    Case("stream malformed delta Last-Event-ID", "GET", STREAM, 400, "invalid_cursor",
+         headers={"Last-Event-ID": "1:0::-1"}),
+    Case("stream unknown until", "GET", STREAM, 422, "validation_failed",
+         params={"until": "later"}),
+    Case("list limit too large", "GET", CONVERSATIONS, 422, "validation_failed",
+         params={"limit": "101"}),
+    Case("list malformed before", "GET", CONVERSATIONS, 422, "validation_failed",
+         params={"before": "yesterday"}),
+    Case("after_seq beyond any seq", "GET", "/v1/conversations/{conversation}", 422,
+         "validation_failed", params={"after_seq": str(2**40)}),
+    Case("wait not a boolean", "POST", MESSAGES, 422, "validation_failed", json=HI,
+         params={"wait": "maybe"}),
+    Case("retry of a conversation that did not fail", "POST",
+         "/v1/conversations/{conversation}/retry", 409, "not_retryable"),
+    Case("no such route", "GET", "/v1/nothing", 404, "not_found"),
+    Case("method not allowed", "PUT", "/v1/conversations/{conversation}", 405,
+         "method_not_allowed", json=HI),
+    # --- credentials (on a write: a message to the owner's conversation)
+    Case("no credentials", "POST", MESSAGES, 401, "unauthenticated", json=HI, auth="none"),
+    Case("not a bearer", "POST", MESSAGES, 401, "unauthenticated", json=HI, auth="basic"),
+    Case("empty bearer", "POST", MESSAGES, 401, "unauthenticated", json=HI,
+         auth="empty bearer"),
+    Case("bad token", "POST", MESSAGES, 401, "invalid_token", json=HI, auth="garbage token"),
+    Case("expired jwt", "POST", MESSAGES, 401, "token_expired", json=HI, auth="expired jwt"),
+    Case("jwt badly signed", "POST", MESSAGES, 401, "invalid_token", json=HI,
+         auth="jwt badly signed"),
+    Case("jwt without exp", "POST", MESSAGES, 401, "invalid_token", json=HI,
+         auth="jwt without exp"),
+    Case("jwt without sub", "POST", MESSAGES, 401, "invalid_token", json=HI,
+         auth="jwt without sub"),
+    Case("jwt with alg none", "POST", MESSAGES, 401, "invalid_token", json=HI,
+         auth="jwt alg none"),
+    Case("revoked api key", "POST", MESSAGES, 401, "api_key_revoked", json=HI,
+         auth="revoked key"),
+    Case("unknown api key", "POST", MESSAGES, 401, "invalid_api_key", json=HI,
+         auth="unknown key"),
+    Case("api key of no key id", "POST", MESSAGES, 401, "invalid_api_key", json=HI,
+         auth="unknown key id"),
+    Case("malformed api key", "POST", MESSAGES, 401, "invalid_api_key", json=HI,
+         auth="malformed key"),
+    Case("X-API-Key not a key", "POST", MESSAGES, 401, "invalid_api_key", json=HI,
+         auth="x-api-key garbage"),
+    Case("revoked key on a read", "GET", "/v1/conversations/{conversation}", 401,
+         "api_key_revoked", auth="revoked key"),
+    Case("no credentials to delete", "DELETE", "/v1/conversations/{conversation}", 401,
+         "unauthenticated", auth="none"),
+    Case("no credentials to create", "POST", CONVERSATIONS, 401, "unauthenticated", json={},
+         auth="none"),
+    Case("bad token to list tools", "GET", "/v1/tools", 401, "invalid_token",
+         auth="garbage token"),
+]  # fmt: skip
+
+
+@dataclass
+class Owner:
+    name: str
+    key: str
+    conversation: str
+    turn: str
+    credentials: dict[str, dict[str, str]]
+
+
+def token(claims: dict[str, Any], secret: str = JWT_SECRET) -> str:
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+@pytest.fixture(scope="module")
+def owner(shared_api: Deployment) -> Owner:
+    """An owner with a conversation whose first turn (keyed `USED_KEY`) has completed, and every
+    kind of credentials, good and bad."""
+    name = owner_name("bad-inputs")
+    key = shared_api.key(name)
+    revoked_view, revoked = shared_api.client.create_key(name)
+    shared_api.client.revoke_key(revoked_view.id)
+    other_view, other = shared_api.client.create_key(name)
+    unknown = other[:-1] + ("y" if other.endswith("x") else "x")  # the secret is wrong
+    now = int(time.time())
+    with shared_api.http(token=key) as http:
+        conversation = http.post(CONVERSATIONS, json={}).json()["id"]
+        submitted = http.post(
+            MESSAGES.format(conversation=conversation),
+            json={"text": "the first message"},
+            headers={"Idempotency-Key": USED_KEY},
+        )
+        assert submitted.status_code == 202, submitted.text
+        turn = submitted.json()["turn"]["id"]
+        assert finished_turn(http, turn)["status"] == "completed"
+
+    def bearer(text: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {text}"}
+
+    credentials = {
+        "key": bearer(key),
+        "none": {},
+        "basic": {"Authorization": "Basic YWxpY2U6c2VjcmV0"},
+        "empty bearer": {"Authorization": "Bearer"},
+        "garbage token": bearer("not.a.token"),
+        "expired jwt": bearer(token({"sub": name, "exp": now - 3600})),
+        "jwt badly signed": bearer(
+            token({"sub": name, "exp": now + 3600}, secret="another-secret-of-at-least-32-bytes!")
+        ),
+        "jwt without exp": bearer(token({"sub": name})),
+        "jwt without sub": bearer(token({"exp": now + 3600})),
+        "jwt alg none": bearer(jwt.encode({"sub": name, "exp": now + 3600}, "", algorithm="none")),
+        "revoked key": bearer(revoked),
+        "unknown key": bearer(unknown),
+        "unknown key id": bearer(f"cwk_{uuid.uuid4().hex}_{other.split('_', 2)[2]}"),
+        "malformed key": bearer("cwk_not-a-key"),
+        "x-api-key garbage": {"X-API-Key": "garbage", **bearer(key)},
+    }
+    assert other_view.owner == name
+    return Owner(name, key, conversation, turn, credentials)
+
+
+@pytest.fixture(scope="module")
+def http(shared_api: Deployment) -> Iterator[httpx.Client]:
+    with shared_api.http() as client:
+        yield client
+
+
+def test_every_bad_request_of_the_table_is_refused_with_its_problem_and_writes_nothing(
+    owner: Owner, http: httpx.Client, shared_api: Deployment
+) -> None:
+    spec = http.get("/openapi.json").json()
+    failures = []
+    for case in CASES:
+        try:
+            check(case, owner, http, shared_api)
+            check_documented(case, spec)
+        except AssertionError as exc:
+            failures.append(f"{case.id}: {exc}")
+    assert failures == [], "\n".join(failures)
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+def check(case: Case, owner: Owner, http: httpx.Client, shared_api: Deployment) -> None:
+    path = case.path.format(conversation=owner.conversation, turn=owner.turn, unknown=uuid.uuid4())
+    headers = {**owner.credentials[case.auth], **case.headers}
+    before = owner_rows(shared_api.database_url, owner.name)
+    conversation_before = _conversation(http, owner)
+
+    content: Any = case.content
+    if case.chunked:
+        assert case.content is not None
+        body = case.content
+        content = iter([body[i : i + 16384] for i in range(0, len(body), 16384)])
+    response = http.request(
+        case.method,
+        path,
+        json=case.json,
+        content=content,
+        headers=headers,
+        params=case.params,
+        timeout=10,
+    )
+
+    problem = assert_problem(response, case.status, case.code)
+    assert problem["instance"] == path
+    if case.status == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+    if case.code == "validation_failed":
+        assert problem["errors"], problem
+        assert all(error["loc"] and error["msg"] for error in problem["errors"])
+    assert owner_rows(shared_api.database_url, owner.name) == before
+    assert _conversation(http, owner) == conversation_before
+
+
+def _conversation(http: httpx.Client, owner: Owner) -> Any:
+    response = http.get(f"/v1/conversations/{owner.conversation}", headers=owner.credentials["key"])
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def check_documented(case: Case, spec: dict[str, Any]) -> None:
+    """The case's status is one its operation documents in the OpenAPI document (or one any
+    request may get: 404 for no route, 405, 413 for any body, 422 for a malformed path)."""
+    template = case.path.replace("{conversation}", "{conversation_id}")
+    template = template.replace(
+        "{unknown}", "{turn_id}" if "/turns/" in template else "{conversation_id}"
+    )
+    operation = spec["paths"].get(template, {}).get(case.method.lower())
+    if operation is None:
+        assert case.code in ("not_found", "method_not_allowed", "validation_failed"), template
+        return
+    documented = operation["responses"].keys()
+    assert case.status == 413 or str(case.status) in documented, f"undocumented {case.status}"

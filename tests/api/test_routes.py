@@ -1,0 +1,488 @@
+"""Every route of the HTTP API does what its documentation says, over real HTTP against a real
+uvicorn process and a real worker (one of each for the module: `shared_api`; each test has an
+owner of its own)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import connect_sse
+
+from app.testing.fake_llm import FakeLLMServer
+from tests.api.conftest import (
+    Deployment,
+    assert_problem,
+    finished_turn,
+    owner_name,
+    owner_rows,
+)
+
+# One deployment for the module: its tests stay on one test process (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("api-routes")
+
+HANG = {"hang": 30}  # a model call that lasts until the turn is cancelled
+
+
+@pytest.fixture
+def owner() -> str:
+    return owner_name("routes")
+
+
+@pytest.fixture
+def http(shared_api: Deployment, owner: str) -> Iterator[httpx.Client]:
+    """A client of the API with a new owner's API key."""
+    with shared_api.http(token=shared_api.key(owner)) as client:
+        yield client
+
+
+def create(http: httpx.Client, **fields: Any) -> dict[str, Any]:
+    response = http.post("/v1/conversations", json=fields)
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def submit(http: httpx.Client, conversation_id: str, text: str, **options: Any) -> httpx.Response:
+    headers = options.pop("headers", {})
+    params = options.pop("params", {})
+    return http.post(
+        f"/v1/conversations/{conversation_id}/messages",
+        json={"text": text, **options},
+        headers=headers,
+        params=params,
+    )
+
+
+def submitted_turn(response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 202, response.text
+    turn: dict[str, Any] = response.json()["turn"]
+    assert response.headers["location"] == f"/v1/turns/{turn['id']}"
+    return turn
+
+
+def hanging(http: httpx.Client, turn_id: str, fake_llm: FakeLLMServer, token: str) -> None:
+    """Wait until the turn runs and its model call (the one matching `token`) hangs."""
+    deadline = time.monotonic() + 30
+    while not fake_llm.requests(match=token):
+        assert time.monotonic() < deadline, "the model was never called"
+        time.sleep(0.05)
+    turn = http.get(f"/v1/turns/{turn_id}").json()
+    assert turn["status"] == "running", turn
+
+
+def assert_ended(http: httpx.Client, turn_id: str, status: str) -> dict[str, Any]:
+    turn = finished_turn(http, turn_id)
+    assert turn["status"] == status, (turn["status"], turn["error"])
+    return turn
+
+
+def event_types(http: httpx.Client, conversation_id: str) -> list[tuple[str, str | None]]:
+    page = http.get(f"/v1/conversations/{conversation_id}/events", params={"limit": 1000})
+    assert page.status_code == 200, page.text
+    return [(event["type"], event["turn_id"]) for event in page.json()["data"]]
+
+
+# --- conversations --------------------------------------------------------------------------------
+
+
+def test_a_conversation_is_created_read_listed_by_pages_and_deleted(
+    http: httpx.Client, owner: str, shared_api: Deployment
+) -> None:
+    response = http.post(
+        "/v1/conversations",
+        json={
+            "instructions": "Answer briefly.",
+            "tools": ["add"],
+            "tool_choice": "auto",
+            "context": {"ticket": 42, "tags": ["a"]},
+        },
+    )
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert response.headers["location"] == f"/v1/conversations/{created['id']}"
+    assert created["object"] == "conversation"
+    assert (created["status"], created["error"], created["turn_number"]) == ("idle", None, 0)
+    assert (created["instructions"], created["tools"]) == ("Answer briefly.", ["add"])
+    assert created["context"] == {"ticket": 42, "tags": ["a"]}
+    assert created["model"] == "openai/fake-model"
+    assert created["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+    read = http.get(f"/v1/conversations/{created['id']}")
+    assert read.status_code == 200, read.text
+    assert read.json() == {**created, "messages": []}
+
+    more = [create(http)["id"] for _ in range(2)]  # newest last
+    first = http.get("/v1/conversations", params={"limit": 2})
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert [c["id"] for c in page["data"]] == [more[1], more[0]]  # newest first
+    assert all(c["messages"] is None for c in page["data"])
+    assert page["next_before"] == more[0]
+    second = http.get("/v1/conversations", params={"limit": 2, "before": page["next_before"]})
+    assert second.status_code == 200, second.text
+    assert [c["id"] for c in second.json()["data"]] == [created["id"]]
+    assert second.json()["next_before"] is None
+
+    deleted = http.delete(f"/v1/conversations/{created['id']}")
+    assert deleted.status_code == 204, deleted.text
+    assert deleted.content == b""
+    assert_problem(http.get(f"/v1/conversations/{created['id']}"), 404, "conversation_not_found")
+    assert_problem(http.delete(f"/v1/conversations/{created['id']}"), 404, "conversation_not_found")
+    listed = http.get("/v1/conversations").json()["data"]
+    assert [c["id"] for c in listed] == [more[1], more[0]]
+    assert owner_rows(shared_api.database_url, owner)["conversations"] == 2
+
+
+def test_a_chosen_id_returns_the_same_conversation_and_other_fields_conflict(
+    http: httpx.Client, owner: str, shared_api: Deployment
+) -> None:
+    chosen = str(uuid.uuid4())
+    fields = {"id": chosen, "instructions": "Be kind.", "tools": ["add"]}
+    first = http.post("/v1/conversations", json=fields)
+    assert first.status_code == 201, first.text
+    again = http.post("/v1/conversations", json=fields)
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert again.headers["location"] == f"/v1/conversations/{chosen}"
+
+    other = http.post("/v1/conversations", json={**fields, "instructions": "Be terse."})
+    assert_problem(other, 409, "conversation_conflict")
+    assert http.get(f"/v1/conversations/{chosen}").json()["instructions"] == "Be kind."
+    assert owner_rows(shared_api.database_url, owner)["conversations"] == 1
+
+
+def test_deleting_a_conversation_while_its_turn_runs_is_refused(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    conversation = create(http)
+    turn = submitted_turn(submit(http, conversation["id"], f"hold {token}"))
+    hanging(http, turn["id"], fake_llm, token)
+
+    busy = assert_problem(
+        http.delete(f"/v1/conversations/{conversation['id']}"), 409, "conversation_busy"
+    )
+    assert busy["turn_id"] == turn["id"]
+    assert http.get(f"/v1/conversations/{conversation['id']}").status_code == 200
+
+    assert http.post(f"/v1/turns/{turn['id']}/cancel").status_code == 202
+    assert_ended(http, turn["id"], "cancelled")
+    assert http.delete(f"/v1/conversations/{conversation['id']}").status_code == 204
+
+
+# --- messages and turns ---------------------------------------------------------------------------
+
+
+def test_a_message_becomes_a_turn_and_its_idempotency_key_replays_it_without_running_twice(
+    http: httpx.Client, owner: str, shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "Hello back.", "delay": 0.5}], match=token)
+    conversation = create(http)
+    key = {"Idempotency-Key": f"key-{token}"}
+
+    response = submit(http, conversation["id"], f"hello {token}", headers=key)
+    turn = submitted_turn(response)
+    body = response.json()
+    assert (body["repeated"], body["turn"]["number"], body["turn"]["kind"]) == (False, 1, "message")
+    assert body["turn"]["idempotency_key"] == f"key-{token}"
+    assert "idempotent-replayed" not in response.headers
+
+    replayed = submit(http, conversation["id"], f"hello {token}", headers=key)
+    assert submitted_turn(replayed)["id"] == turn["id"]
+    assert replayed.json()["repeated"] is True
+    assert replayed.headers["idempotent-replayed"] == "true"
+
+    reused = submit(http, conversation["id"], f"something else {token}", headers=key)
+    assert_problem(reused, 422, "idempotency_key_reused")
+
+    assert_ended(http, turn["id"], "completed")
+    late = submit(http, conversation["id"], f"hello {token}", headers=key)  # after the end too
+    assert submitted_turn(late)["id"] == turn["id"]
+    assert late.json()["turn"]["status"] == "completed"
+    assert late.headers["idempotent-replayed"] == "true"
+
+    assert len(fake_llm.requests(match=token)) == 1  # the model was asked once
+    transcript = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    assert [(m["role"], m["content"]) for m in transcript] == [
+        ("user", f"hello {token}"),
+        ("assistant", "Hello back."),
+    ]
+    rows = owner_rows(shared_api.database_url, owner)
+    assert (rows["turns"], rows["messages"]) == (1, 2)
+
+
+def test_wait_true_answers_when_the_turn_ends_with_its_output_text_and_messages(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "call_1", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+            {"text": "2 + 3 = 5"},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    conversation = create(http, tools=["add"])
+    response = submit(http, conversation["id"], f"add {token}", params={"wait": "true"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert response.headers["location"] == f"/v1/turns/{result['turn']['id']}"
+    assert result["finished"] is True
+    assert result["turn"]["status"] == "completed"
+    assert result["output_text"] == "2 + 3 = 5"
+    assert [m["role"] for m in result["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert result["messages"][1]["tool_calls"][0]["name"] == "add"
+    assert float(result["messages"][2]["content"]) == 5
+    assert result["turn"]["usage"]["total_tokens"] > 0
+
+
+def test_on_busy_reject_names_the_running_turn_and_enqueue_runs_behind_it(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG, {"text": "Second answer."}], match=token)
+    conversation = create(http)
+    first = submitted_turn(submit(http, conversation["id"], f"first {token}"))
+    hanging(http, first["id"], fake_llm, token)
+
+    rejected = submit(http, conversation["id"], "second", on_busy="reject")
+    assert assert_problem(rejected, 409, "conversation_busy")["turn_id"] == first["id"]
+    default = submit(http, conversation["id"], "second")  # reject is the default
+    assert assert_problem(default, 409, "conversation_busy")["turn_id"] == first["id"]
+
+    queued = submitted_turn(submit(http, conversation["id"], "second", on_busy="enqueue"))
+    assert (queued["status"], queued["number"]) == ("queued", 2)
+    cancelled = http.post(f"/v1/turns/{first['id']}/cancel")
+    assert cancelled.status_code == 202, cancelled.text
+
+    assert_ended(http, first["id"], "cancelled")
+    assert_ended(http, queued["id"], "completed")
+    transcript = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    assert [(m["role"], m["content"]) for m in transcript] == [
+        ("user", f"first {token}"),
+        ("user", "second"),
+        ("assistant", "Second answer."),
+    ]
+
+
+def test_on_busy_interrupt_cancels_the_running_turn_and_runs_the_new_one(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG, {"text": "Interrupted, then answered."}], match=token)
+    conversation = create(http)
+    first = submitted_turn(submit(http, conversation["id"], f"first {token}"))
+    hanging(http, first["id"], fake_llm, token)
+
+    second = submitted_turn(submit(http, conversation["id"], "instead", on_busy="interrupt"))
+    assert second["number"] == 2
+
+    assert_ended(http, first["id"], "cancelled")
+    assert_ended(http, second["id"], "completed")
+    events = event_types(http, conversation["id"])
+    assert ("turn.cancelled", first["id"]) in events
+    assert ("turn.completed", second["id"]) in events
+
+
+def test_a_turn_is_read_and_cancelled_running_then_finished_twice_harmlessly(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    conversation = create(http)
+    turn = submitted_turn(submit(http, conversation["id"], f"hold {token}"))
+    read = http.get(f"/v1/turns/{turn['id']}")
+    assert read.status_code == 200, read.text
+    assert read.json()["object"] == "turn"
+    assert read.json()["conversation_id"] == conversation["id"]
+    hanging(http, turn["id"], fake_llm, token)
+
+    asked = http.post(f"/v1/turns/{turn['id']}/cancel")
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["id"] == turn["id"]
+    assert asked.json()["cancel_requested_at"] is not None
+
+    ended = finished_turn(http, turn["id"])
+    assert (ended["status"], ended["error"]) == ("cancelled", None)
+    assert ("turn.cancelled", turn["id"]) in event_types(http, conversation["id"])
+    for _ in range(2):  # a finished turn comes back unchanged
+        again = http.post(f"/v1/turns/{turn['id']}/cancel")
+        assert again.status_code == 200, again.text
+        assert again.json() == ended
+    assert [t for t, _ in event_types(http, conversation["id"])].count("turn.cancelled") == 1
+
+
+def test_a_conversation_cancel_stops_its_current_turn(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    conversation = create(http)
+    path = f"/v1/conversations/{conversation['id']}/cancel"
+    before = http.post(path)  # no turn yet
+    assert before.status_code == 200, before.text
+    assert before.json() is None
+
+    turn = submitted_turn(submit(http, conversation["id"], f"hold {token}"))
+    hanging(http, turn["id"], fake_llm, token)
+    asked = http.post(path)
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["id"] == turn["id"]
+    assert_ended(http, turn["id"], "cancelled")
+    after = http.post(path)
+    assert after.status_code == 200, after.text
+    assert (after.json()["id"], after.json()["status"]) == (turn["id"], "cancelled")
+
+
+def test_a_failed_conversation_is_retried_and_only_a_failed_one(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"error": 400, "message": "the model refuses"}, {"text": "Fine now."}], match=token
+    )
+    conversation = create(http)
+    path = f"/v1/conversations/{conversation['id']}"
+    assert_problem(http.post(f"{path}/retry"), 409, "not_retryable")  # idle, never failed
+
+    turn = submitted_turn(submit(http, conversation["id"], f"try {token}"))
+    failed = finished_turn(http, turn["id"])
+    assert failed["status"] == "failed"
+    assert "the model refuses" in failed["error"]
+    assert http.get(path).json()["status"] == "failed"
+
+    retried = http.post(f"{path}/retry")
+    assert retried.status_code == 202, retried.text
+    retry = retried.json()["turn"]
+    assert retried.headers["location"] == f"/v1/turns/{retry['id']}"
+    assert (retry["kind"], retry["number"]) == ("retry", 2)
+    assert_ended(http, retry["id"], "completed")
+    assert http.get(path).json()["status"] == "idle"
+    assert_problem(http.post(f"{path}/retry"), 409, "not_retryable")
+
+
+# --- events ---------------------------------------------------------------------------------------
+
+
+def test_events_come_in_pages_and_a_long_poll_returns_when_an_event_commits(
+    http: httpx.Client, shared_api: Deployment
+) -> None:
+    conversation = create(http)
+    path = f"/v1/conversations/{conversation['id']}"
+    empty = http.get(f"{path}/events")
+    assert empty.status_code == 200, empty.text
+    assert empty.json() == {
+        "conversation_id": conversation["id"],
+        "data": [],
+        "last_seq": 0,
+        "status": "idle",
+        "next_after": None,
+    }
+    turn = submitted_turn(submit(http, conversation["id"], "hello"))
+    assert_ended(http, turn["id"], "completed")
+
+    seqs: list[int] = []
+    after = 0
+    while True:
+        page = http.get(f"{path}/events", params={"after": after, "limit": 2}).json()
+        assert len(page["data"]) <= 2
+        seqs += [event["seq"] for event in page["data"]]
+        if page["next_after"] is None:
+            break
+        after = page["next_after"]
+    assert seqs == list(range(1, page["last_seq"] + 1))
+    assert page["last_seq"] >= 4  # submitted, started, messages, completed, status changes
+    last = page["last_seq"]
+
+    started = time.monotonic()
+    idle = http.get(f"{path}/events", params={"after": last, "wait": 0.5})
+    assert idle.status_code == 200, idle.text
+    assert idle.json()["data"] == []
+    assert 0.4 <= time.monotonic() - started < 5
+
+    with (
+        ThreadPoolExecutor(1) as pool,
+        shared_api.http(token=http.headers["authorization"].removeprefix("Bearer ")) as other,
+    ):
+        started = time.monotonic()
+        polled = pool.submit(http.get, f"{path}/events", params={"after": last, "wait": 20})
+        time.sleep(0.5)
+        assert not polled.done()  # it waits
+        later = submitted_turn(submit(other, conversation["id"], "again"))
+        answer = polled.result(timeout=20)
+        waited = time.monotonic() - started
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"][0]["seq"] == last + 1
+    assert answer.json()["data"][0]["turn_id"] == later["id"]
+    assert 0.5 <= waited < 10  # it answered when the event committed, not at the deadline
+    finished_turn(http, later["id"])
+
+
+def test_the_stream_of_an_idle_conversation_replays_its_log_and_ends_when_asked(
+    http: httpx.Client,
+) -> None:
+    conversation = create(http)
+    turn = submitted_turn(submit(http, conversation["id"], "hello"))
+    finished_turn(http, turn["id"])
+    path = f"/v1/conversations/{conversation['id']}/stream"
+    with connect_sse(http, "GET", path, params={"until": "rest"}) as source:
+        assert source.response.status_code == 200
+        assert source.response.headers["content-type"].startswith("text/event-stream")
+        seen = [(sse.event, sse.id) for sse in source.iter_sse()]
+    assert seen[-1][0] == "stream.end"
+    committed = [int(sse_id) for event, sse_id in seen[:-1] if event != "message.delta"]
+    assert committed == list(range(1, len(committed) + 1))
+    # Resuming after the last id replays nothing and ends at once.
+    with connect_sse(
+        http, "GET", path, params={"until": "rest"}, headers={"Last-Event-ID": str(committed[-1])}
+    ) as source:
+        assert [sse.event for sse in source.iter_sse()] == ["stream.end"]
+
+
+# --- the system routes ----------------------------------------------------------------------------
+
+
+def test_tools_health_ready_the_openapi_document_and_the_page(
+    http: httpx.Client, shared_api: Deployment
+) -> None:
+    tools = http.get("/v1/tools")
+    assert tools.status_code == 200, tools.text
+    by_name = {tool["name"]: tool for tool in tools.json()["data"]}
+    assert {"add", "search_docs", "slow", "fail"} <= by_name.keys()
+    assert by_name["add"]["server"] == "tools"
+    assert by_name["add"]["input_schema"]["required"] == ["a", "b"]
+    assert by_name["add"]["description"]
+
+    with shared_api.http() as anonymous:  # none of these needs credentials
+        assert anonymous.get("/v1/health").json() == {"status": "ok"}
+        ready = anonymous.get("/v1/ready")
+        assert ready.status_code == 200, ready.text
+        assert ready.json() == {"status": "ok", "database": "ok", "live": "ok"}
+        document = anonymous.get("/openapi.json")
+        assert document.status_code == 200, document.text
+        spec = document.json()
+        assert spec["info"]["title"] == "chatworker"
+        assert "/v1/conversations/{conversation_id}/messages" in spec["paths"]
+        assert "Problem" in spec["components"]["schemas"]
+        page = anonymous.get("/")
+        assert page.status_code == 200, page.text
+        assert page.headers["content-type"].startswith("text/html")
+        assert "<html" in page.text.lower()
+        assert_problem(anonymous.get("/v1/tools"), 401, "unauthenticated")
+        assert_problem(anonymous.get("/v1/nowhere"), 404, "not_found")
+        refused = anonymous.put("/v1/health")
+        assert_problem(refused, 405, "method_not_allowed")
+        assert refused.headers["allow"] == "GET"
+        # Two routes share the path: Allow names the methods of both.
+        refused = anonymous.put("/v1/conversations")
+        assert_problem(refused, 405, "method_not_allowed")
+        assert refused.headers["allow"] == "GET, POST"
