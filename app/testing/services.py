@@ -18,6 +18,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 import redis
@@ -202,6 +203,7 @@ def claimed_redis_db(server_url: str) -> Iterator[str]:
         url = base.set(database=str(index)).render_as_string(hide_password=False)
         client = redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
         with contextlib.closing(client):
+            _release_if_abandoned(client)
             if client.dbsize() != 0 or not client.set(CLAIM_KEY, token, nx=True, ex=CLAIM_TTL_S):
                 continue
         try:
@@ -212,6 +214,18 @@ def claimed_redis_db(server_url: str) -> Iterator[str]:
                 client.flushdb()
         return
     raise ServiceUnavailable(f"every Redis logical database 1-15 at {server_url} is in use")
+
+
+def _release_if_abandoned(client: redis.Redis) -> None:
+    """Empty a database claimed by a test session whose process is gone (killed: it never
+    flushed), so the claims of dead runs do not use up the 15 databases."""
+    token = client.get(CLAIM_KEY)
+    if token is None:
+        return
+    text = token.decode(errors="replace") if isinstance(token, bytes) else str(token)
+    pid = text.split("-")[0]
+    if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        client.flushdb()
 
 
 def flush_redis(url: str) -> None:
