@@ -25,6 +25,8 @@ class BodyLimit:
             return
         received = 0
         too_large = False
+        started = False
+        refused = False
 
         async def limited() -> Message:
             nonlocal received, too_large
@@ -36,10 +38,24 @@ class BodyLimit:
                     raise _TooLarge
             return message
 
+        async def guarded(message: Message) -> None:
+            nonlocal started, refused
+            if too_large and not started:
+                # The app caught the refusal while reading (FastAPI answers a failed body read
+                # with a 400): the 413 goes out instead of its answer.
+                if not refused:
+                    refused = True
+                    await self._refuse(scope, send)
+                return
+            started = True
+            await send(message)
+
         try:
-            await self.app(scope, limited, send)
+            await self.app(scope, limited, guarded)
         except _TooLarge:
-            await self._refuse(scope, send)
+            if not started and not refused:
+                refused = True
+                await self._refuse(scope, send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         body = json.dumps(

@@ -44,6 +44,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 from app.errors import (
     ConversationBusy,
@@ -177,6 +178,29 @@ def documented(
     }
 
 
+def _is_json(content_type: str | None) -> bool:
+    """A JSON media type, as FastAPI decides whether to parse a body (else it hands the route
+    bytes, which no body model accepts)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> set[str]:
+    """Every method some route (not a mount) takes at the request's path."""
+    routes = [route for route in request.app.router.routes if not isinstance(route, Mount)]
+    return {
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    }
+
+
 def install_handlers(app: FastAPI) -> None:
     """Every failure of `app` answered as a problem."""
 
@@ -199,6 +223,16 @@ def install_handlers(app: FastAPI) -> None:
             return problem_response(
                 request, 400, "malformed_json", "the request body is not valid JSON"
             )
+        if not _is_json(request.headers.get("content-type")) and any(
+            tuple(error["loc"])[:1] == ("body",) and error.get("type") != "missing"
+            for error in errors
+        ):
+            return problem_response(
+                request,
+                415,
+                "unsupported_media_type",
+                "send the body as JSON, with Content-Type: application/json",
+            )
         fields = [
             FieldError(
                 loc=[str(part) if not isinstance(part, int) else part for part in e["loc"]],
@@ -212,16 +246,22 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
+        # FastAPI answers a body it cannot read (JSON that is not UTF-8, a broken form) with
+        # a 400 of its own: a body that is not JSON.
+        codes = {400: "malformed_json", 404: "not_found", 405: "method_not_allowed"}
         detail = exc.detail if isinstance(exc.detail, str) else "the request was refused"
+        if exc.status_code == 400:
+            detail = "the request body is not valid JSON"
         if exc.status_code == 404:
             detail = f"no route {request.method} {request.url.path}"
+        headers = dict(exc.headers or {})
+        allowed = _allowed_methods(request) if exc.status_code == 405 else set()
+        if allowed:
+            # Starlette's Allow names the methods of the first route of the path only (GET and
+            # POST /v1/conversations are two routes): every method the path takes.
+            headers["Allow"] = ", ".join(sorted(allowed))
         return problem_response(
-            request,
-            exc.status_code,
-            codes.get(exc.status_code, "http_error"),
-            detail,
-            dict(exc.headers or {}),
+            request, exc.status_code, codes.get(exc.status_code, "http_error"), detail, headers
         )
 
     async def on_database(request: Request, exc: Exception) -> JSONResponse:

@@ -37,7 +37,7 @@ class ApiProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> ApiProcess:
+    def start(self, timeout: float = 120) -> ApiProcess:
         command = [
             sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1",
             "--port", str(self.port), "--workers", str(self.workers),
@@ -55,7 +55,7 @@ class ApiProcess:
         self.wait_until_ready(timeout)
         return self
 
-    def wait_until_ready(self, timeout: float = 60) -> None:
+    def wait_until_ready(self, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None

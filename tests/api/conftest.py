@@ -31,6 +31,8 @@ from app.testing.fake_llm import FakeLLMServer
 from tests.invariants import violations
 from tests.worker_process import REPO, WorkerProcess, worker_environment
 
+# A process boots in seconds; on a loaded 2-core machine, in more than a minute.
+BOOT_TIMEOUT_S = 180
 JWT_SECRET = "test-secret-of-at-least-thirty-two-bytes!"
 
 
@@ -48,14 +50,14 @@ class Deployment:
     def start_api(self, **extra: str) -> ApiProcess:
         env = {**self.env, **extra}
         api = ApiProcess(env, self.tmp / f"api{len(self.apis)}.log", cwd=REPO)
-        self.apis.append(api.start())
+        self.apis.append(api.start(BOOT_TIMEOUT_S))
         return api
 
     def start_worker(self, ready: bool = True, **extra: str) -> WorkerProcess:
         """A worker process; `ready=False`: started, not waited for (`wait_until_ready`)."""
         env = {**self.env, **extra}
         worker = WorkerProcess(env, self.tmp / f"worker{len(self.workers)}.log")
-        self.workers.append(worker.start(ready=ready))
+        self.workers.append(worker.start(ready=ready, timeout=BOOT_TIMEOUT_S))
         return worker
 
     @property
@@ -154,7 +156,7 @@ def shared_api(
         try:
             worker = found.start_worker(ready=False)  # it boots while the API does
             found.start_api()
-            worker.wait_until_ready()
+            worker.wait_until_ready(BOOT_TIMEOUT_S)
             yield found
         finally:
             found.close()

@@ -23,6 +23,9 @@ from app.api.schemas import (
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
 
+# A message's seq is a 32-bit column: a larger bound would reach the database as an error (500).
+MAX_SEQ = 2**31 - 1
+
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -92,7 +95,7 @@ def get_conversation(
     caller: Authenticated,
     context: Context,
     after_seq: Annotated[
-        int | None, Query(ge=0, description="only the messages after this seq")
+        int | None, Query(ge=0, le=MAX_SEQ, description="only the messages after this seq")
     ] = None,
 ) -> Conversation:
     """Its status, setup, usage and transcript."""
@@ -124,7 +127,9 @@ def delete_conversation(
         503,
         also={
             200: {"model": TurnResult, "description": "?wait=true: the turn ended"},
-            202: {"model": Submission, "description": "the turn is queued or running"},
+            # No model of its own: the route's `Submission | TurnResult` (a wait that ran out
+            # answers 202 with the TurnResult so far).
+            202: {"description": "the turn is queued or running"},
         },
     ),
 )

@@ -29,7 +29,13 @@ async def list_events(
     *,
     caller: Authenticated,
     context: Context,
-    after: Annotated[int, Query(ge=0, description="the last event seq you have")] = 0,
+    after: Annotated[
+        int,
+        Query(
+            description="the last event seq you have (negative or past the end: 400 "
+            "invalid_cursor, as the stream's cursor)"
+        ),
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     wait: Annotated[
         float, Query(ge=0, le=3600, description="seconds to wait for the first new event")
