@@ -276,9 +276,11 @@ def committed_of(items: list[Item]) -> list[Item]:
 
 def without_turn(items: list[Item]) -> list[tuple[str, str, dict[str, Any]]]:
     """The committed events as comparable across reads made at different times: a `turn.*`
-    event carries its turn as it is when read (running, then completed)."""
+    event carries its turn as it is when read (running, then completed), and a live reader's
+    id of an event committed while a reply was forming also says where it stood in that reply
+    ("5:2:1a67b41b:0"), a replay's just the seq ("5")."""
     return [
-        (item.id, item.event, {k: v for k, v in item.data.items() if k != "turn"})
+        (item.id.split(":")[0], item.event, {k: v for k, v in item.data.items() if k != "turn"})
         for item in committed_of(items)
     ]
 
