@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from app.api.auth import Authenticated
 from app.api.context import Context
 from app.api.problems import documented
+from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import (
     Conversation,
     ConversationCreate,
@@ -192,13 +193,7 @@ def retry_conversation(
 @router.post(
     "/{conversation_id}/cancel",
     response_model=Turn | None,
-    responses=documented(
-        401,
-        404,
-        422,
-        503,
-        also={202: {"model": Turn, "description": "asked: the worker ends it in moments"}},
-    ),
+    responses=CANCEL_RESPONSES,
 )
 def cancel_current(
     conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
@@ -206,6 +201,4 @@ def cancel_current(
     """Stop the conversation's current turn (see POST /v1/turns/{id}/cancel); null before its
     first turn."""
     turn = context.client.cancel(conversation_id, owner=caller.owner)
-    if turn is not None and not turn.is_finished:
-        response.status_code = 202
-    return None if turn is None else Turn.of(turn)
+    return None if turn is None else as_cancelled(turn, response)

@@ -10,8 +10,25 @@ from app.api.auth import Authenticated
 from app.api.context import Context
 from app.api.problems import documented
 from app.api.schemas import Turn
+from app.client import TurnView
 
 router = APIRouter(prefix="/turns", tags=["turns"])
+
+#: A cancel answers 200 with a turn that has ended, 202 with one whose worker is being told.
+CANCEL_RESPONSES = documented(
+    401,
+    404,
+    422,
+    503,
+    also={202: {"model": Turn, "description": "asked: the worker ends it in moments"}},
+)
+
+
+def as_cancelled(turn: TurnView, response: Response) -> Turn:
+    """The turn a cancel left, 202 while it still runs."""
+    if not turn.is_finished:
+        response.status_code = 202
+    return Turn.of(turn)
 
 
 @router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
@@ -23,13 +40,7 @@ def get_turn(turn_id: uuid.UUID, caller: Authenticated, context: Context) -> Tur
 @router.post(
     "/{turn_id}/cancel",
     response_model=Turn,
-    responses=documented(
-        401,
-        404,
-        422,
-        503,
-        also={202: {"model": Turn, "description": "asked: the worker ends it in moments"}},
-    ),
+    responses=CANCEL_RESPONSES,
 )
 def cancel_turn(
     turn_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
@@ -38,7 +49,4 @@ def cancel_turn(
     is harmless), 202 while its worker is told (`cancel_requested_at` set; `turn.cancelled`
     follows in moments). A waiting turn is cancelled when its time comes, before any model
     call."""
-    turn = context.client.cancel_turn(turn_id, owner=caller.owner)
-    if not turn.is_finished:
-        response.status_code = 202
-    return Turn.of(turn)
+    return as_cancelled(context.client.cancel_turn(turn_id, owner=caller.owner), response)
