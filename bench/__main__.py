@@ -21,6 +21,7 @@ from typing import Any
 
 from app.migrate import upgrade
 from app.testing import services
+from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
@@ -163,6 +164,25 @@ def followers(ctx: Context) -> Measured:
         return measure_followers(url, redis_db, workdir, 20 if ctx.quick else 500)
 
 
+def api(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        seconds, rounds = (1.0, 1) if ctx.quick else (12.0, 6)
+        return measure_api(url, redis_db, workdir, seconds, rounds)
+
+
+def sse(ctx: Context) -> Measured:
+    steps, idle = ((100,), 1.0) if ctx.quick else ((100, 300, 1000), 5.0)
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_sse(
+            url, redis_db, workdir, steps, rate=50 if ctx.quick else 40, idle_seconds=idle
+        )
+
+
+def ttft(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_ttft(url, redis_db, workdir, 10 if ctx.quick else 30)
+
+
 MEASURES: dict[str, Callable[[Context], Measured]] = {
     "overhead": overhead,
     "pickup": pickup,
@@ -177,6 +197,9 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "callcpu": callcpu,
     "cancel": cancel,
     "followers": followers,
+    "api": api,
+    "sse": sse,
+    "ttft": ttft,
 }
 
 
@@ -281,6 +304,8 @@ def _notes(extras: dict[str, Any]) -> None:
             f"recovery: worst {r['max_to_request_seconds']:.1f} s with a 3 s lease{also}"
             f" (goal <= 60 s every trial: {'met' if r['meets_goal'] else 'MISSED'})"
         )
+    for line in api_notes(extras):
+        print(line)
 
 
 if __name__ == "__main__":

@@ -16,21 +16,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Each group's measures, and the row names that show each measure reported.
 GROUPS = {
-    "in-process": (
-        ("overhead", "history", "janitor", "storage", "llmcpu"),
-        ("durable loop (TurnRunner)", "history", "janitor:", "storage:", "CPU per litellm call"),
+    "in-process, TTFT": (
+        ("overhead", "history", "janitor", "storage", "llmcpu", "ttft"),
+        (
+            "durable loop (TurnRunner)",
+            "history",
+            "janitor:",
+            "storage:",
+            "CPU per litellm call",
+            "ttft:",
+        ),
     ),
     "worker processes": (
         ("pickup", "capacity", "throughput"),
         ("idle pickup", "busy pickup", "capacity:", "throughput:"),
     ),
-    "kills and footprint": (
-        ("recovery", "footprint"),
-        ("recovery:", "worker RSS"),
+    "kills, footprint, SSE fan-out": (
+        ("recovery", "footprint", "sse"),
+        ("recovery:", "worker RSS", "sse:"),
     ),
-    "streams and cancels": (
-        ("callcpu", "cancel", "followers"),
-        ("CPU per model call", "CPU per streamed token", "cancel latency", "follower latency"),
+    "streams, cancels, API requests": (
+        ("callcpu", "cancel", "followers", "api"),
+        (
+            "CPU per model call",
+            "CPU per streamed token",
+            "cancel latency",
+            "follower latency",
+            "api: floor",
+            "api: GET .../events",
+        ),
     ),
 }
 
