@@ -1,8 +1,10 @@
 """This worker process's voice on the live channel: a turn's replies as they form, coalesced, and a
 notice after each commit, sent in order by one thread so the event loop never waits on Redis.
 
-A reply's fragments are held for `flush_interval` seconds and sent as one `Delta`, so a model
-that streams a token every few milliseconds costs one channel write per interval, not per token.
+A reply's first fragment (and any after a quiet interval) goes out at once; the ones that follow
+within `flush_interval` seconds are held and sent together as one `Delta`, so a model that streams
+a token every few milliseconds costs one channel write per interval, not per token, and a reader
+sees the first word as soon as the model gives it.
 Before a reply's message is committed its last fragments are flushed; a reply that will not be
 committed (retried, cancelled, failed, lease lost) is `Discarded`. Every send is best effort: a
 channel that is down costs readers their preview, never an event (they read the committed log).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import secrets
 import threading
@@ -136,6 +139,7 @@ class ReplyStream:
         self._offsets: dict[tuple[str, int], int] = {}
         self._pending: list[Fragment] = []
         self._timer: asyncio.TimerHandle | None = None
+        self._sent_at = -math.inf  # when the last delta went out (time.monotonic)
 
     def text(self, fragment: str) -> None:
         if fragment:
@@ -151,6 +155,7 @@ class ReplyStream:
         self.stream = secrets.token_hex(4)
         self.index = 0
         self._offsets = {}
+        self._sent_at = -math.inf
 
     def abandon(self, reason: str) -> None:
         """The reply will not be committed as it stood: readers drop what they were shown."""
@@ -167,6 +172,7 @@ class ReplyStream:
         delta = Delta(self.message_seq, self.stream, self.index, coalesce(self._pending))
         self._pending = []
         self.index += 1
+        self._sent_at = time.monotonic()
         self.broadcaster.put(self.conversation_id, delta)
 
     def _add(self, part: str, index: int, text: str, call_id: str | None, name: str | None) -> None:
@@ -174,9 +180,15 @@ class ReplyStream:
         offset = self._offsets.get(key, 0)
         self._offsets[key] = offset + len(text)
         self._pending.append(Fragment(part, index, offset, text, call_id, name))
-        if self._timer is None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.broadcaster.flush_interval, self.flush)
+        if self._timer is not None:
+            return
+        # A leading-edge throttle: a fragment after a quiet interval (the reply's first above
+        # all) goes out at once; the ones that follow it within the interval wait for its end.
+        wait = self._sent_at + self.broadcaster.flush_interval - time.monotonic()
+        if wait <= 0:
+            self.flush()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(wait, self.flush)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
