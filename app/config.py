@@ -202,6 +202,13 @@ class Settings(BaseSettings):
     api_max_streams: int = Field(
         2000, ge=1, le=100_000, description="event streams one API process serves at once"
     )
+    api_log_poll_seconds: float = Field(
+        10,
+        ge=1,
+        le=300,
+        description="a stream or wait with no commit notice reads the database this often "
+        "(a safety net: every commit wakes its readers through the live channel)",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -259,20 +259,27 @@ class ChatClient:
         turn_id: uuid.UUID | str | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
+        log_interval: float | None = None,
         owner: str | None = None,
     ) -> Following:
         """The conversation's committed events after the cursor `after`, then live as they
         happen, with the reply's deltas in between: iterate it (it blocks), resume from its
         `cursor` after any item. Stops when the conversation rests (`until='rest'`), after the
         followed turn's terminal event (`'turn_end'`: `turn_id`, or the next turn to end), or
-        never (None). `InvalidCursor` for a cursor that is malformed, negative or beyond the
-        last event; `ConversationNotFound`."""
+        never (None). The channel is read `poll_interval` seconds at a time, and, while it is
+        quiet, the committed log every `log_interval` (default: `poll_interval`) in case a
+        commit notice was lost. `InvalidCursor` for a cursor that is malformed, negative or
+        beyond the last event; `ConversationNotFound`."""
         conversation_id = parse_conversation_id(conversation_id)
         cursor = Cursor.parse(after)
         if until not in UNTIL:
             raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
         if not poll_interval > 0:
             raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
+        if log_interval is not None and not log_interval >= poll_interval:
+            raise InvalidRequest(
+                f"log_interval must be >= poll_interval ({poll_interval}), not {log_interval!r}"
+            )
         # Bad ids and cursors, now.
         self.events(conversation_id, after=cursor.after, limit=1, owner=owner)
         return Following(
@@ -283,6 +290,7 @@ class ChatClient:
             turn_id=None if turn_id is None else parse_turn_id(turn_id),
             timeout=timeout,
             poll_interval=poll_interval,
+            log_interval=log_interval,
         )
 
     def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
@@ -293,14 +301,24 @@ class ChatClient:
             return reads.read_turn(connection, turn_id)
 
     def wait_for_turn(
-        self, turn_id: uuid.UUID | str, timeout: float, *, owner: str | None = None
+        self,
+        turn_id: uuid.UUID | str,
+        timeout: float,
+        *,
+        log_interval: float | None = None,
+        owner: str | None = None,
     ) -> FinishedTurn:
         """The turn once it has ended (or after `timeout` seconds, still going) with the
-        messages it committed; `TurnNotFound`."""
+        messages it committed (`log_interval` as `follow`'s); `TurnNotFound`."""
         turn = self.get_turn(turn_id, owner=owner)
         if not turn.is_finished:
             following = self.follow(
-                turn.conversation_id, 0, until=TURN_END, turn_id=turn.id, timeout=timeout
+                turn.conversation_id,
+                0,
+                until=TURN_END,
+                turn_id=turn.id,
+                timeout=timeout,
+                log_interval=log_interval,
             )
             with contextlib.suppress(TimeoutError):
                 for _ in following:
@@ -344,15 +362,23 @@ class ChatClient:
         limit: int = 100,
         *,
         wait: float = 0.0,
+        log_interval: float | None = None,
         owner: str | None = None,
     ) -> EventPage:
         """`events`, but when none is committed after `after` yet, wait up to `wait` seconds
-        for the first (a long poll); the page may still be empty."""
+        for the first (a long poll; `log_interval` as `follow`'s); the page may still be
+        empty."""
         page = self.events(conversation_id, after, limit, owner=owner)
         if page.events or wait <= 0:
             return page
+        poll = min(1.0, wait)
         following = self.follow(
-            conversation_id, after, until=None, timeout=wait, poll_interval=min(1.0, wait)
+            conversation_id,
+            after,
+            until=None,
+            timeout=wait,
+            poll_interval=poll,
+            log_interval=None if log_interval is None else max(log_interval, poll),
         )
         try:
             if not any(isinstance(item, EventView) for item in following):

@@ -2,8 +2,9 @@
 channel's deltas and notices in between, merged by `merge.LiveMerge`.
 
 The live channel is only a preview and a doorbell: the committed log is read after every commit
-notice, and at least every `poll_interval` seconds, so a lost notice, or a channel that is down,
-costs latency, never an event. `Following` is a blocking iterator; `AsyncFollowing` runs its
+notice, and at least every `log_interval` seconds (jittered, so many readers do not read at
+once), so a lost notice costs latency, never an event; while the channel is down the log is read
+every `poll_interval`. `Following` is a blocking iterator; `AsyncFollowing` runs its
 steps in a worker thread.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 import uuid
 from collections import deque
@@ -50,6 +52,7 @@ class Following(Iterator[FollowItem]):
         turn_id: uuid.UUID | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
+        log_interval: float | None = None,
         channel: LiveChannel | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -58,6 +61,9 @@ class Following(Iterator[FollowItem]):
         self.until = until
         self.turn_id = turn_id
         self.poll_interval = poll_interval
+        # A safety net only: with a channel that answers, every commit comes with its notice.
+        self.log_interval = poll_interval if log_interval is None else log_interval
+        self._next_log = 0.0
         self._channel = channel
         self._sleep = sleep
         self._deadline = None if timeout is None else time.monotonic() + timeout
@@ -108,8 +114,9 @@ class Following(Iterator[FollowItem]):
             self._read_log()
             return
         self._position = batch.position
-        if not batch.entries:  # a quiet interval: ask the database
-            self._read_log()
+        if not batch.entries:  # a quiet interval: ask the database, now and then
+            if time.monotonic() >= self._next_log:
+                self._read_log()
             return
         # Each commit notice is answered where it stands, with the log as far as it announced:
         # a `turn.resumed` (or a turn's end) read after the deltas of a reply that began after
@@ -143,6 +150,8 @@ class Following(Iterator[FollowItem]):
         """Hand out the committed events after the last one handed out; with `up_to`, only
         those up to that seq (the later ones come after the live entries published before
         them, with their own notice or the next quiet interval)."""
+        jitter = random.uniform(0.8, 1.2) if self.log_interval > self.poll_interval else 1.0
+        self._next_log = time.monotonic() + self.log_interval * jitter
         while True:
             page = self.client.events(self.conversation_id, after=self._merge.after, limit=PAGE)
             last = page.last_seq if up_to is None else min(up_to, page.last_seq)

@@ -135,6 +135,28 @@ def test_a_fast_reply_is_coalesced_into_a_few_deltas_that_rebuild_it(channel: Li
     assert broadcaster.sent_entries == len(entries)
 
 
+def test_the_first_fragment_goes_out_at_once_and_the_next_ones_wait_for_the_interval(
+    channel: LiveChannel,
+) -> None:
+    broadcaster = Broadcaster(channel, flush_interval=10)
+    conversation_id = uuid.uuid4()
+
+    async def stream() -> list[int]:
+        reply = broadcaster.reply(conversation_id, 3)
+        reply.text("Hello")  # the first word: no wait
+        assert reply.index == 1
+        reply.text(", ")
+        reply.text("world")  # within the interval: held
+        held = reply.index
+        reply.flush()  # before the commit
+        return [held, reply.index]
+
+    assert asyncio.run(stream()) == [1, 2]
+    broadcaster.close()
+    deltas = [e for e in channel.read(conversation_id, None).entries if isinstance(e, Delta)]
+    assert [d.text for d in deltas] == ["Hello", ", world"]
+
+
 def test_a_restarted_reply_is_discarded_and_streams_again_from_zero(channel: LiveChannel) -> None:
     broadcaster = Broadcaster(channel, flush_interval=10)
     conversation_id = uuid.uuid4()
@@ -312,6 +334,63 @@ def test_following_needs_a_conversation_and_a_known_stop(
         client.follow(conversation_id, until="forever")
     with pytest.raises(InvalidRequest, match="poll_interval"):
         client.follow(conversation_id, poll_interval=0)
+    with pytest.raises(InvalidRequest, match="log_interval"):
+        client.follow(conversation_id, poll_interval=1, log_interval=0.5)
+
+
+class MuteChannel:
+    """A live channel whose writes go nowhere: commits without notices."""
+
+    def __init__(self, inner: LiveChannel) -> None:
+        self.inner = inner
+
+    def publish(self, batch: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_follower_reads_the_log_on_commit_notices_and_rarely_otherwise(
+    deployment: tuple[ChatClient, WorkerHost],
+    channel: LiveChannel,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client, _ = deployment
+    conversation_id = client.create_conversation(tools=["add"])
+    reads: list[int] = []
+    events = client.events
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return events(*args, **kwargs)
+
+    monkeypatch.setattr(client, "events", counted)
+    following = client.follow(conversation_id, timeout=30, poll_interval=0.1, log_interval=60)
+    client.submit_message(conversation_id, "What is the refund policy?")
+    items = [item for item in following if isinstance(item, EventView)]
+    assert [e.seq for e in items] == list(range(1, items[-1].seq + 1))  # all, driven by notices
+    assert len(reads) <= len(items) + 2
+
+    # Idle: the channel is read every 0.1 s, the database no more than at the start.
+    reads.clear()
+    idle = client.follow(conversation_id, items[-1].seq, until=None, timeout=1.5, log_interval=60)
+    with pytest.raises(TimeoutError):
+        list(idle)
+    assert len(reads) <= 2  # the check of the cursor, and the first read; 15 at 0.1 s
+
+    # A commit that comes with no notice (here: a client whose channel is mute) is still seen,
+    # by the safety read of the log.
+    quiet = client.follow(
+        conversation_id, items[-1].seq, until=None, timeout=10, poll_interval=0.1, log_interval=1
+    )
+    mute = ChatClient(client.settings, engine=client.engine, live=MuteChannel(channel))  # type: ignore[arg-type]
+    started = time.monotonic()
+    mute.submit_message(conversation_id, "And for new tents?")  # nobody is rung: it waits
+    first = next(quiet)
+    assert isinstance(first, EventView) and first.type == "turn.queued"
+    assert time.monotonic() - started < 5
+    client.cancel(conversation_id)
 
 
 def test_the_async_client_follows_the_same_way(

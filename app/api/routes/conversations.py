@@ -168,7 +168,10 @@ async def submit_message(
     if not wait:
         return submission
     timeout = context.settings.api_max_wait_seconds
-    result = await context.follow_step(lambda: client.wait_for_turn(turn_id, timeout))
+    log_interval = context.settings.api_log_poll_seconds
+    result = await context.follow_step(
+        lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
+    )
     response.status_code = 200 if result.finished else 202
     return TurnResult.of(result)
 

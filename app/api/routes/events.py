@@ -45,7 +45,12 @@ async def list_events(
     wait = min(wait, context.settings.api_max_wait_seconds)
     page = await context.follow_step(
         lambda: context.client.wait_for_events(
-            conversation_id, after, limit, wait=wait, owner=caller.owner
+            conversation_id,
+            after,
+            limit,
+            wait=wait,
+            log_interval=context.settings.api_log_poll_seconds,
+            owner=caller.owner,
         )
     )
     return EventList(
@@ -98,7 +103,13 @@ async def stream_events(
     context.open_stream()
     try:
         following = await context.follow_step(
-            lambda: context.client.follow(conversation_id, cursor, until=ends, owner=caller.owner)
+            lambda: context.client.follow(
+                conversation_id,
+                cursor,
+                until=ends,
+                log_interval=context.settings.api_log_poll_seconds,
+                owner=caller.owner,
+            )
         )
     except BaseException:
         context.close_stream()
