@@ -5,6 +5,7 @@ Why a Stream and not pub/sub for the entries: a reader that connects (or reconne
 middle of a reply must get the part already sent, and pub/sub keeps nothing; a Stream keeps the
 last `MAX_ENTRIES` entries, lets each reader read from its own position (`XREAD` blocks until
 there is more), and expires with the conversation's silence (`EXPIRE`, renewed by every write).
+A process's blocking reads share one `XREAD` over all the keys it follows (`multiplex.py`).
 Cancel requests are pub/sub: they only matter to the worker holding the turn at that moment, and
 a lost one is caught by that worker's next step or heartbeat, which read the committed request.
 """
@@ -21,6 +22,7 @@ import redis
 
 from app.live.channel import MAX_ENTRIES, START, TTL_SECONDS, Batch, Position
 from app.live.entries import LiveEntry, decode, encode
+from app.live.multiplex import Multiplexer
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class RedisChannel:
             max_connections=MAX_CONNECTIONS,
         )
         self._listeners: list[tuple[threading.Event, threading.Thread]] = []
+        self._reader: Multiplexer | None = None
+        self._lock = threading.Lock()
 
     def publish(self, batch: Sequence[tuple[uuid.UUID, LiveEntry]]) -> None:
         if not batch:
@@ -70,9 +74,12 @@ class RedisChannel:
     def read(self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0) -> Batch:
         key = stream_key(conversation_id)
         since = after or START
+        rows: Any = None
         if after is None:
-            rows: Any = self.redis.xrange(key, count=READ_COUNT)
-        else:
+            rows = self.redis.xrange(key, count=READ_COUNT)
+        elif block > 0:  # one XREAD for every follower of this process
+            rows = self._multiplexer().read(key, since, block)
+        if rows is None:
             milliseconds = round(block * 1000)
             found: Any = self.redis.xread(
                 {key: since}, count=READ_COUNT, block=milliseconds or None
@@ -80,6 +87,12 @@ class RedisChannel:
             rows = found[0][1] if found else []
         entries = [entry for _, fields in rows if (entry := decode(fields)) is not None]
         return Batch(str(rows[-1][0]) if rows else since, entries)
+
+    def _multiplexer(self) -> Multiplexer:
+        with self._lock:
+            if self._reader is None:
+                self._reader = Multiplexer(self.redis)
+            return self._reader
 
     def announce_cancel(self, conversation_id: uuid.UUID) -> None:
         self.redis.publish(CANCELS, str(conversation_id))
@@ -102,6 +115,8 @@ class RedisChannel:
             stopped.set()
         for _, thread in self._listeners:
             thread.join(_LISTEN_POLL_S + 1)
+        if self._reader is not None:
+            self._reader.close()
         self.redis.close()
 
     def _listen(self, callback: Callable[[uuid.UUID], None], stopped: threading.Event) -> None:
