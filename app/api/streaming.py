@@ -52,23 +52,30 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
 async def sse_events(context: ApiContext, following: Following) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until the following ends (its `until`) or the reader leaves."""
 
-    def step() -> tuple[EventView | Delta | Discarded | None, str]:
+    def step() -> list[tuple[EventView | Delta | Discarded, str]]:
+        """The next item (waiting for it), and those read with it: one thread hop per read,
+        not per item. Empty at the end."""
         item = next(following, None)
-        return item, str(following.cursor)
+        if item is None:
+            return []
+        return [(item, str(following.cursor))] + [
+            (more, str(cursor)) for more, cursor in following.ready()
+        ]
 
     try:
         while True:
             try:
-                item, cursor = await context.follow_step(step)
+                items = await context.follow_step(step)
             except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                 log.warning(
                     "stream of %s: database unavailable (%s)", following.conversation_id, exc
                 )
                 await asyncio.sleep(DATABASE_PAUSE_SECONDS)
                 continue
-            if item is None:
+            if not items:
                 break
-            yield as_sse(item, cursor)
+            for item, cursor in items:
+                yield as_sse(item, cursor)
         yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
     finally:
         following.close()

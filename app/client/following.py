@@ -101,6 +101,15 @@ class Following(Iterator[FollowItem]):
         item, self._cursor = self._ready.popleft()
         return item
 
+    def ready(self) -> list[tuple[FollowItem, Cursor]]:
+        """The items already read and not yet returned (no waiting), each with the cursor that
+        resumes after it; `cursor` moves past them."""
+        handed = list(self._ready)
+        self._ready.clear()
+        if handed:
+            self._cursor = handed[-1][1]
+        return handed
+
     # --- one step: read what is new, merge it --------------------------------------------------
 
     def _step(self) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 FAKE_MODEL = "openai/fake-model"
 FAKE_KEY = "sk-test-worker-key-0123456789"
 READY_LINE = "Worker process is ready for action"
+# A boot takes 3-5 s on a quiet machine; a loaded CI machine took over 60 (only failures wait).
+BOOT_TIMEOUT_S = 180.0
 
 
 def worker_environment(
@@ -52,7 +54,7 @@ class WorkerProcess:
     cwd: Path | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
-    def start(self, ready: bool = True, timeout: float = 60) -> WorkerProcess:
+    def start(self, ready: bool = True, timeout: float = BOOT_TIMEOUT_S) -> WorkerProcess:
         # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
         command = [
             sys.executable, "-m", "app.cli", "worker", "--processes", "1",
@@ -67,7 +69,7 @@ class WorkerProcess:
             self.wait_until_ready(timeout)
         return self
 
-    def wait_until_ready(self, timeout: float = 60) -> None:
+    def wait_until_ready(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """Ready once this process logged that it is ready (its engine has booted: tools listed
         and published). The tool catalogue alone is no proof: another worker may have filled it."""
         deadline = time.monotonic() + timeout

@@ -84,8 +84,8 @@ def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
     spec = f"tool_ran@{tool}" if failpoint == "tool_ran" else failpoint
     replacement = deployment.start_worker("replacement", ready=False)
     doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": spec}, ready=False)
-    replacement.wait_until_ready(timeout=60)
-    doomed.wait_until_ready(timeout=60)
+    replacement.wait_until_ready()
+    doomed.wait_until_ready()
     replacement.pause()  # frozen: the armed worker must be the one that gets the job
     conversation_id = deployment.chat(QUESTION, [tool, "add"])
     assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"

@@ -134,7 +134,10 @@ def test_a_transient_error_during_the_stream_is_retried_and_readers_drop_the_par
             {
                 "text": ANSWER,
                 "chunks": 10,
-                "chunk_delay": 0.06,  # slower than the flush: readers see part of it
+                # slower than the flush, and slow enough that the follower (which starts at
+                # its first `next`, after the submit) is reading before the error, even on a
+                # loaded machine: readers see part of it
+                "chunk_delay": 0.25,
                 "stream_error": {"after": 6, **error},
             },
             {"text": ANSWER, "stream": True, "chunks": 10},
