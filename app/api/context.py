@@ -34,8 +34,10 @@ class ApiContext:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        # Twice the streams: a closed stream's thread may still wait out its read (up to
+        # STREAM_WAKE_SECONDS) while its reader is already following again.
         self.followers = ThreadPoolExecutor(
-            self.settings.api_max_streams + 16, thread_name_prefix="chatworker-follow"
+            2 * self.settings.api_max_streams + 16, thread_name_prefix="chatworker-follow"
         )
 
     async def follow_step(self, step: Callable[[], T]) -> T:

@@ -18,6 +18,11 @@ from app.client.following import REST, TURN_END
 
 router = APIRouter(prefix="/conversations", tags=["events"])
 
+# A stream's thread waits this long on the live channel before it looks around (the stream was
+# closed, the log is due): each wake costs the GIL, and a process may serve thousands of streams.
+# A closed stream's thread is free again within it; while Redis is down, the log is read this often.
+STREAM_WAKE_SECONDS = 5.0
+
 
 @router.get(
     "/{conversation_id}/events",
@@ -107,7 +112,8 @@ async def stream_events(
                 conversation_id,
                 cursor,
                 until=ends,
-                log_interval=context.settings.api_log_poll_seconds,
+                poll_interval=STREAM_WAKE_SECONDS,
+                log_interval=max(STREAM_WAKE_SECONDS, context.settings.api_log_poll_seconds),
                 owner=caller.owner,
             )
         )
