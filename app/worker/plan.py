@@ -22,6 +22,7 @@ question of the same data, so they are the same path):
       its reply was cut off by the length limit                 RejectCall(CUT_OFF)
       names a tool not offered to this conversation             RejectCall(not allowed / unknown)
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
+      has arguments its tool's inputSchema refuses              RejectCall(naming the field)
       otherwise                                                 RunTool(call, arguments)
  6  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
     rounds of calls all came back as errors
@@ -57,7 +58,7 @@ What the model is sent is built by `transcript.Transcript`.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -113,11 +114,13 @@ class Entry(NamedTuple):
 
 
 class Toolbox(NamedTuple):
-    """The tool names a turn may call (`offered`), and every name the worker has (`known`, to
-    word a refusal)."""
+    """The tool names a turn may call (`offered`), every name the worker has (`known`, to word a
+    refusal), and the check of a call's arguments against its tool's schema (`check`: None when
+    they pass, else the error result; `arguments.ArgumentCheck`)."""
 
     offered: frozenset[str] = frozenset()
     known: frozenset[str] = frozenset()
+    check: Callable[[str, dict[str, Any]], str | None] | None = None
 
 
 NO_TOOLS = Toolbox()
@@ -268,6 +271,9 @@ def _tool_step(call: ToolCall, tools: Toolbox, cut_off: bool) -> RunTool | Rejec
     checked = check_call(call, tools.offered, tools.known, cut_off)
     if isinstance(checked, str):
         return RejectCall(call, checked)
+    refused = tools.check(call.name, checked) if tools.check is not None else None
+    if refused is not None:
+        return RejectCall(call, refused)
     return RunTool(call, checked)
 
 
@@ -320,10 +326,15 @@ def uses_tools(allowed: Collection[str], tool_choice: str) -> bool:
     return bool(allowed) and tool_choice != "none"
 
 
-def toolbox(allowed: Collection[str], available: Iterable[str]) -> Toolbox:
-    """Least privilege: only the allowed tools the worker has are offered, and only they run."""
+def toolbox(
+    allowed: Collection[str],
+    available: Iterable[str],
+    check: Callable[[str, dict[str, Any]], str | None] | None = None,
+) -> Toolbox:
+    """Least privilege: only the allowed tools the worker has are offered, and only they run
+    (with arguments `check` accepts)."""
     known = frozenset(available)
-    return Toolbox(offered=known & frozenset(allowed), known=known)
+    return Toolbox(offered=known & frozenset(allowed), known=known, check=check)
 
 
 # --- recovering a turn whose worker died ---------------------------------------------------------

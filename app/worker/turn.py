@@ -24,6 +24,7 @@ from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
 from app.models import PROCESSING
 from app.worker import failpoints, plan
+from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
     CallModel,
@@ -272,7 +273,8 @@ class _Turn:
         if not plan.uses_tools(allowed, self.snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
         definitions = await self.runner.tools.definitions()
-        self.toolbox = plan.toolbox(allowed, (d.name for d in definitions))
+        schemas = {d.name: d.input_schema for d in definitions if d.name in allowed}
+        self.toolbox = plan.toolbox(allowed, (d.name for d in definitions), ArgumentCheck(schemas))
         self.function_tools = [
             d.as_function_tool() for d in definitions if d.name in self.toolbox.offered
         ]

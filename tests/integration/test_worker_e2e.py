@@ -156,6 +156,37 @@ def test_tool_failures_are_fed_back_and_the_turn_goes_on(deployment: Deployment)
     assert view.messages[-1].content == "Some tools failed, but 1 + 1 = 2."
 
 
+def test_arguments_the_tool_s_schema_refuses_go_back_to_the_model_and_never_reach_the_tool(
+    deployment: Deployment,
+) -> None:
+    deployment.llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c_type", "name": "add", "arguments": {"a": "one", "b": 2}},
+                    {"id": "c_missing", "name": "add", "arguments": {"a": 1}},
+                    {"id": "c_good", "name": "add", "arguments": {"a": 1, "b": 2}},
+                ]
+            },
+            {"text": "1 + 2 = 3."},
+        ],
+        mode="by_iteration",
+    )
+    deployment.start_worker()
+    view = deployment.wait(deployment.chat("Add things", ["add"]))
+    assert view.status == "idle", view.error
+    results = {m.tool_call_id: m for m in view.messages if m.role == "tool"}
+    assert results["c_type"].is_error and results["c_missing"].is_error
+    assert "Invalid arguments for add at `a`: 'one' is not of type 'number'" in (
+        results["c_type"].content or ""
+    )
+    assert "'b' is a required property" in (results["c_missing"].content or "")
+    assert (results["c_good"].content, results["c_good"].is_error) == ("3.0", False)
+    assert deployment.tool_runs() == Counter({"add": 1})  # only the good call reached the server
+    second = deployment.llm.requests()[1]["body"]["messages"]
+    assert any("'b' is a required property" in str(m.get("content")) for m in second)
+
+
 def test_two_workers_given_the_same_job_run_it_once(deployment: Deployment) -> None:
     deployment.llm.script(
         [
