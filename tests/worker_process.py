@@ -13,7 +13,11 @@ from app.testing.worker_process import FAKE_KEY, FAKE_MODEL, READY_LINE
 REPO = Path(__file__).resolve().parent.parent
 
 
-def mcp_servers_json(ledger: Path, notes: Path) -> str:
+def mcp_servers_json(ledger: Path, notes: Path, extra_tools: str = "") -> str:
+    """The MCP test server as the worker's one server; `extra_tools` names opt-in tools."""
+    env = {"MCP_LEDGER_PATH": str(ledger), "MCP_NOTES_PATH": str(notes)}
+    if extra_tools:
+        env["MCP_EXTRA_TOOLS"] = extra_tools
     return json.dumps(
         {
             "mcpServers": {
@@ -21,7 +25,7 @@ def mcp_servers_json(ledger: Path, notes: Path) -> str:
                     "command": sys.executable,
                     "args": ["-m", "tests.servers.mcp_server"],
                     "cwd": str(REPO),
-                    "env": {"MCP_LEDGER_PATH": str(ledger), "MCP_NOTES_PATH": str(notes)},
+                    "env": env,
                 }
             }
         }

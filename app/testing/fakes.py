@@ -16,6 +16,7 @@ from typing import Any
 from app.worker.plan import ToolCall
 from app.worker.ports import (
     NO_SINK,
+    CallRef,
     ModelError,
     ModelReply,
     ModelRequest,
@@ -115,7 +116,9 @@ class InMemoryTools:
             for name in self.tools
         ]
 
-    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    async def execute(
+        self, name: str, arguments: dict[str, Any], call: CallRef | None = None
+    ) -> ToolResult:
         self.executed.append((name, arguments))
         tool = self.tools.get(name)
         if tool is None:

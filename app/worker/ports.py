@@ -6,6 +6,7 @@ in-process implementations of these same protocols.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,6 +112,20 @@ class ToolDefinition:
 
 
 @dataclass(frozen=True)
+class CallRef:
+    """Which call of which conversation a tool run answers. The same call run again (its worker
+    died before the result was committed) has the same ref: a tool can key its side effect on
+    `idempotency_key` to apply it once (MCP tools get it in the request's `_meta`)."""
+
+    conversation_id: uuid.UUID
+    call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.conversation_id}:{self.call_id}"
+
+
+@dataclass(frozen=True)
 class ToolResult:
     content: str
     is_error: bool = False
@@ -121,9 +136,12 @@ class ToolProvider(Protocol):
         """Every tool available, with unique names (cached by the provider)."""
         ...
 
-    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Run a tool. Tool-level failures (unknown tool, tool error, timeout, dead server) come
-        back as `ToolResult(is_error=True)`; this never raises for them."""
+    async def execute(
+        self, name: str, arguments: dict[str, Any], call: CallRef | None = None
+    ) -> ToolResult:
+        """Run a tool (for `call`, when the run answers one). Tool-level failures (unknown
+        tool, tool error, timeout, dead server) come back as `ToolResult(is_error=True)`; this
+        never raises for them."""
         ...
 
     async def close(self) -> None:

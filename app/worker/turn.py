@@ -40,6 +40,7 @@ from app.worker.plan import (
 )
 from app.worker.ports import (
     NO_SINK,
+    CallRef,
     ModelClient,
     ModelError,
     ModelRequest,
@@ -234,7 +235,9 @@ class _Turn:
                 case RunTool(call, arguments):
                     try:
                         result = await self._interruptible(
-                            self.runner.tools.execute(call.name, arguments)
+                            self.runner.tools.execute(
+                                call.name, arguments, CallRef(self.claim.conversation_id, call.id)
+                            )
                         )
                     except _Aborted:
                         continue  # the planner answers the call "cancelled by the user"

@@ -17,6 +17,8 @@ from app.testing.fake_llm import FakeLLMServer
 from app.worker.failpoints import POINTS
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
+from tests.servers.mcp_server import read_applied, read_ledger
+from tests.worker_process import mcp_servers_json
 
 TOOLS = {
     "read-only": ("search_docs", {"query": "refund policy"}),
@@ -102,4 +104,35 @@ def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
         assert runs[name] in allowed, f"{name} ran {runs[name]} times: {runs}"
     if failpoint == "tool_ran":
         assert runs[tool] == 2  # it ran, its result was lost with the worker, it ran again
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def test_a_tool_keyed_on_the_call_id_applies_its_side_effect_once_across_a_kill_at_tool_ran(
+    deployment: Deployment,
+) -> None:
+    """The worker passes each call's idempotency key (conversation id and call id) in the
+    request's `_meta`; the test server's `apply_once` keys its side effect on it. Killed after
+    the tool ran and before its result was committed, the call runs again on the replacement:
+    it ran twice, and was applied once."""
+    notes = deployment.tmp_path / "notes.txt"
+    deployment.env["CHATWORKER_MCP_SERVERS"] = mcp_servers_json(
+        deployment.ledger, notes, extra_tools="apply_once"
+    )
+    script(deployment.llm, "apply_once", {"text": "pay invoice 42"})
+    replacement = deployment.start_worker("replacement", ready=False)
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": "tool_ran@apply_once"})
+    replacement.wait_until_ready()
+    replacement.pause()
+    conversation_id = deployment.chat(QUESTION, ["apply_once", "add"])
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    replacement.resume()
+
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{replacement.log()}"
+    runs = [entry for entry in read_ledger(deployment.ledger) if entry["tool"] == "apply_once"]
+    assert len(runs) == 2 and runs[0]["pid"] != runs[1]["pid"]  # ran twice, by two servers
+    applied = read_applied(notes.with_suffix(".applied"))
+    assert applied == [(f"{conversation_id}:call_tool", "pay invoice 42")]  # applied once
+    results = [m for m in view.messages if m.role == "tool" and m.tool_call_id == "call_tool"]
+    assert [m.content for m in results] == ["Applied: pay invoice 42"]
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.config import McpServerConfig
 from app.worker.mcp import McpToolProvider, expose_tools
-from app.worker.ports import ToolResult
+from app.worker.ports import CallRef, ToolResult
 from tests.servers.mcp_server import (
     EXTRA_TOOLS_ENV,
     LEDGER_ENV,
@@ -682,6 +683,29 @@ def test_a_client_passes_meta_with_a_call_and_the_tool_reads_it_from_its_request
     assert {key for key in with_meta if key != "chatworker/call_id"} == set(without)
     assert all(key.startswith("io.modelcontextprotocol/") for key in without)
     assert [entry["arguments"] for entry in read_ledger(tmp_path / "ledger")] == [{}, {}]
+
+
+def test_the_provider_sends_each_call_s_idempotency_key_in_meta(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger"
+    server = stdio_server(
+        "tools", ledger, env={LEDGER_ENV: str(ledger), EXTRA_TOOLS_ENV: "echo_meta"}
+    )
+    conversation_id = uuid.uuid4()
+
+    async def scenario(tools: McpToolProvider) -> tuple[ToolResult, ToolResult]:
+        answering = await tools.execute("echo_meta", {}, CallRef(conversation_id, "call_7"))
+        alone = await tools.execute("echo_meta", {})
+        return answering, alone
+
+    answering, alone = with_provider([server], scenario)
+
+    meta = json.loads(answering.content)
+    assert {key: meta[key] for key in meta if key.startswith("chatworker/")} == {
+        "chatworker/conversation_id": str(conversation_id),
+        "chatworker/tool_call_id": "call_7",
+        "chatworker/idempotency_key": f"{conversation_id}:call_7",
+    }
+    assert not any(key.startswith("chatworker/") for key in json.loads(alone.content))
 
 
 # --- streamable HTTP ----------------------------------------------------------------------------

@@ -246,9 +246,41 @@ async def echo_meta(ctx: Context) -> dict[str, Any]:
     return dict(ctx.request_context.meta or {})
 
 
+IDEMPOTENCY_META_KEY = "chatworker/idempotency_key"  # app.worker.mcp.provider.META_IDEMPOTENCY_KEY
+
+
+def applied_path() -> Path:
+    """Where `apply_once` records what it applied: beside the notes file."""
+    return _notes_file().with_suffix(".applied")
+
+
+def read_applied(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """(idempotency key, text) of every side effect `apply_once` applied."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [(key, text) for key, _, text in (line.partition("\t") for line in lines)]
+
+
+async def apply_once(text: str, ctx: Context) -> str:
+    """Apply a side effect (append `text` to a file) once per idempotency key: the key the
+    client sends in the request's `_meta`. A call run again with the same key (its worker died
+    before the result was committed) finds it applied and answers the same; a call without a
+    key is applied every time."""
+    key = str((ctx.request_context.meta or {}).get(IDEMPOTENCY_META_KEY) or "")
+    path = applied_path()
+    if not key or key not in {done for done, _ in read_applied(path)}:
+        with open(path, "ab", buffering=0) as applied:
+            applied.write(f"{key or '-'}\t{' '.join(text.split())}\n".encode())
+            os.fsync(applied.fileno())
+    return f"Applied: {text}"
+
+
 _OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {
     "emit_invalid_utf8": emit_invalid_utf8,
     "echo_meta": echo_meta,
+    "apply_once": apply_once,
 }
 
 

@@ -15,16 +15,33 @@ from types import TracebackType
 from typing import Any
 
 from mcp import MCPError
-from mcp.types import REQUEST_TIMEOUT
+from mcp.types import REQUEST_TIMEOUT, RequestParamsMeta
 
 from app.config import McpServerConfig
 from app.worker.mcp.connection import Connection, Unavailable, describe_target, list_all_tools
 from app.worker.mcp.names import expose_tools
 from app.worker.mcp.results import brief, capped_result, error_result, is_disconnect, render_result
 from app.worker.mcp.server import Server
-from app.worker.ports import ToolDefinition, ToolResult
+from app.worker.ports import CallRef, ToolDefinition, ToolResult
 
 logger = logging.getLogger(__name__)
+
+
+# The `_meta` keys of a `tools/call` request that answers a model's call: a tool with a side
+# effect can apply it once per `idempotency_key`, however often a crash makes the call run.
+META_CONVERSATION_ID = "chatworker/conversation_id"
+META_TOOL_CALL_ID = "chatworker/tool_call_id"
+META_IDEMPOTENCY_KEY = "chatworker/idempotency_key"
+
+
+def call_meta(call: CallRef | None) -> RequestParamsMeta | None:
+    if call is None:
+        return None
+    meta = RequestParamsMeta()  # an open map: custom keys travel as they are
+    meta[META_CONVERSATION_ID] = str(call.conversation_id)  # type: ignore[literal-required]
+    meta[META_TOOL_CALL_ID] = call.call_id  # type: ignore[literal-required]
+    meta[META_IDEMPOTENCY_KEY] = call.idempotency_key  # type: ignore[literal-required]
+    return meta
 
 
 class McpToolProvider:
@@ -84,7 +101,9 @@ class McpToolProvider:
                 self._catalog_key = key
             return list(self._catalog.values())
 
-    async def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+    async def execute(
+        self, name: str, arguments: dict[str, Any], call: CallRef | None = None
+    ) -> ToolResult:
         if self._closed:
             return error_result(f"Tool {name} failed: the tool provider is closed")
         definition = await self._resolve(name)
@@ -104,7 +123,10 @@ class McpToolProvider:
         # tests/integration/test_mcp_provider.py.
         try:
             result = await connection.client.call_tool(
-                definition.original_name, arguments, read_timeout_seconds=self._call_timeout
+                definition.original_name,
+                arguments,
+                read_timeout_seconds=self._call_timeout,
+                meta=call_meta(call),
             )
         except Exception as exc:
             return self._call_failed(name, connection, exc)
