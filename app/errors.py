@@ -57,6 +57,15 @@ class TurnNotFound(InvalidRequest):
     """No turn has that id."""
 
 
+class ActionNotFound(InvalidRequest):
+    """The turn never waited for an action with that call id."""
+
+
+class ActionAlreadyAnswered(InvalidRequest):
+    """The action has an answer already (another output, or the turn was cancelled): the new
+    one is refused."""
+
+
 class IdempotencyKeyReused(InvalidRequest):
     """The idempotency key was already used for this conversation with another text."""
 

@@ -11,7 +11,10 @@
   `message.committed` event; every finished turn exactly one terminal event (of its status), an
   unfinished turn none; the last `status.changed` equals the conversation's status (idle when
   there is none); a conversation at rest has no running turn, and no turn still waiting behind
-  its last (a queued message would be forgotten);
+  its last (a queued message would be forgotten) unless that one waits for the user;
+- a `requires_action` turn is the current turn of an idle, unleased conversation, with its
+  `action.required` event, and its unanswered actions are exactly the open calls of the last
+  assistant message;
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -63,7 +66,11 @@ def violations(
         where = f"conversation {conversation_id} ({status})"
         messages = transcripts.get(conversation_id, [])
         checked = transcript_violations(
-            messages, status, complete=at_rest, cancelled=turn == "cancelled"
+            messages,
+            status,
+            # (a turn that waits for the user rests with its calls open: checked above)
+            complete=at_rest and turn != "requires_action",
+            cancelled=turn == "cancelled",
         )
         problems += [f"{where}: {p}" for p in checked]
         if status in ("idle", "failed") and lease_owner is not None:
@@ -108,7 +115,7 @@ def event_log_violations(conn: psycopg.Connection[Any]) -> list[str]:
         " LEFT JOIN events e ON e.turn_id = t.id AND e.type IN"
         " ('turn.completed', 'turn.failed', 'turn.cancelled') GROUP BY t.id, t.status"
     ):
-        expected = [] if status in ("queued", "running") else [f"turn.{status}"]
+        expected = [] if status in ("queued", "running", "requires_action") else [f"turn.{status}"]
         if list(terminals or []) != expected:
             problems.append(f"turn {tid} ({status}): terminal events {terminals}")
     for cid, status, logged in conn.execute(
@@ -126,9 +133,48 @@ def event_log_violations(conn: psycopg.Connection[Any]) -> list[str]:
     for cid, status, number in conn.execute(
         "SELECT c.id, c.status, t.number FROM conversations c JOIN turns t"
         " ON t.conversation_id = c.id AND t.number > c.turn_number"
-        " WHERE c.status IN ('idle', 'failed') AND t.status = 'queued'"
+        " WHERE c.status IN ('idle', 'failed') AND t.status = 'queued' AND NOT EXISTS ("
+        "  SELECT 1 FROM turns w WHERE w.conversation_id = c.id AND w.number = c.turn_number"
+        "  AND w.status = 'requires_action')"  # (they wait behind the one that waits for the user)
     ):
         problems.append(f"conversation {cid} ({status}): turn {number} still waits, forgotten")
+    problems += _waiting_turn_violations(conn)
+    return problems
+
+
+def _waiting_turn_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """A `requires_action` turn is the current one of a resting (`idle`), unleased conversation,
+    with an `action.required` event, and its unanswered actions are exactly the open calls of
+    the transcript's last assistant message."""
+    problems: list[str] = []
+    for tid, cid, actions, status, current, lease_owner, required in conn.execute(
+        "SELECT t.id, t.conversation_id, t.actions, c.status, t.number = c.turn_number,"
+        " c.lease_owner, (SELECT count(*) FROM events e WHERE e.turn_id = t.id"
+        "  AND e.type = 'action.required')"
+        " FROM turns t JOIN conversations c ON c.id = t.conversation_id"
+        " WHERE t.status = 'requires_action'"
+    ):
+        where = f"turn {tid} (requires_action)"
+        if not current or status != "idle" or lease_owner is not None:
+            problems.append(f"{where}: current={current}, conversation {status}, {lease_owner=}")
+        if not required:
+            problems.append(f"{where}: no action.required event")
+        last_calls = conn.execute(
+            "SELECT tool_calls FROM messages WHERE conversation_id = %s AND role = 'assistant'"
+            " ORDER BY seq DESC LIMIT 1",
+            (cid,),
+        ).fetchone()
+        results = {
+            row[0]
+            for row in conn.execute(
+                "SELECT tool_call_id FROM messages WHERE conversation_id = %s AND role = 'tool'",
+                (cid,),
+            )
+        }
+        open_calls = {c["id"] for c in (last_calls[0] if last_calls else None) or ()} - results
+        pending = {a["call_id"] for a in actions or ()} - results
+        if not pending or pending != open_calls:
+            problems.append(f"{where}: pending actions {pending} but open calls {open_calls}")
     return problems
 
 

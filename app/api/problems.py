@@ -14,11 +14,13 @@
     401     api_key_revoked           an API key that was revoked
     404     conversation_not_found    no such conversation, or another owner's
     404     turn_not_found            no such turn, or another owner's
+    404     action_not_found          the turn never waited for that call id
     404     not_found                 no such route
     405     method_not_allowed        a route that does not take that method
     409     conversation_busy         a turn runs (`on_busy=reject`, delete): `turn_id` names it
     409     conversation_conflict     a chosen conversation id is taken by another setup
     409     not_retryable             retry of a conversation that has not failed
+    409     action_already_answered   the call has another answer already (or was cancelled)
     413     message_too_large         a message over `CHATWORKER_MAX_MESSAGE_CHARS`
     413     request_too_large         a body larger than any valid request
     415     unsupported_media_type    a body that is not `application/json`
@@ -47,6 +49,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
 from app.errors import (
+    ActionAlreadyAnswered,
+    ActionNotFound,
     ConversationBusy,
     ConversationConflict,
     ConversationNotFound,
@@ -71,6 +75,8 @@ RETRY_AFTER_SECONDS = 2
 REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ConversationNotFound: (404, "conversation_not_found"),
     TurnNotFound: (404, "turn_not_found"),
+    ActionNotFound: (404, "action_not_found"),
+    ActionAlreadyAnswered: (409, "action_already_answered"),
     KeyNotFound: (404, "key_not_found"),
     ConversationBusy: (409, "conversation_busy"),
     ConversationConflict: (409, "conversation_conflict"),

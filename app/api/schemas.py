@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.client.views import (
+    ActionView,
     ConversationView,
     EventView,
     FinishedTurn,
@@ -33,6 +34,36 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ClientTool(_Request):
+    name: str = Field(description="letters, digits, _ or -; not a server tool's or a built-in's")
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="a JSON Schema of the arguments (an object)",
+    )
+
+
+class ActionOutput(_Request):
+    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
+    output: str = Field(description="the client tool's output, or the user's answer")
+
+
+class ActionsSubmit(_Request):
+    outputs: list[ActionOutput] = Field(min_length=1, description="one per answered call")
+
+
+class Action(BaseModel):
+    call_id: str
+    kind: Literal["clarification", "client_tool"]
+    name: str
+    arguments: dict[str, Any] = Field(description="for a clarification: question (and reason)")
+    answered: bool | None
+
+    @classmethod
+    def of(cls, view: ActionView) -> Action:
+        return cls(**view.__dict__)
+
+
 class ConversationCreate(_Request):
     id: uuid.UUID | None = Field(
         None,
@@ -45,6 +76,16 @@ class ConversationCreate(_Request):
     tool_choice: ToolChoice = "auto"
     context: dict[str, Any] | None = Field(
         None, description="your own data, stored and returned untouched"
+    )
+    client_tools: list[ClientTool] | None = Field(
+        None,
+        description="tools your client executes: a call of one pauses the turn "
+        "(requires_action) until you POST its output to /v1/turns/{id}/actions",
+    )
+    clarify: bool = Field(
+        True,
+        description="the model may ask the user a question (agent_clarify) when it has tools; "
+        "the next message (or an action output) answers it",
     )
 
 
@@ -82,7 +123,7 @@ class Turn(BaseModel):
     object: Literal["turn"] = "turn"
     conversation_id: uuid.UUID
     number: int
-    status: Literal["queued", "running", "completed", "failed", "cancelled"]
+    status: Literal["queued", "running", "requires_action", "completed", "failed", "cancelled"]
     kind: Literal["message", "retry"]
     message_seq: int | None = Field(description="the user's message, once in the transcript")
     idempotency_key: str | None
@@ -92,6 +133,10 @@ class Turn(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     cancel_requested_at: datetime | None
+    actions: list[Action] = Field(
+        default_factory=list,
+        description="what the turn waits for while requires_action (answered: has its output)",
+    )
 
     @classmethod
     def of(cls, view: TurnView) -> Turn:
@@ -109,6 +154,7 @@ class Turn(BaseModel):
             started_at=view.started_at,
             finished_at=view.finished_at,
             cancel_requested_at=view.cancel_requested_at,
+            actions=[Action.of(action) for action in view.actions],
         )
 
 
@@ -159,6 +205,8 @@ class Conversation(BaseModel):
     tools: list[str]
     tool_choice: ToolChoice
     context: dict[str, Any] | None
+    client_tools: list[ClientTool] = Field(default_factory=list)
+    clarify: bool = True
     iterations: int
     turn_number: int = Field(description="the current (or last) turn's number; 0: none yet")
     usage: Usage
@@ -179,6 +227,8 @@ class Conversation(BaseModel):
             tools=view.tools,
             tool_choice=view.tool_choice,  # type: ignore[arg-type]
             context=view.context,
+            client_tools=[ClientTool(**tool) for tool in view.client_tools],
+            clarify=view.clarify,
             iterations=view.iterations,
             turn_number=view.turn_number,
             usage=_usage(view.prompt_tokens, view.completion_tokens),

@@ -7,6 +7,7 @@ from app.client.facade import AsyncChatClient, ChatClient
 from app.client.following import AsyncFollowing, Following, FollowItem
 from app.client.merge import Cursor
 from app.client.views import (
+    ActionView,
     ConversationView,
     EventPage,
     EventView,
@@ -18,6 +19,7 @@ from app.client.views import (
 from app.live import Delta, Discarded, Fragment
 
 __all__ = [
+    "ActionView",
     "AsyncChatClient",
     "AsyncFollowing",
     "ChatClient",

@@ -10,9 +10,9 @@
                                                unanswered)
     current, a worker holds a live lease       the request; the caller tells that worker at
                                                once, and it ends the turn itself
-    current, no live lease (never claimed, or  the turn ended here: the lease epoch moves on (a
-    its worker died and the lease expired)     worker that wakes up writes nothing), a "cancelled"
-                                               result for every call left open, the turn
+    current, no live lease (never claimed,     the turn ended here: the lease epoch moves on (a
+    its worker died and the lease expired, or  worker that wakes up writes nothing), a "cancelled"
+    it waits for the user: `requires_action`)  result for every call left open, the turn
                                                `cancelled`, the conversation `idle`, or on to the
                                                next waiting turn (the caller rings a worker)
 
@@ -55,8 +55,10 @@ from app.models import (
     FINISHED_TURN_STATUSES,
     IDLE,
     MESSAGE_COMMITTED,
+    PROCESSING,
     QUEUED,
     RELEASED_LEASE,
+    REQUIRES_ACTION,
     STATUS_CHANGED,
     TOOL,
     TURN_CANCELLED,
@@ -109,8 +111,14 @@ def cancel_current(
 ) -> CancelOutcome:
     """The running (or queued, unclaimed) current turn: a request to its live worker, or ended
     here when no worker holds it. `row` is the locked conversation."""
-    if row.status in AT_REST:  # a resting conversation runs no turn (an invariant)
-        return CancelOutcome(turn_id)
+    if row.status in AT_REST:  # a resting conversation runs no turn (an invariant)...
+        waits = connection.execute(select(turns.c.status).where(turns.c.id == turn_id)).scalar()
+        if waits != REQUIRES_ACTION:
+            return CancelOutcome(turn_id)
+        # ...but its current turn may wait for the user: no worker holds it, end it here.
+        return CancelOutcome(
+            turn_id, ring=_end_here(connection, conversation_id, row, turn_id, now)
+        )
     if holder_is_live(row, now):
         _request(connection, conversation_id, row.event_seq, turn_id, now=now)
         return CancelOutcome(turn_id, announce=True)
@@ -206,6 +214,9 @@ def _end_here(
     }
     if hands_over:
         ending.update(turn_number=row.turn_number + 1, iterations=0, error=None)
+        if row.status in AT_REST:  # a turn that waited for the user: the next one runs now
+            ending.update(status=PROCESSING)
+            logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": PROCESSING})
     else:
         ending.update(status=IDLE)
         logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": IDLE})

@@ -6,8 +6,9 @@ Pure functions: each bad input raises an `InvalidRequest` subclass whose message
 from __future__ import annotations
 
 import json
+import re
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from app.client.commands import BUSY_POLICIES
@@ -20,10 +21,13 @@ from app.errors import (
     TurnNotFound,
     UnknownTool,
 )
-from app.models import MAX_IDEMPOTENCY_KEY_CHARS, TOOL_CHOICES
+from app.models import BUILTIN_TOOL_NAMES, MAX_IDEMPOTENCY_KEY_CHARS, TOOL_CHOICES
 
 MAX_MODEL_CHARS = 200
 MAX_PAGE = 1000
+MAX_CLIENT_TOOLS = 64
+MAX_TOOL_DESCRIPTION_CHARS = 4000
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a name
 
 
 def parse_conversation_id(value: uuid.UUID | str) -> uuid.UUID:
@@ -77,6 +81,38 @@ def check_text(text: Any, what: str, limit: int, *, allow_empty: bool = False) -
         raise MessageTooLarge(f"{what} is {len(text)} characters; the limit is {limit}")
     if "\x00" in text:
         raise InvalidMessage(f"{what} contains a NUL character, which cannot be stored")
+    if not _is_unicode(text):
+        raise InvalidMessage(f"{what} is not valid Unicode (a lone surrogate), cannot be stored")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_storable_json(value: Any, what: str) -> None:
+    """JSON that every database stores: serializable, and no string in it (key or value) holds
+    a NUL character or a lone surrogate (PostgreSQL's JSONB refuses both)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"{what} must be JSON-serializable: {exc}") from None
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, str) and ("\x00" in item or not _is_unicode(item)):
+            raise InvalidRequest(
+                f"{what} holds a string with a NUL character or a lone surrogate, which "
+                "cannot be stored"
+            )
 
 
 def check_context(context: Any) -> None:
@@ -85,10 +121,7 @@ def check_context(context: Any) -> None:
         return
     if not isinstance(context, dict):
         raise InvalidRequest("context must be a JSON object (a dict) or None")
-    try:
-        json.dumps(context)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"context must be JSON-serializable: {exc}") from None
+    check_storable_json(context, "context")
 
 
 def check_tools_offered(names: Sequence[str], offered: Collection[str]) -> None:
@@ -137,3 +170,78 @@ def check_page_size(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE}, not {limit!r}")
     return limit
+
+
+def check_client_tools(tools: Any, mcp_tools: Sequence[str]) -> list[dict[str, Any]] | None:
+    """Tools the client executes: None or a list of {"name", "description", "parameters"} with
+    unique names (letters, digits, `_`, `-`; not a built-in's, nor one of `mcp_tools`) and a
+    JSON Schema of an object for the parameters (checked by `jsonschema`)."""
+    if tools is None:
+        return None
+    if isinstance(tools, str | bytes | dict) or not isinstance(tools, Sequence):
+        raise InvalidRequest("client_tools must be a list of tools")
+    if len(tools) > MAX_CLIENT_TOOLS:
+        raise InvalidRequest(f"client_tools: at most {MAX_CLIENT_TOOLS} tools, not {len(tools)}")
+    checked: list[dict[str, Any]] = []
+    for index, tool in enumerate(tools):
+        checked.append(_client_tool(tool, f"client_tools[{index}]"))
+    check_storable_json(checked, "client_tools")
+    names = [tool["name"] for tool in checked]
+    for name in names:
+        if names.count(name) > 1:
+            raise InvalidRequest(f"client_tools: the name {name!r} is used twice")
+        if name in BUILTIN_TOOL_NAMES:
+            raise InvalidRequest(f"client_tools: {name!r} is the name of a built-in tool")
+        if name in mcp_tools:
+            raise InvalidRequest(f"client_tools: {name!r} is also in tools (a server's tool)")
+    return checked
+
+
+def _client_tool(tool: Any, where: str) -> dict[str, Any]:
+    from jsonschema import SchemaError, validators  # only for conversations that declare tools
+
+    if not isinstance(tool, dict):
+        raise InvalidRequest(f"{where} must be an object with name, description, parameters")
+    unknown = set(tool) - {"name", "description", "parameters"}
+    if unknown:
+        raise InvalidRequest(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    name, description = tool.get("name"), tool.get("description", "")
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise InvalidRequest(f"{where}.name must be 1-64 letters, digits, '_' or '-'")
+    if not isinstance(description, str) or len(description) > MAX_TOOL_DESCRIPTION_CHARS:
+        raise InvalidRequest(
+            f"{where}.description must be a string of at most {MAX_TOOL_DESCRIPTION_CHARS}"
+        )
+    parameters = tool.get("parameters", {"type": "object", "properties": {}})
+    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        raise InvalidRequest(f"{where}.parameters must be a JSON Schema of an object")
+    try:
+        validators.validator_for(parameters, default=validators.Draft202012Validator).check_schema(
+            parameters
+        )
+        json.dumps(parameters)
+    except SchemaError as exc:
+        raise InvalidRequest(
+            f"{where}.parameters is not a valid JSON Schema: {exc.message}"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"{where}.parameters must be JSON: {exc}") from None
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+MAX_OUTPUTS = 128
+
+
+def check_outputs(outputs: Any, limit: int) -> dict[str, str]:
+    """Answers by call id: a non-empty mapping of call ids to storable strings."""
+    if not isinstance(outputs, Mapping) or not outputs:
+        raise InvalidRequest("outputs must be a non-empty mapping of call ids to outputs")
+    if len(outputs) > MAX_OUTPUTS:
+        raise InvalidRequest(f"at most {MAX_OUTPUTS} outputs at once, not {len(outputs)}")
+    checked: dict[str, str] = {}
+    for call_id, output in outputs.items():
+        if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
+            raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
+        check_text(output, f"the output of {call_id}", limit, allow_empty=True)
+        checked[call_id] = output
+    return checked

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
+from app.client.actions import answer_actions, waiting_clarifications, waiting_turn
 from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
 from app.client.ledger import (
     AT_REST,
@@ -41,6 +42,8 @@ from app.models import (
     MESSAGE_COMMITTED,
     PROCESSING,
     RELEASED_LEASE,
+    REQUIRES_ACTION,
+    RUNNING,
     STATUS_CHANGED,
     TURN_QUEUED,
 )
@@ -62,6 +65,7 @@ class NewTurn:
     waits: bool = False  # queued behind the running turn, its message outside the transcript
     repeated: bool = False  # the same key and text were submitted before: nothing was written
     announce: bool = False  # `interrupt` asked the running turn's worker to cancel it: tell it
+    resumes: bool = False  # the message answered the waiting turn's question: it goes on
 
 
 def insert_conversation(
@@ -74,6 +78,8 @@ def insert_conversation(
     tools: Sequence[str],
     tool_choice: str,
     context: dict[str, Any] | None,
+    client_tools: list[dict[str, Any]] | None = None,
+    clarify: bool = True,
 ) -> bool:
     """A new idle conversation (the columns' defaults do the rest); False when one with that id
     exists already, set up exactly so for the same owner (nothing is written).
@@ -87,6 +93,8 @@ def insert_conversation(
         "allowed_tools": list(tools),
         "tool_choice": tool_choice,
         "context": context,
+        "client_tools": client_tools,
+        "clarify": clarify,
     }
     existing = connection.execute(
         select(*(conversations.c[name] for name in setup)).where(
@@ -136,7 +144,21 @@ def submit_turn(
         if seen is not None:
             return seen
     number = row.turn_count + 1
-    if row.status in AT_REST:
+    waiting = waiting_turn(connection, conversation_id, row.turn_number)
+    if waiting is not None:
+        asked = waiting_clarifications(connection, conversation_id, row.turn_number)
+        if asked is not None:  # the message is the answer to the model's question
+            turn_id, calls = asked
+            answered = answer_actions(
+                connection,
+                conversation_id,
+                turn_id,
+                dict.fromkeys(calls, text),
+                now=datetime.now(UTC),
+            )
+            status = RUNNING if answered.resumes else REQUIRES_ACTION
+            return NewTurn(turn_id, row.turn_number, status, None, resumes=answered.resumes)
+    if row.status in AT_REST and waiting is None:
         message_seq = last_message_seq(connection, conversation_id) + 1
         turn = _insert_turn(
             connection, conversation_id, number, idempotency_key, message_seq=message_seq
@@ -160,8 +182,9 @@ def submit_turn(
         return turn
     running = turn_id_of(connection, conversation_id, row.turn_number)
     if on_busy == REJECT:
+        doing = "waits for its client's tool outputs" if waiting is not None else "is running"
         raise ConversationBusy(
-            f"conversation {conversation_id} is {row.status}: turn {running} is running; "
+            f"conversation {conversation_id} is {row.status}: turn {running} {doing}; "
             "submit with on_busy='enqueue' to queue the message behind it, or 'interrupt' to "
             "cancel it and run this one",
             turn_id=running,

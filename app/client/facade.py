@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -22,13 +22,16 @@ from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from app.client import commands, keys, reads
+from app.client.actions import answer_actions
 from app.client.cancel import CancelOutcome, cancel_turn
 from app.client.checks import (
     check_busy_policy,
+    check_client_tools,
     check_context,
     check_cursor,
     check_idempotency_key,
     check_model,
+    check_outputs,
     check_page_size,
     check_text,
     check_tool_choice,
@@ -100,12 +103,19 @@ class ChatClient:
         context: dict[str, Any] | None = None,
         owner: str | None = None,
         conversation_id: uuid.UUID | str | None = None,
+        client_tools: Sequence[dict[str, Any]] | None = None,
+        clarify: bool = True,
     ) -> uuid.UUID:
         """A new idle conversation; `tools` are names from `list_tools()`.
 
         `owner`: who may see it through the HTTP API (None: no one in particular). A caller may
         choose its id: a second create with the same id and the same fields returns it again
-        (see `create_or_get`), with other fields it is `ConversationConflict`."""
+        (see `create_or_get`), with other fields it is `ConversationConflict`.
+
+        `client_tools`: tools the web app's client executes ({"name", "description",
+        "parameters": a JSON Schema}); a call of one pauses the turn (`requires_action`) until
+        the client posts its output (`submit_action_outputs`). `clarify`: the model may ask the
+        user a question (`agent_clarify`) when it has tools; the next message answers it."""
         return self.create_or_get(
             model=model,
             instructions=instructions,
@@ -114,6 +124,8 @@ class ChatClient:
             context=context,
             owner=owner,
             conversation_id=conversation_id,
+            client_tools=client_tools,
+            clarify=clarify,
         )[0]
 
     def create_or_get(
@@ -126,11 +138,16 @@ class ChatClient:
         context: dict[str, Any] | None = None,
         owner: str | None = None,
         conversation_id: uuid.UUID | str | None = None,
+        client_tools: Sequence[dict[str, Any]] | None = None,
+        clarify: bool = True,
     ) -> tuple[uuid.UUID, bool]:
         """`create_conversation`, and whether it was created (False: it existed, same fields)."""
         model = check_model(self.settings.model if model is None else model)
         check_tool_choice(tool_choice)
         names = check_tool_names(tools, tool_choice)
+        declared = check_client_tools(client_tools, names)
+        if not isinstance(clarify, bool):
+            raise InvalidRequest(f"clarify must be true or false, not {clarify!r}")
         if instructions is not None:
             check_text(instructions, "instructions", self._limit, allow_empty=True)
         check_context(context)
@@ -144,6 +161,8 @@ class ChatClient:
             "tools": names,
             "tool_choice": tool_choice,
             "context": context,
+            "client_tools": declared,
+            "clarify": clarify,
         }
         try:
             return chosen, self._insert(chosen, setup)
@@ -224,6 +243,33 @@ class ChatClient:
             turn = commands.retry_turn(connection, conversation_id)
         self._notify(conversation_id)
         return self._ring(conversation_id, turn)
+
+    def answer_actions(
+        self,
+        turn_id: uuid.UUID | str,
+        outputs: Mapping[str, str],
+        *,
+        owner: str | None = None,
+    ) -> TurnView:
+        """Answer what a turn waits for (`requires_action`), by call id: a client tool's output,
+        or the user's answer to the model's question. When none is left waiting, the turn goes
+        on (a worker is rung). A call answered before with the same output is skipped (a retry
+        is harmless); `ActionNotFound` for a call the turn never waited on,
+        `ActionAlreadyAnswered` for one answered otherwise (or cancelled); a refused answer
+        refuses the whole request. The turn as it is after the answers."""
+        turn_id = parse_turn_id(turn_id)
+        checked = check_outputs(outputs, self._limit)
+        with self.engine.begin() as connection:
+            conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
+            answered = answer_actions(
+                connection, conversation_id, turn_id, checked, now=datetime.now(UTC)
+            )
+            turn = reads.read_turn(connection, turn_id)
+        if answered.written:
+            self._notify(conversation_id)
+        if answered.resumes and self._enqueue is not None:
+            ring(self._enqueue, Submitted(conversation_id, None, enqueued=False))
+        return turn
 
     def cancel(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -501,7 +547,7 @@ class ChatClient:
         )
         if turn.waits:
             return replace(submitted, detail=WAITING)
-        if turn.status != "queued":
+        if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
 
@@ -521,6 +567,13 @@ class AsyncChatClient:
     ) -> Submitted:
         return await asyncio.to_thread(
             lambda: self.sync.submit_message(conversation_id, text, **options)
+        )
+
+    async def answer_actions(
+        self, turn_id: uuid.UUID | str, outputs: Mapping[str, str], **options: Any
+    ) -> TurnView:
+        return await asyncio.to_thread(
+            lambda: self.sync.answer_actions(turn_id, outputs, **options)
         )
 
     async def get_turn(self, turn_id: uuid.UUID | str, **options: Any) -> TurnView:

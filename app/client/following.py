@@ -23,7 +23,7 @@ from app.client.ledger import AT_REST
 from app.client.merge import Cursor, LiveMerge
 from app.client.views import EventView
 from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Position
-from app.models import TERMINAL_EVENTS
+from app.models import ACTION_REQUIRED, TERMINAL_EVENTS
 
 if TYPE_CHECKING:
     from app.client.facade import ChatClient
@@ -32,8 +32,9 @@ log = logging.getLogger(__name__)
 
 FollowItem = EventView | Delta | Discarded
 REST = "rest"  # stop once the conversation rests with every event handed out
-TURN_END = "turn_end"  # stop after the terminal event of the turn being followed
+TURN_END = "turn_end"  # stop after the terminal event (or action.required) of the followed turn
 UNTIL = (REST, TURN_END, None)
+_TURN_STOPS = (*TERMINAL_EVENTS, ACTION_REQUIRED)
 PAGE = 500
 
 
@@ -182,7 +183,9 @@ class Following(Iterator[FollowItem]):
                 self._done = True
 
     def _ends_turn(self, item: FollowItem) -> bool:
-        if not isinstance(item, EventView) or item.type not in TERMINAL_EVENTS:
+        """A terminal event of the followed turn, or its `action.required`: it waits for the
+        user (who may well be the one following)."""
+        if not isinstance(item, EventView) or item.type not in _TURN_STOPS:
             return False
         return self.turn_id is None or item.turn_id == self.turn_id
 

@@ -7,12 +7,14 @@ Each function runs its queries on the caller's `Connection` and returns views, n
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, func, select
 
 from app.client.views import (
+    ActionView,
     ConversationView,
     EventPage,
     EventView,
@@ -39,6 +41,8 @@ _CONVERSATION_COLUMNS = (
     conversations.c.allowed_tools,
     conversations.c.tool_choice,
     conversations.c.context,
+    conversations.c.client_tools,
+    conversations.c.clarify,
     conversations.c.iterations,
     conversations.c.prompt_tokens,
     conversations.c.completion_tokens,
@@ -135,7 +139,7 @@ def read_turn(connection: Connection, turn_id: uuid.UUID) -> TurnView:
     row = connection.execute(select(turns).where(turns.c.id == turn_id)).one_or_none()
     if row is None:
         raise TurnNotFound(f"no turn {turn_id}")
-    return _turn_view(row._mapping)
+    return _with_answers(connection, _turn_view(row._mapping))
 
 
 def current_turn(connection: Connection, conversation_id: uuid.UUID) -> TurnView | None:
@@ -146,7 +150,24 @@ def current_turn(connection: Connection, conversation_id: uuid.UUID) -> TurnView
         .where(turns.c.conversation_id == conversation_id)
         .where(turns.c.number == conversations.c.turn_number)
     ).one_or_none()
-    return None if row is None else _turn_view(row._mapping)
+    return None if row is None else _with_answers(connection, _turn_view(row._mapping))
+
+
+def _with_answers(connection: Connection, turn: TurnView) -> TurnView:
+    """The turn with each action's `answered` (whether its call has a result)."""
+    if not turn.actions:
+        return turn
+    answered = set(
+        connection.execute(
+            select(messages.c.tool_call_id).where(
+                messages.c.conversation_id == turn.conversation_id,
+                messages.c.role == "tool",
+                messages.c.tool_call_id.in_([action.call_id for action in turn.actions]),
+            )
+        ).scalars()
+    )
+    actions = tuple(replace(a, answered=a.call_id in answered) for a in turn.actions)
+    return replace(turn, actions=actions)
 
 
 # Prefixed: events, turns and messages share column names.
@@ -215,6 +236,8 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         tools=list(row.allowed_tools or []),
         tool_choice=row.tool_choice,
         context=row.context,
+        client_tools=list(row.client_tools or []),
+        clarify=bool(row.clarify),
         iterations=row.iterations,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
@@ -267,6 +290,10 @@ def _turn_view(row: Any) -> TurnView:
         started_at=_maybe_aware(row["started_at"]),
         finished_at=_maybe_aware(row["finished_at"]),
         cancel_requested_at=_maybe_aware(row["cancel_requested_at"]),
+        actions=tuple(
+            ActionView(a["call_id"], a["kind"], a["name"], dict(a.get("arguments") or {}))
+            for a in row.get("actions") or ()
+        ),
     )
 
 

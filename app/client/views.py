@@ -46,6 +46,8 @@ class ConversationView:
     created_at: datetime
     updated_at: datetime
     messages: list[MessageView] = field(default_factory=list)
+    client_tools: list[dict[str, Any]] = field(default_factory=list)  # executed by the client
+    clarify: bool = True  # the model may ask the user (agent_clarify)
 
     @property
     def is_running(self) -> bool:
@@ -61,13 +63,26 @@ class ConversationView:
 
 
 @dataclass(frozen=True)
+class ActionView:
+    """Something a turn waits for (or waited for): a question the model asked the user
+    (`clarification`: `arguments["question"]`), or a call of a tool the client executes
+    (`client_tool`, with its arguments). `answered`: the call has its result (None: not read)."""
+
+    call_id: str
+    kind: str
+    name: str
+    arguments: dict[str, Any]
+    answered: bool | None = None
+
+
+@dataclass(frozen=True)
 class TurnView:
     """A turn: one user message (or a retry) to its end."""
 
     id: uuid.UUID
     conversation_id: uuid.UUID
     number: int
-    status: str  # queued | running | completed | failed | cancelled
+    status: str  # queued | running | requires_action | completed | failed | cancelled
     kind: str  # message | retry
     message_seq: int | None  # the user's message, once it is in the transcript
     idempotency_key: str | None
@@ -78,6 +93,12 @@ class TurnView:
     started_at: datetime | None
     finished_at: datetime | None
     cancel_requested_at: datetime | None
+    actions: tuple[ActionView, ...] = ()  # what it waits for while `requires_action`
+
+    @property
+    def pending_actions(self) -> tuple[ActionView, ...]:
+        """The actions still waiting for an answer."""
+        return tuple(action for action in self.actions if action.answered is False)
 
     @property
     def is_finished(self) -> bool:

@@ -14,6 +14,7 @@ from app.models.conversation import (
     Conversation,
 )
 from app.models.event import (
+    ACTION_REQUIRED,
     CANCEL_REQUESTED,
     EVENT_TYPES,
     MESSAGE_COMMITTED,
@@ -36,15 +37,19 @@ from app.models.message import (
     USER,
     Message,
 )
-from app.models.tool import CatalogTool
+from app.models.tool import BUILTIN_TOOL_NAMES, CLARIFY_TOOL, CatalogTool
 from app.models.turn import (
+    ACTION_KINDS,
     CANCELLED,
+    CLARIFICATION,
+    CLIENT_TOOL,
     COMPLETED,
     FINISHED_TURN_STATUSES,
     FOR_MESSAGE,
     FOR_RETRY,
     MAX_IDEMPOTENCY_KEY_CHARS,
     QUEUED,
+    REQUIRES_ACTION,
     RUNNING,
     TURN_FAILED,
     TURN_STATUSES,
@@ -52,10 +57,16 @@ from app.models.turn import (
 )
 
 __all__ = [
+    "ACTION_KINDS",
+    "ACTION_REQUIRED",
     "ASSISTANT",
+    "BUILTIN_TOOL_NAMES",
     "CANCELLED",
     "CANCELLED_CALL_RESULT",
     "CANCEL_REQUESTED",
+    "CLARIFICATION",
+    "CLARIFY_TOOL",
+    "CLIENT_TOOL",
     "COMPLETED",
     "EVENT_TYPES",
     "FAILED",
@@ -69,6 +80,7 @@ __all__ = [
     "PROCESSING",
     "QUEUED",
     "RELEASED_LEASE",
+    "REQUIRES_ACTION",
     "ROLES",
     "RUNNING",
     "RUNNING_STATUSES",

@@ -12,7 +12,18 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, DateTime, Index, Integer, String, Text, func
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Index,
+    Integer,
+    String,
+    Text,
+    func,
+    true,
+)
 from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -63,6 +74,11 @@ class Conversation(Base):
     instructions: Mapped[str | None] = mapped_column(Text)
     allowed_tools: Mapped[list[str]] = mapped_column(JsonType, default=list)
     tool_choice: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
+    # Tools the web app's client executes ({"name", "description", "parameters"}); a call of one
+    # pauses the turn until the client posts its output.
+    client_tools: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
+    # Whether the model may ask the user a question (`agent_clarify`) when it uses tools.
+    clarify: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     # Opaque to the worker: the web app's own tracking data, passed through untouched.
     context: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     iterations: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

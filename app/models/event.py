@@ -26,6 +26,7 @@ TURN_CANCELLED = "turn.cancelled"
 CANCEL_REQUESTED = "turn.cancel_requested"
 STATUS_CHANGED = "status.changed"
 MESSAGE_COMMITTED = "message.committed"
+ACTION_REQUIRED = "action.required"  # the turn waits for the user: see the turn's actions
 EVENT_TYPES = (
     TURN_QUEUED,
     TURN_STARTED,
@@ -36,6 +37,7 @@ EVENT_TYPES = (
     CANCEL_REQUESTED,
     STATUS_CHANGED,
     MESSAGE_COMMITTED,
+    ACTION_REQUIRED,
 )
 TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
 

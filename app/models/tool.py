@@ -15,6 +15,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, JsonType
 
+#: The worker's own tools, never sent to an MCP server (`app.worker.builtin`): the model asks the
+#: user a question; it pages through earlier tool outputs. No client tool may take these names.
+CLARIFY_TOOL = "agent_clarify"
+BUILTIN_TOOL_NAMES = frozenset({CLARIFY_TOOL, "session_cache_list", "session_cache_get"})
+
 
 class CatalogTool(Base):
     __tablename__ = "tool_catalog"

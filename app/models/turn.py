@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -24,14 +25,23 @@ from sqlalchemy import (
 from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import Base, in_list
+from app.models.base import Base, JsonType, in_list
 
 QUEUED = "queued"
 RUNNING = "running"
+# Waiting for the user or their client (an answer, a client tool's output): nothing runs, no
+# lease is held, the conversation rests; `actions` says what is asked.
+REQUIRES_ACTION = "requires_action"
 COMPLETED = "completed"
 TURN_FAILED = "failed"
 CANCELLED = "cancelled"
-TURN_STATUSES = (QUEUED, RUNNING, COMPLETED, TURN_FAILED, CANCELLED)
+TURN_STATUSES = (QUEUED, RUNNING, REQUIRES_ACTION, COMPLETED, TURN_FAILED, CANCELLED)
+
+# The kinds of a pending action: a question the model asked the user (`agent_clarify`), a call of
+# a tool the client executes.
+CLARIFICATION = "clarification"
+CLIENT_TOOL = "client_tool"
+ACTION_KINDS = (CLARIFICATION, CLIENT_TOOL)
 FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
 
 FOR_MESSAGE = "message"  # a user message started it
@@ -57,6 +67,9 @@ class Turn(Base):
     )
     number: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default=QUEUED, server_default=QUEUED)
+    # What the turn waits for while `requires_action` (and after, for the record): one object per
+    # call, {"call_id", "kind", "name", "arguments"}; answered once the call has its result.
+    actions: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
     kind: Mapped[str] = mapped_column(String(16), default=FOR_MESSAGE, server_default=FOR_MESSAGE)
     # The user's message: its seq once it is in the transcript; its text while it waits outside.
     message_seq: Mapped[int | None] = mapped_column(Integer)

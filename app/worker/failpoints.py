@@ -27,7 +27,10 @@ POINTS = {
     "results_committed": "every tool result is committed; the next LLM call has not started",
     "final_committed": "the final text and idle are committed",
     "before_ack": "the host has the doorbell; dramatiq has not acknowledged the message",
+    "paused": "the turn's pause (requires_action, lease released) is committed",
 }
+#: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one.
+MATRIX_POINTS = tuple(point for point in POINTS if point != "paused")
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,16 @@ question of the same data, so they are the same path):
       otherwise                                                 Cancel: the turn is cancelled
  4  no user message                                             Fail(NO_USER_MESSAGE)
  5  assistant tool calls not all answered; the first
-    unanswered call (in call order):
+    unanswered call (in call order) that is not waiting:
       its reply was cut off by the length limit                 RejectCall(CUT_OFF)
       names a tool not offered to this conversation             RejectCall(not allowed / unknown)
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       has arguments its tool's inputSchema refuses              RejectCall(naming the field)
+      a tool only the user or their client answers              (waiting: the next call first)
+        (`agent_clarify`, a client-executed tool)
       otherwise                                                 RunTool(call, arguments)
+    every unanswered call is waiting                            Pause: the turn requires action,
+                                                                  one pending action per call
  6  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
     rounds of calls all came back as errors
  7  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
@@ -44,6 +48,10 @@ A reply that arrived is committed by these rows even when a cancel came while it
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
 the call, so no reply comes and row 3 cancels the turn.
 
+A paused turn (`requires_action`) holds no lease and runs nothing; the user's answers are
+committed as the waiting calls' results by the web side, which hands the turn back to the
+workers, and the next claim plans from row 1 again like after any other step.
+
 Every action commits one step (one transaction) and the next action is planned again from what is
 then committed: a crash anywhere resumes at the row that matches the database. Crash points:
 after submit or during the model call (8), after the tool calls are committed or between two
@@ -58,8 +66,9 @@ What the model is sent is built by `transcript.Transcript`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 MAX_ITERATIONS_ERROR = "Max tool iterations reached"
@@ -115,12 +124,14 @@ class Entry(NamedTuple):
 
 class Toolbox(NamedTuple):
     """The tool names a turn may call (`offered`), every name the worker has (`known`, to word a
-    refusal), and the check of a call's arguments against its tool's schema (`check`: None when
-    they pass, else the error result; `arguments.ArgumentCheck`)."""
+    refusal), the check of a call's arguments against its tool's schema (`check`: None when
+    they pass, else the error result; `arguments.ArgumentCheck`), and the tools the worker never
+    runs because the user or their client answers them (`waits`: name -> action kind)."""
 
     offered: frozenset[str] = frozenset()
     known: frozenset[str] = frozenset()
     check: Callable[[str, dict[str, Any]], str | None] | None = None
+    waits: Mapping[str, str] = MappingProxyType({})
 
 
 NO_TOOLS = Toolbox()
@@ -150,6 +161,31 @@ class RejectCall:
     error: str
 
 
+class PendingAction(NamedTuple):
+    """A call the turn waits on: its kind (`clarification`, `client_tool`) and checked
+    arguments."""
+
+    call: ToolCall
+    kind: str
+    arguments: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call.id,
+            "kind": self.kind,
+            "name": self.call.name,
+            "arguments": self.arguments,
+        }
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Every unanswered call waits for the user or their client: the turn requires action
+    (lease released, nothing running) until the web side commits their results."""
+
+    actions: tuple[PendingAction, ...]
+
+
 @dataclass(frozen=True)
 class Finish:
     """The turn's final answer is committed: the conversation goes idle."""
@@ -167,7 +203,7 @@ class Cancel:
     """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
 
 
-Action = CallModel | RunTool | RejectCall | Finish | Fail | Cancel
+Action = CallModel | RunTool | RejectCall | Pause | Finish | Fail | Cancel
 
 
 @dataclass(frozen=True)
@@ -226,7 +262,13 @@ def next_action(
         return Fail(NO_USER_MESSAGE_ERROR)
     if pending:
         cut_off = assistant is not None and assistant.finish_reason == "length"
-        return _tool_step(pending[0], tools, cut_off)
+        waiting = []
+        for call in pending:
+            step = _tool_step(call, tools, cut_off)
+            if not isinstance(step, PendingAction):
+                return step
+            waiting.append(step)
+        return Pause(tuple(waiting))
     return _model_step(turn, iterations, max_iterations, max_error_rounds)
 
 
@@ -267,13 +309,18 @@ def model_failed(error: str) -> Fail:
     return Fail(error)
 
 
-def _tool_step(call: ToolCall, tools: Toolbox, cut_off: bool) -> RunTool | RejectCall:
+def _tool_step(
+    call: ToolCall, tools: Toolbox, cut_off: bool
+) -> RunTool | RejectCall | PendingAction:
     checked = check_call(call, tools.offered, tools.known, cut_off)
     if isinstance(checked, str):
         return RejectCall(call, checked)
     refused = tools.check(call.name, checked) if tools.check is not None else None
     if refused is not None:
         return RejectCall(call, refused)
+    kind = tools.waits.get(call.name)
+    if kind is not None:
+        return PendingAction(call, kind, checked)
     return RunTool(call, checked)
 
 
@@ -330,11 +377,15 @@ def toolbox(
     allowed: Collection[str],
     available: Iterable[str],
     check: Callable[[str, dict[str, Any]], str | None] | None = None,
+    waits: Mapping[str, str] | None = None,
 ) -> Toolbox:
     """Least privilege: only the allowed tools the worker has are offered, and only they run
-    (with arguments `check` accepts)."""
-    known = frozenset(available)
-    return Toolbox(offered=known & frozenset(allowed), known=known, check=check)
+    (with arguments `check` accepts); the tools the user or their client answers (`waits`) are
+    offered too, and never run."""
+    waits = MappingProxyType(dict(waits or {}))
+    known = frozenset(available) | frozenset(waits)
+    offered = (known & frozenset(allowed)) | frozenset(waits)
+    return Toolbox(offered=offered, known=known, check=check, waits=waits)
 
 
 # --- recovering a turn whose worker died ---------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
 from app.models import PROCESSING
-from app.worker import failpoints, plan
+from app.worker import builtin, failpoints, plan
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
@@ -32,6 +32,7 @@ from app.worker.plan import (
     Entry,
     Fail,
     Finish,
+    Pause,
     RecordAnswer,
     RecordCalls,
     RejectCall,
@@ -60,6 +61,7 @@ class Outcome(enum.Enum):
     IDLE = "idle"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    WAITING = "requires_action"  # the turn waits for the user or their client
     NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
 
@@ -245,6 +247,15 @@ class _Turn:
                     await self._record_result(call, result.content, result.is_error)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
+                case Pause(actions):
+                    await self._commit(
+                        self.store.pause,
+                        self.claim,
+                        status=self.status,
+                        actions=[action.as_json() for action in actions],
+                    )
+                    failpoints.hit("paused")
+                    return Outcome.WAITING
                 case Finish():
                     await self._commit(self.store.finish, self.claim, status=self.status)
                     return Outcome.IDLE
@@ -272,15 +283,22 @@ class _Turn:
             self._in_flight = None
 
     async def _load_tools(self) -> None:
-        allowed = self.snapshot.allowed_tools
-        if not plan.uses_tools(allowed, self.snapshot.tool_choice):
+        snapshot = self.snapshot
+        allowed = snapshot.allowed_tools
+        names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
+        if not plan.uses_tools(names, snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
-        definitions = await self.runner.tools.definitions()
-        schemas = {d.name: d.input_schema for d in definitions if d.name in allowed}
-        self.toolbox = plan.toolbox(allowed, (d.name for d in definitions), ArgumentCheck(schemas))
-        self.function_tools = [
-            d.as_function_tool() for d in definitions if d.name in self.toolbox.offered
-        ]
+        # Its own tools (agent_clarify, the client's) shadow a server's of the same name.
+        own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify)
+        served = [d for d in await self.runner.tools.definitions() if d.name not in waits]
+        offered = [d for d in served if d.name in allowed] + own
+        self.toolbox = plan.toolbox(
+            allowed,
+            (d.name for d in served),
+            ArgumentCheck({d.name: d.input_schema for d in offered}),
+            waits,
+        )
+        self.function_tools = [d.as_function_tool() for d in offered]
 
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests.

@@ -93,6 +93,28 @@ CASES = [
          json={"tools": ["add", "no_such_tool"]}),
     Case("empty message", "POST", MESSAGES, 400, "invalid_message", json={"text": ""}),
     Case("nul in message", "POST", MESSAGES, 400, "invalid_message", json={"text": "a\x00b"}),
+    Case("lone surrogate in message", "POST", MESSAGES, 400, "invalid_message",
+         content=b'{"text": "a\\ud97ab"}', headers=JSON),
+    Case("nul in a context key", "POST", CONVERSATIONS, 400, "invalid_request",
+         json={"context": {"a\x00": 1}}),
+    Case("lone surrogate in context", "POST", CONVERSATIONS, 400, "invalid_request",
+         content=b'{"context": {"a": "\\ud97a"}}', headers=JSON),
+    Case("client tool named like a built-in", "POST", CONVERSATIONS, 400, "invalid_request",
+         json={"client_tools": [{"name": "agent_clarify"}]}),
+    Case("client tool with a bad schema", "POST", CONVERSATIONS, 400, "invalid_request",
+         json={"client_tools": [{"name": "t", "parameters": {"type": "object",
+                                                           "required": "a"}}]}),
+    Case("client tool with an unknown field", "POST", CONVERSATIONS, 422, "validation_failed",
+         json={"client_tools": [{"name": "t", "run": "now"}]}),
+    Case("actions of an unknown turn", "POST", "/v1/turns/{unknown}/actions", 404,
+         "turn_not_found", json={"outputs": [{"call_id": "c", "output": "x"}]}),
+    Case("actions the turn never waited for", "POST", "/v1/turns/{turn}/actions", 404,
+         "action_not_found", json={"outputs": [{"call_id": "c", "output": "x"}]}),
+    Case("actions without outputs", "POST", "/v1/turns/{turn}/actions", 422,
+         "validation_failed", json={"outputs": []}),
+    Case("actions answering one call twice", "POST", "/v1/turns/{turn}/actions", 400,
+         "invalid_request", json={"outputs": [{"call_id": "c", "output": "x"},
+                                              {"call_id": "c", "output": "y"}]}),
     Case("message too large", "POST", MESSAGES, 413, "message_too_large",
          json={"text": "x" * (MAX_MESSAGE_CHARS + 1)}),
     Case("request too large", "POST", MESSAGES, 413, "request_too_large",
@@ -319,7 +341,7 @@ def check_documented(case: Case, spec: dict[str, Any]) -> None:
     template = case.path.replace("{conversation}", "{conversation_id}")
     template = template.replace(
         "{unknown}", "{turn_id}" if "/turns/" in template else "{conversation_id}"
-    )
+    ).replace("{turn}", "{turn_id}")
     operation = spec["paths"].get(template, {}).get(case.method.lower())
     if operation is None:
         assert case.code in ("not_found", "method_not_allowed", "validation_failed"), template

@@ -41,6 +41,9 @@ BODIES: dict[tuple[str, str], Any] = {
         "text": "bob was here",
         "on_busy": "interrupt",
     },
+    ("post", "/v1/turns/{turn_id}/actions"): lambda _: {
+        "outputs": [{"call_id": "call_1", "output": "bob's answer"}]
+    },
 }
 # Query parameters that keep a wrongly answered request short.
 QUERIES: dict[tuple[str, str], dict[str, str]] = {

@@ -486,3 +486,101 @@ def test_tools_health_ready_the_openapi_document_and_the_page(
         refused = anonymous.put("/v1/conversations")
         assert_problem(refused, 405, "method_not_allowed")
         assert refused.headers["allow"] == "GET, POST"
+
+
+# --- turns that wait for the user -----------------------------------------------------------------
+
+LOCATE = {
+    "name": "get_location",
+    "description": "The user's city, from their browser.",
+    "parameters": {"type": "object", "properties": {}},
+}
+
+
+def waiting_turn(http: httpx.Client, turn_id: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        turn: dict[str, Any] = http.get(f"/v1/turns/{turn_id}").json()
+        if turn["status"] == "requires_action":
+            return turn
+        assert time.monotonic() < deadline, f"turn still {turn['status']} after {timeout} s"
+        time.sleep(0.05)
+
+
+def test_a_client_tool_call_waits_for_its_output_posted_to_the_turn_s_actions(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_loc", "name": "get_location", "arguments": {}}]},
+            {"text": "You are in Paris."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    conversation = create(http, client_tools=[LOCATE])
+    assert conversation["client_tools"] == [LOCATE] and conversation["clarify"] is True
+    response = submit(http, conversation["id"], f"where am I {token}", params={"wait": "true"})
+    assert response.status_code == 200, response.text  # ?wait=true answers once it waits, too
+    turn = response.json()["turn"]
+    assert turn["status"] == "requires_action"
+    assert turn["actions"] == [
+        {
+            "call_id": "c_loc",
+            "kind": "client_tool",
+            "name": "get_location",
+            "arguments": {},
+            "answered": False,
+        }
+    ]
+    actions = f"/v1/turns/{turn['id']}/actions"
+    assert_problem(
+        http.post(actions, json={"outputs": [{"call_id": "nope", "output": "x"}]}),
+        404,
+        "action_not_found",
+    )
+    answered = http.post(actions, json={"outputs": [{"call_id": "c_loc", "output": "Paris"}]})
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["status"] == "running"
+    assert answered.json()["actions"][0]["answered"] is True
+    assert finished_turn(http, turn["id"])["status"] == "completed"
+    again = http.post(actions, json={"outputs": [{"call_id": "c_loc", "output": "Paris"}]})
+    assert again.status_code == 200 and again.json()["status"] == "completed"  # harmless
+    assert_problem(
+        http.post(actions, json={"outputs": [{"call_id": "c_loc", "output": "London"}]}),
+        409,
+        "action_already_answered",
+    )
+    events = http.get(f"/v1/conversations/{conversation['id']}/events", params={"limit": 100})
+    assert "action.required" in [e["type"] for e in events.json()["data"]]
+
+
+def test_the_model_s_question_is_answered_by_the_next_message(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    ask = {"question": "Which report?"}
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "ask", "name": "agent_clarify", "arguments": ask}]},
+            {"text": "Here is Q3."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    conversation = create(http, tools=["add"])
+    first = submit(http, conversation["id"], f"the report {token}").json()["turn"]["id"]
+    turn = waiting_turn(http, first)
+    assert [(a["kind"], a["arguments"]) for a in turn["actions"]] == [("clarification", ask)]
+    answer = submit(http, conversation["id"], "Q3")
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["turn"]["id"] == first  # the same turn goes on
+    done = finished_turn(http, first)
+    assert done["status"] == "completed"
+    messages = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    assert [(m["role"], m["content"]) for m in messages][1:] == [
+        ("assistant", None),
+        ("tool", "Q3"),
+        ("assistant", "Here is Q3."),
+    ]

@@ -56,7 +56,12 @@ CODES = documented_codes()
 
 
 def test_the_error_code_table_is_read() -> None:
-    assert CODES[404] == {"conversation_not_found", "turn_not_found", "not_found"}
+    assert CODES[404] == {
+        "conversation_not_found",
+        "turn_not_found",
+        "action_not_found",
+        "not_found",
+    }
     assert "unsupported_media_type" in CODES[415]
 
 

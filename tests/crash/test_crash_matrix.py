@@ -14,7 +14,7 @@ import pytest
 
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
-from app.worker.failpoints import POINTS
+from app.worker.failpoints import MATRIX_POINTS
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
 from tests.servers.mcp_server import read_applied, read_ledger
@@ -74,7 +74,7 @@ def reference(
 
 
 @pytest.mark.parametrize("kind", TOOLS)
-@pytest.mark.parametrize("failpoint", POINTS)
+@pytest.mark.parametrize("failpoint", MATRIX_POINTS)
 def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
     deployment: Deployment,
     reference: dict[str, list[tuple[object, ...]]],
@@ -135,4 +135,51 @@ def test_a_tool_keyed_on_the_call_id_applies_its_side_effect_once_across_a_kill_
     assert applied == [(f"{conversation_id}:call_tool", "pay invoice 42")]  # applied once
     results = [m for m in view.messages if m.role == "tool" and m.tool_call_id == "call_tool"]
     assert [m.content for m in results] == ["Applied: pay invoice 42"]
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+LOCATE = {"name": "get_location", "description": "The user's city.", "parameters": {}}
+
+
+def test_a_turn_waiting_for_the_user_survives_its_worker_and_the_worker_that_resumes_it(
+    deployment: Deployment,
+) -> None:
+    """Killed right after the pause is committed: nothing is lost, nothing waits on a worker.
+    The answer resumes the turn; the worker that claims it is killed before its model call
+    (`after_claim`), and a third one finishes it with the same transcript as a calm run."""
+    deployment.llm.script(
+        [
+            {"tool_calls": [{"id": "c_loc", "name": "get_location", "arguments": {}}]},
+            {"text": "You are in Paris."},
+        ],
+        mode="by_iteration",
+    )
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": "paused"})
+    conversation_id = deployment.client.create_conversation(client_tools=[LOCATE])
+    deployment.client.submit_message(conversation_id, "Where am I?")
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    turn = deployment.client.current_turn(conversation_id)
+    assert turn is not None and turn.status == "requires_action"
+    assert [a.call_id for a in turn.pending_actions] == ["c_loc"]
+    view = deployment.client.get_conversation(conversation_id)
+    assert view.status == "idle"
+
+    resumer = deployment.start_worker("resumer", {"CHATWORKER_FAILPOINT": "after_claim"})
+    finisher = deployment.start_worker("finisher", ready=False)
+    finisher.wait_until_ready()
+    finisher.pause()  # the armed worker must be the one that resumes the turn
+    assert deployment.client.answer_actions(turn.id, {"c_loc": "Paris"}).status == "running"
+    assert resumer.wait_exit(timeout=30) is not None, f"never resumed\n{resumer.log()}"
+    finisher.resume()
+
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{finisher.log()}"
+    assert [(m.role, m.content) for m in view.messages] == [
+        ("user", "Where am I?"),
+        ("assistant", None),
+        ("tool", "Paris"),
+        ("assistant", "You are in Paris."),
+    ]
+    assert len(deployment.llm.requests()) == 2  # the killed resumer never asked the model
+    assert deployment.client.get_turn(turn.id).status == "completed"
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))

@@ -164,6 +164,7 @@ def test_a_turn_with_a_tool_call(world: World) -> None:
         "write_note",
         "explode",
         "secret",
+        "agent_clarify",  # the model may ask the user (offered by default with tools)
     }
     assert second.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "3"}
     assert (view.prompt_tokens, view.completion_tokens) == (20, 10)
@@ -242,7 +243,7 @@ def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
     )
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert world.tools.executed == []
-    assert [t["function"]["name"] for t in model.requests[0].tools] == ["add"]
+    assert [t["function"]["name"] for t in model.requests[0].tools] == ["add", "agent_clarify"]
     result = world.client.get_conversation(conversation_id).messages[2]
     assert result.is_error and "not allowed" in (result.content or "")
 

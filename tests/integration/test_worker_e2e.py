@@ -54,7 +54,8 @@ def test_a_turn_with_two_tool_calls_through_a_real_worker(deployment: Deployment
     assert view.messages[-1].content == "2 + 3 = 5, and refunds take 30 days."
     assert deployment.tool_runs() == Counter({"add": 1, "search_docs": 1})
     first, second = deployment.llm.requests()
-    assert {t["function"]["name"] for t in first["body"]["tools"]} == {"add", "search_docs"}
+    offered = {t["function"]["name"] for t in first["body"]["tools"]}
+    assert offered == {"add", "search_docs", "agent_clarify"}
     assert [m["role"] for m in second["body"]["messages"]][-2:] == ["tool", "tool"]
     headers = {k.lower(): v for k, v in first["headers"].items()}
     assert headers["authorization"] == f"Bearer {FAKE_KEY}"

@@ -382,3 +382,42 @@ def test_a_content_filter_fails_the_turn_even_with_text_or_calls() -> None:
 
 def test_a_model_error_fails_the_turn_with_its_message() -> None:
     assert model_failed("LLM call failed (HTTP 400)") == Fail("LLM call failed (HTTP 400)")
+
+
+# --- waiting for the user -----------------------------------------------------------------------
+
+
+def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses() -> None:
+    from app.worker.plan import Pause, PendingAction
+
+    tools = toolbox({"add"}, {"add"}, waits={"ask_user": "clarification", "locate": "client_tool"})
+    ask, loc = ToolCall("q", "ask_user", '{"question": "?"}'), ToolCall("l", "locate", "{}")
+    add = ToolCall("a", "add", '{"a": 1}')
+    transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (ask, loc, add))]
+    assert next_action(transcript, 1, CAP, tools=tools) == RunTool(add, {"a": 1})
+    answered = [*transcript, Entry(3, "tool", "1", (), "a", "add")]
+    assert next_action(answered, 1, CAP, tools=tools) == Pause(
+        (
+            PendingAction(ask, "clarification", {"question": "?"}),
+            PendingAction(loc, "client_tool", {}),
+        )
+    )
+    # A waiting call's answer is its result: with every call answered, the model goes on.
+    done = [
+        *answered,
+        Entry(4, "tool", "yes", (), "q", "ask_user"),
+        Entry(5, "tool", "Paris", (), "l", "locate"),
+    ]
+    assert next_action(done, 1, CAP, tools=tools) == CallModel()
+    # A cancel answers the waiting calls "cancelled" (row 3 comes first).
+    assert next_action(answered, 1, CAP, tools=tools, cancel_requested=True) == RejectCall(
+        ask, CANCELLED_RESULT
+    )
+
+
+def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_user() -> None:
+    tools = toolbox(set(), set(), waits={"locate": "client_tool"})
+    broken = ToolCall("l", "locate", "{oops")
+    transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (broken,))]
+    action = next_action(transcript, 1, CAP, tools=tools)
+    assert isinstance(action, RejectCall) and "not valid JSON" in action.error

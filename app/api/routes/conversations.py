@@ -21,6 +21,7 @@ from app.api.schemas import (
     Turn,
     TurnResult,
 )
+from app.models import REQUIRES_ACTION
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
 
@@ -64,6 +65,10 @@ def create_conversation(
         tool_choice=body.tool_choice,
         context=body.context,
         owner=caller.owner,
+        client_tools=None
+        if body.client_tools is None
+        else [tool.model_dump() for tool in body.client_tools],
+        clarify=body.clarify,
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{conversation_id}"
@@ -172,7 +177,8 @@ async def submit_message(
     result = await context.follow_step(
         lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
     )
-    response.status_code = 200 if result.finished else 202
+    # 200 once the turn rests: ended, or waiting for an answer (`requires_action`)
+    response.status_code = 200 if result.finished or result.turn.status == REQUIRES_ACTION else 202
     return TurnResult.of(result)
 
 

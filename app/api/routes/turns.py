@@ -1,4 +1,4 @@
-"""Turns: read one, cancel one."""
+"""Turns: read one, answer what it waits for, cancel one."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from fastapi import APIRouter, Response
 from app.api.auth import Authenticated
 from app.api.context import Context
 from app.api.problems import documented
-from app.api.schemas import Turn
+from app.api.schemas import ActionsSubmit, Turn
 from app.client import TurnView
+from app.errors import InvalidRequest
 
 router = APIRouter(prefix="/turns", tags=["turns"])
 
@@ -50,3 +51,24 @@ def cancel_turn(
     follows in moments). A waiting turn is cancelled when its time comes, before any model
     call."""
     return as_cancelled(context.client.cancel_turn(turn_id, owner=caller.owner), response)
+
+
+@router.post(
+    "/{turn_id}/actions",
+    response_model=Turn,
+    responses=documented(400, 401, 404, 409, 413, 422, 503),
+)
+def answer_actions(
+    turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, context: Context
+) -> Turn:
+    """Answer what the turn waits for (`requires_action`), by call id: a client tool's output,
+    or the user's answer to the model's question (`agent_clarify`). When none is left waiting,
+    the turn goes on (`status` running). Idempotent by call id: the same output again writes
+    nothing; 404 `action_not_found` for a call the turn never waited on, 409
+    `action_already_answered` for one answered otherwise (or cancelled). All or nothing."""
+    outputs: dict[str, str] = {}
+    for answer in body.outputs:
+        if outputs.get(answer.call_id, answer.output) != answer.output:
+            raise InvalidRequest(f"call {answer.call_id!r} is answered twice, differently")
+        outputs[answer.call_id] = answer.output
+    return Turn.of(context.client.answer_actions(turn_id, outputs, owner=caller.owner))

@@ -191,6 +191,8 @@ CLAIM = (
         _current("input").label("turn_input"),
         _current("next_message_seq").label("message_seq"),
         _current("cancel_requested_at").is_not(None).label("cancel_requested"),
+        c.client_tools,
+        c.clarify,
     )
     .add_cte(CURRENT_TURN)
 )
@@ -221,6 +223,7 @@ class Write(enum.Enum):
     FINISH = "finish"  # the final text is already committed: the turn completes
     FAIL = "fail"  # the turn failed with a readable error; a failed call's tokens still count
     CANCEL = "cancel"  # the user cancelled the turn and every call is answered
+    PAUSE = "pause"  # every open call waits for the user: the turn requires action, lease freed
 
 
 ERROR = bindparam("error", type_=Text)
@@ -239,6 +242,9 @@ HEADS: dict[Any, Update] = {
             **_COUNTED,
         ),
     ),
+    # action.required, and status.changed unless the status stays: the conversation rests with
+    # its turn still current (a later turn keeps waiting behind it), nothing counted.
+    Write.PAUSE: _fenced(1 + _changes(literal(IDLE)), status=IDLE, attempts=0, **RELEASED_LEASE),
     # turn.cancelled, and status.changed unless the status stays; a failed call's tokens count
     Write.CANCEL: _fenced(
         1 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=False, **_COUNTED)

@@ -46,9 +46,11 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
 
 from app.models import (
+    ACTION_REQUIRED,
     CANCELLED,
     COMPLETED,
     MESSAGE_COMMITTED,
+    REQUIRES_ACTION,
     RUNNING,
     STATUS_CHANGED,
     TOOL_LOOP,
@@ -125,7 +127,9 @@ _MESSAGE_PARAMS = {
     "is_error": bindparam("m_is_error", type_=Boolean),
     "finish_reason": bindparam("m_finish_reason", type_=String),
 }
-JSON_PARAMETERS = ("m_tool_calls",)
+_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+ACTIONS = bindparam("actions", type_=_JSON)
+JSON_PARAMETERS = ("m_tool_calls", "actions")
 
 
 def _insert_message(fenced: FromClause) -> Insert:
@@ -307,6 +311,13 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         (
             _end_turn(TURN_FAILED, error=ERROR),
             _log(lambda f: [Logged(TURN_FAILED_EVENT), _status_changed(f)]),
+        ),
+    ),
+    Write.PAUSE: Composite(
+        HEADS[Write.PAUSE],
+        (
+            _running_turn(status=REQUIRES_ACTION, actions=ACTIONS),
+            _log(lambda f: [Logged(ACTION_REQUIRED), _status_changed(f)]),
         ),
     ),
     Write.CANCEL: Composite(

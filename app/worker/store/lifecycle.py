@@ -60,6 +60,8 @@ class Snapshot:
     transcript: Transcript
     event_seq: int = 0  # the conversation's last event, the claim's own included
     cancel_requested: bool = False  # the user asked to cancel this turn
+    client_tools: tuple[dict[str, Any], ...] = ()  # tools the web app's client executes
+    clarify: bool = True  # the model may ask the user (`agent_clarify`)
 
 
 class TurnStore:
@@ -101,6 +103,8 @@ class TurnStore:
             transcript=Transcript(row.instructions, map(_entry, transcript)),
             event_seq=row.event_seq,
             cancel_requested=bool(row.cancel_requested),
+            client_tools=tuple(row.client_tools or ()),
+            clarify=bool(row.clarify),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -163,6 +167,11 @@ class TurnStore:
     def finish(self, claim: Claim, *, status: str) -> Committed:
         """Complete the turn when its final text is already committed."""
         return self._run(Write.FINISH, claim, old_status=status)
+
+    def pause(self, claim: Claim, *, status: str, actions: Sequence[dict[str, Any]]) -> Committed:
+        """The turn requires action (`actions`: what it waits for): the conversation rests
+        (`idle`) with the turn still current, lease released, in one transaction."""
+        return self._run(Write.PAUSE, claim, old_status=status, actions=list(actions))
 
     def cancel(self, claim: Claim, *, status: str) -> Committed:
         """End the turn `cancelled` once every call has an answer: the conversation rests
@@ -246,6 +255,8 @@ class _ClaimRow(NamedTuple):
     turn_input: str | None
     message_seq: int
     cancel_requested: bool | None
+    client_tools: list[dict[str, Any]] | None
+    clarify: bool | None
 
 
 def _entry(row: Row) -> Entry:
