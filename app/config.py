@@ -11,7 +11,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -39,6 +39,9 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+ApprovalPolicy = Literal["never", "always", "destructive"]
+
+
 class McpServerConfig(BaseModel):
     """One `{"mcpServers": {name: {...}}}` entry: stdio (`command`) or remote (`url`)."""
 
@@ -51,6 +54,14 @@ class McpServerConfig(BaseModel):
     cwd: str | None = None
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
+    # Which calls the user approves first: never, always, or (the default) those of a tool whose
+    # annotations say destructiveHint and not readOnlyHint. Per tool (by the server's own name)
+    # in `tool_approval`, which wins over the server's.
+    approval: ApprovalPolicy = "destructive"
+    tool_approval: dict[str, ApprovalPolicy] = Field(default_factory=dict)
+
+    def approval_of(self, tool: str) -> str:
+        return self.tool_approval.get(tool, self.approval)
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

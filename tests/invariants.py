@@ -13,8 +13,8 @@
   there is none); a conversation at rest has no running turn, and no turn still waiting behind
   its last (a queued message would be forgotten) unless that one waits for the user;
 - a `requires_action` turn is the current turn of an idle, unleased conversation, with its
-  `action.required` event, and its unanswered actions are exactly the open calls of the last
-  assistant message;
+  `action.required` event, and its unanswered actions (an approved one is answered) are open
+  calls of the last assistant message, whose open calls are all actions;
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -172,8 +172,11 @@ def _waiting_turn_violations(conn: psycopg.Connection[Any]) -> list[str]:
             )
         }
         open_calls = {c["id"] for c in (last_calls[0] if last_calls else None) or ()} - results
-        pending = {a["call_id"] for a in actions or ()} - results
-        if not pending or pending != open_calls:
+        asked = {a["call_id"] for a in actions or ()}
+        approved = {a["call_id"] for a in actions or () if a.get("decision") == "approved"}
+        pending = asked - results - approved
+        # (an approved call is open until the turn goes on and runs it)
+        if not pending or not pending <= open_calls or not open_calls <= asked:
             problems.append(f"{where}: pending actions {pending} but open calls {open_calls}")
     return problems
 

@@ -45,19 +45,28 @@ class ClientTool(_Request):
 
 class ActionOutput(_Request):
     call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
-    output: str = Field(description="the client tool's output, or the user's answer")
+    output: str = Field(description="a client tool's output, or the answer to a clarification")
+
+
+class ActionApproval(_Request):
+    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
+    approve: bool = Field(description="true runs the call; false tells the model it was denied")
+    reason: str | None = Field(None, description="why (the model reads it with a denial)")
 
 
 class ActionsSubmit(_Request):
-    outputs: list[ActionOutput] = Field(min_length=1, description="one per answered call")
+    outputs: list[ActionOutput | ActionApproval] = Field(
+        min_length=1, description="one per answered call: an output, or an approval"
+    )
 
 
 class Action(BaseModel):
     call_id: str
-    kind: Literal["clarification", "client_tool"]
+    kind: Literal["clarification", "client_tool", "approval"]
     name: str
     arguments: dict[str, Any] = Field(description="for a clarification: question (and reason)")
-    answered: bool | None
+    answered: bool | None = Field(description="it has its answer (an approval: its decision)")
+    decision: Literal["approved", "denied"] | None = None
 
     @classmethod
     def of(cls, view: ActionView) -> Action:

@@ -9,6 +9,7 @@ from app.client.merge import Cursor
 from app.client.views import (
     ActionView,
     ConversationView,
+    Decision,
     EventPage,
     EventView,
     MessageView,
@@ -25,6 +26,7 @@ __all__ = [
     "ChatClient",
     "ConversationView",
     "Cursor",
+    "Decision",
     "Delta",
     "Discarded",
     "EventPage",

@@ -9,6 +9,12 @@ the workers.
     a call answered already, with another one    nothing: `ActionAlreadyAnswered` (a cancel's
       (or cancelled meanwhile)                     "cancelled" result counts as an answer)
     a waiting call                               its result (a tool message, `message.committed`)
+    an approval: approve                         the decision in the turn's actions (the worker
+                                                   runs the call when the turn goes on)
+    an approval: deny                            the decision, and the call's result: "Denied by
+                                                   the user" (with the reason), an error the model
+                                                   reads
+    the same decision again                      nothing; the other one: `ActionAlreadyAnswered`
     ...the last waiting call of the turn         also: the turn `running`, the conversation
                                                    `processing` (`status.changed`): the caller
                                                    rings a worker, whose claim resumes the turn
@@ -35,9 +41,13 @@ from app.client.ledger import (
     messages,
     turns,
 )
-from app.errors import ActionAlreadyAnswered, ActionNotFound, TurnNotFound
+from app.client.views import Decision
+from app.errors import ActionAlreadyAnswered, ActionNotFound, InvalidRequest, TurnNotFound
 from app.models import (
+    APPROVAL,
+    APPROVED,
     CLARIFICATION,
+    DENIED,
     MESSAGE_COMMITTED,
     PROCESSING,
     REQUIRES_ACTION,
@@ -63,8 +73,14 @@ def answer_actions(
     outputs: Mapping[str, str],
     *,
     now: datetime,
+    decisions: Mapping[str, Decision] | None = None,
 ) -> Answered:
-    """Commit `outputs` (call id -> output) as the waiting calls' results (the module's table)."""
+    """Commit `outputs` (call id -> output) as the waiting calls' results, and `decisions`
+    (call id -> approve or deny) on the calls that wait for approval (the module's table)."""
+    decisions = decisions or {}
+    both = set(outputs) & set(decisions)
+    if both:
+        raise InvalidRequest(f"call {sorted(both)[0]!r} is given an output and a decision")
     row = lock_conversation(connection, conversation_id)
     turn = connection.execute(
         select(turns.c.number, turns.c.status, turns.c.actions).where(
@@ -73,28 +89,101 @@ def answer_actions(
     ).one_or_none()
     if turn is None:
         raise TurnNotFound(f"no turn {turn_id} in conversation {conversation_id}")
-    waited = {action["call_id"]: action for action in turn.actions or ()}
-    results = _results(connection, conversation_id, list(waited))
-    new: list[tuple[dict[str, Any], str]] = []
+    judge = _Judge(turn_id, turn.status, turn.actions or ())
+    judge.results = _results(connection, conversation_id, list(judge.waited))
     for call_id, output in outputs.items():
-        action = waited.get(call_id)
-        if action is None:
-            raise ActionNotFound(
-                f"turn {turn_id} waits for no call {call_id!r}"
-                + (f"; it waits for {', '.join(sorted(waited))}" if waited else "")
-            )
-        if call_id in results:
-            if results[call_id] == output:
-                continue
-            raise ActionAlreadyAnswered(
-                f"call {call_id!r} of turn {turn_id} has its answer already; a call is answered "
-                "once"
-            )
-        if turn.status != REQUIRES_ACTION:  # (its calls are all answered when it moves on)
-            raise ActionAlreadyAnswered(f"turn {turn_id} is {turn.status}, not waiting")
-        new.append((action, output))
-    if not new:
+        judge.output(call_id, output)
+    for call_id, decision in decisions.items():
+        judge.decide(call_id, decision)
+    if not judge.new and not judge.decided:
         return Answered(turn_id)
+    logged = _write_results(connection, conversation_id, turn_id, judge.new)
+    resumes = judge.resolved()
+    turn_values: dict[str, Any] = {"actions": judge.actions} if judge.decided else {}
+    values: dict[str, Any] = {"updated_at": now}
+    if resumes:
+        turn_values["status"] = RUNNING
+        logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": PROCESSING})
+        values.update(status=PROCESSING, heartbeat_at=now, attempts=0)
+    if turn_values:
+        connection.execute(update(turns).where(turns.c.id == turn_id).values(**turn_values))
+    append(connection, conversation_id, row.event_seq, logged, **values)
+    return Answered(turn_id, resumes=resumes, written=len(logged))
+
+
+class _Judge:
+    """Decides, answer by answer, what a request writes (or refuses it whole)."""
+
+    def __init__(self, turn_id: uuid.UUID, status: str, actions: Sequence[Any]) -> None:
+        self.turn_id = turn_id
+        self.status = status
+        self.actions = [dict(action) for action in actions]
+        self.waited = {action["call_id"]: action for action in self.actions}
+        self.results: dict[str, str | None] = {}
+        self.new: list[tuple[dict[str, Any], str]] = []  # results to write
+        self.decided = False
+
+    def output(self, call_id: str, output: str) -> None:
+        action = self._action(call_id)
+        if action["kind"] == APPROVAL:
+            raise InvalidRequest(
+                f"call {call_id!r} waits for approval: approve it (true) or deny it (false)"
+            )
+        if call_id in self.results:
+            if self.results[call_id] != output:
+                raise self._answered(call_id)
+            return
+        self._check_waiting()
+        self.new.append((action, output))
+
+    def decide(self, call_id: str, decision: Decision) -> None:
+        action = self._action(call_id)
+        if action["kind"] != APPROVAL:
+            raise InvalidRequest(f"call {call_id!r} is a {action['kind']}: send its output")
+        wanted = APPROVED if decision.approve else DENIED
+        if action.get("decision") == wanted:
+            return
+        if action.get("decision") is not None or call_id in self.results:
+            raise self._answered(call_id)
+        self._check_waiting()
+        action["decision"] = wanted
+        self.decided = True
+        if not decision.approve:
+            self.new.append((action, denied_result(decision.reason)))
+
+    def resolved(self) -> bool:
+        """Every action has its result now, or was approved (the worker runs it)."""
+        answered = set(self.results) | {action["call_id"] for action, _ in self.new}
+        return all(
+            call_id in answered or action.get("decision") == APPROVED
+            for call_id, action in self.waited.items()
+        )
+
+    def _action(self, call_id: str) -> dict[str, Any]:
+        action = self.waited.get(call_id)
+        if action is None:
+            known = f"; it waits for {', '.join(sorted(self.waited))}" if self.waited else ""
+            raise ActionNotFound(f"turn {self.turn_id} waits for no call {call_id!r}{known}")
+        return action
+
+    def _check_waiting(self) -> None:
+        if self.status != REQUIRES_ACTION:  # (its calls are all answered when it moves on)
+            raise ActionAlreadyAnswered(f"turn {self.turn_id} is {self.status}, not waiting")
+
+    def _answered(self, call_id: str) -> ActionAlreadyAnswered:
+        return ActionAlreadyAnswered(
+            f"call {call_id!r} of turn {self.turn_id} has its answer already; a call is "
+            "answered once"
+        )
+
+
+def _write_results(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    new: Sequence[tuple[dict[str, Any], str]],
+) -> list[dict[str, Any]]:
+    """The tool messages of the answered calls; their events."""
     seq = last_message_seq(connection, conversation_id)
     logged: list[dict[str, Any]] = []
     for action, output in new:
@@ -107,18 +196,17 @@ def answer_actions(
                 content=output,
                 tool_call_id=action["call_id"],
                 tool_name=action["name"],
-                is_error=False,
+                is_error=action.get("decision") == DENIED,
             )
         )
         logged.append({"type": MESSAGE_COMMITTED, "turn_id": turn_id, "message_seq": seq})
-    resumes = len(results) + len(new) == len(waited)
-    values: dict[str, Any] = {"updated_at": now}
-    if resumes:
-        connection.execute(update(turns).where(turns.c.id == turn_id).values(status=RUNNING))
-        logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": PROCESSING})
-        values.update(status=PROCESSING, heartbeat_at=now, attempts=0)
-    append(connection, conversation_id, row.event_seq, logged, **values)
-    return Answered(turn_id, resumes=resumes, written=len(new))
+    return logged
+
+
+def denied_result(reason: str | None) -> str:
+    """What the model reads for a call the user denied."""
+    why = f" The user said: {reason}" if reason else ""
+    return f"Denied by the user: this call was not run.{why}"
 
 
 def waiting_clarifications(
@@ -164,4 +252,11 @@ def _results(
     return {row.tool_call_id: row.content for row in rows}
 
 
-__all__ = ["Answered", "answer_actions", "waiting_clarifications", "waiting_turn"]
+__all__ = [
+    "Answered",
+    "Decision",
+    "answer_actions",
+    "denied_result",
+    "waiting_clarifications",
+    "waiting_turn",
+]

@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from app.client.commands import BUSY_POLICIES
+from app.client.views import Decision
 from app.errors import (
     ConversationNotFound,
     InvalidCursor,
@@ -232,9 +233,9 @@ def _client_tool(tool: Any, where: str) -> dict[str, Any]:
 MAX_OUTPUTS = 128
 
 
-def check_outputs(outputs: Any, limit: int) -> dict[str, str]:
+def check_outputs(outputs: Any, limit: int, *, allow_empty: bool = False) -> dict[str, str]:
     """Answers by call id: a non-empty mapping of call ids to storable strings."""
-    if not isinstance(outputs, Mapping) or not outputs:
+    if not isinstance(outputs, Mapping) or not (outputs or allow_empty):
         raise InvalidRequest("outputs must be a non-empty mapping of call ids to outputs")
     if len(outputs) > MAX_OUTPUTS:
         raise InvalidRequest(f"at most {MAX_OUTPUTS} outputs at once, not {len(outputs)}")
@@ -244,4 +245,21 @@ def check_outputs(outputs: Any, limit: int) -> dict[str, str]:
             raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
         check_text(output, f"the output of {call_id}", limit, allow_empty=True)
         checked[call_id] = output
+    return checked
+
+
+def check_decisions(approvals: Any, limit: int, *, allow_empty: bool = False) -> dict[str, Any]:
+    """Approvals by call id: True, False, or a `Decision` (with the reason for the model)."""
+    if not isinstance(approvals, Mapping) or not (approvals or allow_empty):
+        raise InvalidRequest("approvals must be a non-empty mapping of call ids to decisions")
+    checked: dict[str, Decision] = {}
+    for call_id, decision in approvals.items():
+        if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
+            raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
+        given = Decision(decision) if isinstance(decision, bool) else decision
+        if not isinstance(given, Decision) or not isinstance(given.approve, bool):
+            raise InvalidRequest(f"the approval of {call_id} must be true or false")
+        if given.reason is not None:
+            check_text(given.reason, f"the reason for {call_id}", limit, allow_empty=True)
+        checked[call_id] = given
     return checked

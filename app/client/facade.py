@@ -29,6 +29,7 @@ from app.client.checks import (
     check_client_tools,
     check_context,
     check_cursor,
+    check_decisions,
     check_idempotency_key,
     check_model,
     check_outputs,
@@ -49,6 +50,7 @@ from app.client.views import (
     ApiKeyView,
     ConversationPage,
     ConversationView,
+    Decision,
     EventPage,
     EventView,
     FinishedTurn,
@@ -247,22 +249,30 @@ class ChatClient:
     def answer_actions(
         self,
         turn_id: uuid.UUID | str,
-        outputs: Mapping[str, str],
+        outputs: Mapping[str, str] | None = None,
         *,
+        approvals: Mapping[str, bool | Decision] | None = None,
         owner: str | None = None,
     ) -> TurnView:
-        """Answer what a turn waits for (`requires_action`), by call id: a client tool's output,
-        or the user's answer to the model's question. When none is left waiting, the turn goes
-        on (a worker is rung). A call answered before with the same output is skipped (a retry
-        is harmless); `ActionNotFound` for a call the turn never waited on,
+        """Answer what a turn waits for (`requires_action`), by call id: a client tool's output
+        or the user's answer to the model's question (`outputs`), a call's approval (`approvals`:
+        True runs it, False or `Decision(False, reason)` tells the model it was denied). When
+        none is left waiting, the turn goes on (a worker is rung). An answer given before is
+        skipped (a retry is harmless); `ActionNotFound` for a call the turn never waited on,
         `ActionAlreadyAnswered` for one answered otherwise (or cancelled); a refused answer
         refuses the whole request. The turn as it is after the answers."""
         turn_id = parse_turn_id(turn_id)
-        checked = check_outputs(outputs, self._limit)
+        checked = check_outputs(outputs or {}, self._limit, allow_empty=bool(approvals))
+        decisions = check_decisions(approvals or {}, self._limit, allow_empty=bool(checked))
         with self.engine.begin() as connection:
             conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
             answered = answer_actions(
-                connection, conversation_id, turn_id, checked, now=datetime.now(UTC)
+                connection,
+                conversation_id,
+                turn_id,
+                checked,
+                decisions=decisions,
+                now=datetime.now(UTC),
             )
             turn = reads.read_turn(connection, turn_id)
         if answered.written:
@@ -570,7 +580,7 @@ class AsyncChatClient:
         )
 
     async def answer_actions(
-        self, turn_id: uuid.UUID | str, outputs: Mapping[str, str], **options: Any
+        self, turn_id: uuid.UUID | str, outputs: Mapping[str, str] | None = None, **options: Any
     ) -> TurnView:
         return await asyncio.to_thread(
             lambda: self.sync.answer_actions(turn_id, outputs, **options)

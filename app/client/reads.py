@@ -23,7 +23,7 @@ from app.client.views import (
     TurnView,
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
-from app.models import MESSAGE_COMMITTED, CatalogTool, Conversation, Event, Message, Turn
+from app.models import APPROVED, MESSAGE_COMMITTED, CatalogTool, Conversation, Event, Message, Turn
 
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
@@ -166,7 +166,9 @@ def _with_answers(connection: Connection, turn: TurnView) -> TurnView:
             )
         ).scalars()
     )
-    actions = tuple(replace(a, answered=a.call_id in answered) for a in turn.actions)
+    actions = tuple(
+        replace(a, answered=a.call_id in answered or a.decision == APPROVED) for a in turn.actions
+    )
     return replace(turn, actions=actions)
 
 
@@ -291,7 +293,13 @@ def _turn_view(row: Any) -> TurnView:
         finished_at=_maybe_aware(row["finished_at"]),
         cancel_requested_at=_maybe_aware(row["cancel_requested_at"]),
         actions=tuple(
-            ActionView(a["call_id"], a["kind"], a["name"], dict(a.get("arguments") or {}))
+            ActionView(
+                a["call_id"],
+                a["kind"],
+                a["name"],
+                dict(a.get("arguments") or {}),
+                decision=a.get("decision"),
+            )
             for a in row.get("actions") or ()
         ),
     )

@@ -63,6 +63,14 @@ class ConversationView:
 
 
 @dataclass(frozen=True)
+class Decision:
+    """The user's decision on a call that waits for approval, and why (told to the model)."""
+
+    approve: bool
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class ActionView:
     """Something a turn waits for (or waited for): a question the model asked the user
     (`clarification`: `arguments["question"]`), or a call of a tool the client executes
@@ -73,6 +81,7 @@ class ActionView:
     name: str
     arguments: dict[str, Any]
     answered: bool | None = None
+    decision: str | None = None  # an approval's: approved | denied
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 SERVER_NAME = "chatworker-demo-tools"
@@ -215,12 +216,17 @@ def current_time(
 TOOLS: tuple[Callable[..., Any], ...] = (search_docs, calculate, add, current_time)
 
 
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+
+
 def register_tools(
     server: MCPServer, wrap: Callable[[Callable[..., Any]], Callable[..., Any]] = lambda f: f
 ) -> None:
-    """Register the demo's tools on `server`, each through `wrap` (a test's call ledger)."""
+    """Register the demo's tools on `server`, each through `wrap` (a test's call ledger). They
+    only read (documents, arithmetic, the clock), and say so: a call in flight when a worker
+    dies may simply run again."""
     for function in TOOLS:
-        server.tool()(wrap(function))
+        server.tool(annotations=READ_ONLY)(wrap(function))
 
 
 def server_config() -> dict[str, Any]:

@@ -40,10 +40,13 @@ from app.models.message import (
 from app.models.tool import BUILTIN_TOOL_NAMES, CLARIFY_TOOL, CatalogTool
 from app.models.turn import (
     ACTION_KINDS,
+    APPROVAL,
+    APPROVED,
     CANCELLED,
     CLARIFICATION,
     CLIENT_TOOL,
     COMPLETED,
+    DENIED,
     FINISHED_TURN_STATUSES,
     FOR_MESSAGE,
     FOR_RETRY,
@@ -59,6 +62,8 @@ from app.models.turn import (
 __all__ = [
     "ACTION_KINDS",
     "ACTION_REQUIRED",
+    "APPROVAL",
+    "APPROVED",
     "ASSISTANT",
     "BUILTIN_TOOL_NAMES",
     "CANCELLED",
@@ -68,6 +73,7 @@ __all__ = [
     "CLARIFY_TOOL",
     "CLIENT_TOOL",
     "COMPLETED",
+    "DENIED",
     "EVENT_TYPES",
     "FAILED",
     "FINISHED_TURN_STATUSES",

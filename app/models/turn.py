@@ -41,7 +41,9 @@ TURN_STATUSES = (QUEUED, RUNNING, REQUIRES_ACTION, COMPLETED, TURN_FAILED, CANCE
 # a tool the client executes.
 CLARIFICATION = "clarification"
 CLIENT_TOOL = "client_tool"
-ACTION_KINDS = (CLARIFICATION, CLIENT_TOOL)
+APPROVAL = "approval"  # a call of a tool the user approves first (deny: the model is told)
+ACTION_KINDS = (CLARIFICATION, CLIENT_TOOL, APPROVAL)
+APPROVED, DENIED = "approved", "denied"  # an approval's `decision`
 FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
 
 FOR_MESSAGE = "message"  # a user message started it
@@ -68,7 +70,8 @@ class Turn(Base):
     number: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(16), default=QUEUED, server_default=QUEUED)
     # What the turn waits for while `requires_action` (and after, for the record): one object per
-    # call, {"call_id", "kind", "name", "arguments"}; answered once the call has its result.
+    # call, {"call_id", "kind", "name", "arguments"} (and an approval's "decision"); answered
+    # once the call has its result (or, approved, will run).
     actions: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
     kind: Mapped[str] = mapped_column(String(16), default=FOR_MESSAGE, server_default=FOR_MESSAGE)
     # The user's message: its seq once it is in the transcript; its text while it waits outside.

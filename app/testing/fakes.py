@@ -97,10 +97,17 @@ class InMemoryTools:
     """A `ToolProvider` of Python callables; a callable that raises gives an error result."""
 
     def __init__(
-        self, tools: dict[str, Callable[..., Any]], descriptions: dict[str, str] | None = None
+        self,
+        tools: dict[str, Callable[..., Any]],
+        descriptions: dict[str, str] | None = None,
+        *,
+        annotations: dict[str, dict[str, Any]] | None = None,
+        approval: Sequence[str] = (),
     ):
         self.tools = tools
         self.descriptions = descriptions or {}
+        self.annotations = annotations or {}
+        self.approval = frozenset(approval)  # tools whose calls the user approves first
         self.executed: list[tuple[str, dict[str, Any]]] = []
         self.closed = False
 
@@ -112,6 +119,8 @@ class InMemoryTools:
                 input_schema={"type": "object", "properties": {}},
                 server="memory",
                 original_name=name,
+                annotations=self.annotations.get(name, {}),
+                requires_approval=name in self.approval,
             )
             for name in self.tools
         ]

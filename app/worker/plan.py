@@ -24,7 +24,9 @@ question of the same data, so they are the same path):
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       has arguments its tool's inputSchema refuses              RejectCall(naming the field)
       a tool only the user or their client answers              (waiting: the next call first)
-        (`agent_clarify`, a client-executed tool)
+        (`agent_clarify`, a client-executed tool), or a tool
+        whose calls the user approves first, not yet approved
+        (denied: the web side committed its result already)
       otherwise                                                 RunTool(call, arguments)
     every unanswered call is waiting                            Pause: the turn requires action,
                                                                   one pending action per call
@@ -70,6 +72,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+APPROVAL = "approval"  # app.models.APPROVAL: the planner imports nothing of the database
 
 MAX_ITERATIONS_ERROR = "Max tool iterations reached"
 EMPTY_REPLY_ERROR = "The model returned an empty message"
@@ -132,6 +136,8 @@ class Toolbox(NamedTuple):
     known: frozenset[str] = frozenset()
     check: Callable[[str, dict[str, Any]], str | None] | None = None
     waits: Mapping[str, str] = MappingProxyType({})
+    approval: frozenset[str] = frozenset()  # tools whose every call the user approves first
+    approved: frozenset[str] = frozenset()  # call ids the user approved
 
 
 NO_TOOLS = Toolbox()
@@ -321,6 +327,8 @@ def _tool_step(
     kind = tools.waits.get(call.name)
     if kind is not None:
         return PendingAction(call, kind, checked)
+    if call.name in tools.approval and call.id not in tools.approved:
+        return PendingAction(call, APPROVAL, checked)
     return RunTool(call, checked)
 
 
@@ -378,6 +386,9 @@ def toolbox(
     available: Iterable[str],
     check: Callable[[str, dict[str, Any]], str | None] | None = None,
     waits: Mapping[str, str] | None = None,
+    *,
+    approval: Iterable[str] = (),
+    approved: Iterable[str] = (),
 ) -> Toolbox:
     """Least privilege: only the allowed tools the worker has are offered, and only they run
     (with arguments `check` accepts); the tools the user or their client answers (`waits`) are
@@ -385,7 +396,14 @@ def toolbox(
     waits = MappingProxyType(dict(waits or {}))
     known = frozenset(available) | frozenset(waits)
     offered = (known & frozenset(allowed)) | frozenset(waits)
-    return Toolbox(offered=offered, known=known, check=check, waits=waits)
+    return Toolbox(
+        offered=offered,
+        known=known,
+        check=check,
+        waits=waits,
+        approval=frozenset(approval),
+        approved=frozenset(approved),
+    )
 
 
 # --- recovering a turn whose worker died ---------------------------------------------------------

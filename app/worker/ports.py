@@ -99,6 +99,18 @@ class ToolDefinition:
     input_schema: dict[str, Any]
     server: str = ""
     original_name: str = ""
+    # What the tool says of itself (MCP: readOnlyHint, destructiveHint, idempotentHint, ...).
+    annotations: dict[str, Any] = field(default_factory=dict)
+    requires_approval: bool = False  # the user approves each call first (the server's policy)
+
+    @property
+    def is_read_only(self) -> bool:
+        return self.annotations.get("readOnlyHint") is True
+
+    @property
+    def is_destructive(self) -> bool:
+        """It says it may destroy (`destructiveHint`), and does not say it only reads."""
+        return self.annotations.get("destructiveHint") is True and not self.is_read_only
 
     def as_function_tool(self) -> dict[str, Any]:
         return {

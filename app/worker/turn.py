@@ -297,6 +297,8 @@ class _Turn:
             (d.name for d in served),
             ArgumentCheck({d.name: d.input_schema for d in offered}),
             waits,
+            approval=(d.name for d in offered if d.requires_approval),
+            approved=snapshot.approved,
         )
         self.function_tools = [d.as_function_tool() for d in offered]
 

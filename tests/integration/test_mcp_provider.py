@@ -814,3 +814,36 @@ def test_cancelling_a_call_to_a_remote_server_stops_the_tool_there(
     assert returned < CANCEL_RETURNS_WITHIN_S
     assert after == ok("3.0")
     assert [entry["tool"] for entry in read_ledger(ledger)] == ["slow", "slow:cancelled", "add"]
+
+
+# --- annotations and the approval policy ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needs_approval"),
+    [
+        ({}, {"erase_notes"}),  # the default: a tool that says destructiveHint
+        ({"approval": "never"}, set()),
+        ({"approval": "always"}, {"erase_notes", "add", "write_note"}),
+        ({"tool_approval": {"erase_notes": "never", "write_note": "always"}}, {"write_note"}),
+    ],
+)
+def test_a_tool_s_annotations_and_its_server_s_policy_decide_what_the_user_approves(
+    tmp_path: Path, overrides: dict[str, Any], needs_approval: set[str]
+) -> None:
+    ledger = tmp_path / "ledger"
+    env = {LEDGER_ENV: str(ledger), EXTRA_TOOLS_ENV: "erase_notes"}
+    server = stdio_server("tools", ledger, env=env, **overrides)
+
+    async def scenario(tools: McpToolProvider) -> list[Any]:
+        return await tools.definitions()
+
+    definitions = {d.name: d for d in with_provider([server], scenario)}
+    assert definitions["erase_notes"].annotations == {
+        "destructiveHint": True,
+        "idempotentHint": True,
+    }
+    assert definitions["add"].is_read_only  # the demo's tools say they only read
+    assert {
+        name for name in ("erase_notes", "add", "write_note") if definitions[name].requires_approval
+    } == needs_approval

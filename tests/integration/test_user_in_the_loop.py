@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.client import ChatClient
+from app.client import ChatClient, Decision
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
@@ -319,3 +319,103 @@ def test_a_turn_left_waiting_is_a_resting_state_the_recovery_sweep_leaves_alone(
     assert run(world.runner(scripted), conversation_id) is Outcome.NOT_CLAIMED
     assert len(scripted.requests) == 1
     # (the fixture checks the invariants with the turn still waiting)
+
+
+# --- approvals ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def guarded(any_database_url: str) -> Iterator[World]:
+    """Tools of which `write_note` needs the user's approval for every call."""
+    engine = make_engine(any_database_url)
+    notes: list[str] = []
+    tools = fakes.InMemoryTools(
+        {"add": lambda a, b: str(a + b), "write_note": lambda text: notes.append(text) or "saved"},
+        annotations={"write_note": {"destructiveHint": True}},
+        approval=["write_note"],
+    )
+    upkeep = Upkeep(engine)
+    asyncio.run(_publish(upkeep, tools))
+    rung: list[uuid.UUID] = []
+    client = ChatClient(
+        load_settings(database_url=any_database_url), engine=engine, enqueue=rung.append
+    )
+    yield World(engine, TurnStore(engine), upkeep, client, tools, rung)
+    if any_database_url.startswith("postgresql"):
+        assert violations(any_database_url, at_rest=True) == []
+    engine.dispose()
+
+
+def note_then_answer() -> fakes.ScriptedModel:
+    return model(
+        fakes.calls(("c_add", "add", {"a": 1, "b": 2}), ("c_note", "write_note", {"text": "hi"})),
+        fakes.text("Done."),
+    )
+
+
+def test_a_call_that_needs_approval_waits_and_runs_once_approved(guarded: World) -> None:
+    scripted = note_then_answer()
+    conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.WAITING
+    assert guarded.tools.executed == [("add", {"a": 1, "b": 2})]  # the other call ran
+    turn = guarded.client.current_turn(conversation_id)
+    assert turn is not None
+    ((action,),) = [turn.pending_actions]
+    assert (action.call_id, action.kind, action.arguments) == ("c_note", "approval", {"text": "hi"})
+
+    approved = guarded.client.answer_actions(turn.id, approvals={"c_note": True})
+    assert approved.status == "running" and approved.actions[0].decision == "approved"
+    assert guarded.client.answer_actions(turn.id, approvals={"c_note": True}).status == "running"
+    with pytest.raises(ActionAlreadyAnswered):
+        guarded.client.answer_actions(turn.id, approvals={"c_note": False})
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.IDLE
+    assert guarded.tools.executed[-1] == ("write_note", {"text": "hi"})  # ran once approved
+    assert [name for name, _ in guarded.tools.executed].count("write_note") == 1
+
+
+def test_a_denied_call_never_runs_and_the_model_is_told_why(guarded: World) -> None:
+    scripted = note_then_answer()
+    conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.WAITING
+    turn = guarded.client.current_turn(conversation_id)
+    assert turn is not None
+    denied = guarded.client.answer_actions(
+        turn.id, approvals={"c_note": Decision(False, "not today")}
+    )
+    assert denied.status == "running" and denied.actions[0].decision == "denied"
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.IDLE
+    assert "write_note" not in [name for name, _ in guarded.tools.executed]
+    result = next(
+        m
+        for m in guarded.client.get_conversation(conversation_id).messages
+        if m.tool_call_id == "c_note"
+    )
+    assert result.is_error
+    assert result.content == "Denied by the user: this call was not run. The user said: not today"
+    # Denying twice is harmless; changing one's mind is refused.
+    assert guarded.client.answer_actions(turn.id, approvals={"c_note": False}).status == "completed"
+    with pytest.raises(ActionAlreadyAnswered):
+        guarded.client.answer_actions(turn.id, approvals={"c_note": True})
+
+
+@pytest.mark.parametrize(
+    ("outputs", "approvals", "says"),
+    [
+        ({"c_note": "yes"}, None, "waits for approval"),
+        (None, {"c_note": "yes"}, "must be true or false"),
+        ({"c_note": "x"}, {"c_note": True}, "an output and a decision"),
+        (None, {}, "non-empty mapping"),
+    ],
+)
+def test_a_bad_approval_is_refused_and_writes_nothing(
+    guarded: World, outputs: Any, approvals: Any, says: str
+) -> None:
+    conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
+    assert run(guarded.runner(note_then_answer()), conversation_id) is Outcome.WAITING
+    turn = guarded.client.current_turn(conversation_id)
+    assert turn is not None
+    seq = guarded.row(conversation_id).event_seq
+    with pytest.raises(InvalidRequest, match=says):
+        guarded.client.answer_actions(turn.id, outputs, approvals=approvals)
+    assert guarded.row(conversation_id).event_seq == seq
+    guarded.client.cancel(conversation_id)

@@ -22,6 +22,7 @@ import anyio
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from app.demo.mcp_server import register_tools
@@ -96,11 +97,13 @@ def _with_ledger(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def tool(*, structured_output: bool | None = None) -> Callable[[F], F]:
+def tool(
+    *, structured_output: bool | None = None, annotations: ToolAnnotations | None = None
+) -> Callable[[F], F]:
     """Register a function as a ledgered tool; its docstring is the tool description."""
 
     def register(fn: F) -> F:
-        server.tool(structured_output=structured_output)(_with_ledger(fn))
+        server.tool(structured_output=structured_output, annotations=annotations)(_with_ledger(fn))
         return fn
 
     return register
@@ -277,18 +280,27 @@ async def apply_once(text: str, ctx: Context) -> str:
     return f"Applied: {text}"
 
 
+def erase_notes() -> str:
+    """Erase every saved note (destructive, and says so: its calls need the user's approval
+    under the default policy)."""
+    _notes_file().write_text("", encoding="utf-8")
+    return "All notes erased."
+
+
 _OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {
     "emit_invalid_utf8": emit_invalid_utf8,
     "echo_meta": echo_meta,
     "apply_once": apply_once,
+    "erase_notes": erase_notes,
 }
+_ANNOTATIONS = {"erase_notes": ToolAnnotations(destructive_hint=True, idempotent_hint=True)}
 
 
 def _register_opt_in_tools(names: str) -> None:
     for name in filter(None, (part.strip() for part in names.split(","))):
         if name not in _OPT_IN_TOOLS:
             raise SystemExit(f"{EXTRA_TOOLS_ENV}: unknown tool {name!r}")
-        tool()(_OPT_IN_TOOLS[name])
+        tool(annotations=_ANNOTATIONS.get(name))(_OPT_IN_TOOLS[name])
 
 
 _register_opt_in_tools(os.environ.get(EXTRA_TOOLS_ENV, ""))

@@ -159,6 +159,8 @@ def test_mcp_env_reference_to_an_unset_variable_is_an_error() -> None:
         {"command": "x", "url": "http://h/mcp"},
         {"url": "ftp://h/mcp"},
         {"command": "x", "args": "not-a-list"},
+        {"command": "x", "approval": "sometimes"},
+        {"command": "x", "tool_approval": {"t": "maybe"}},
     ],
 )
 def test_bad_mcp_server_entries_are_rejected(entry: dict[str, object]) -> None:
@@ -199,3 +201,11 @@ def test_cors_origins_are_a_comma_list() -> None:
     settings = load_settings(cors_origins="https://app.example.com, http://localhost:3000")
     assert settings.cors_origins == ("https://app.example.com", "http://localhost:3000")
     assert load_settings().cors_origins == ()
+
+
+def test_an_mcp_server_s_approval_policy_defaults_to_destructive_and_a_tool_s_wins() -> None:
+    entry = {"command": "x", "approval": "never", "tool_approval": {"pay": "always"}}
+    (server,) = parse_mcp_servers(json.dumps({"mcpServers": {"s": entry}}))
+    assert (server.approval_of("pay"), server.approval_of("read")) == ("always", "never")
+    (plain,) = parse_mcp_servers(json.dumps({"mcpServers": {"s": {"command": "x"}}}))
+    assert plain.approval_of("anything") == "destructive"

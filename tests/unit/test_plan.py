@@ -421,3 +421,16 @@ def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (broken,))]
     action = next_action(transcript, 1, CAP, tools=tools)
     assert isinstance(action, RejectCall) and "not valid JSON" in action.error
+
+
+def test_a_call_needing_approval_waits_until_approved() -> None:
+    from app.worker.plan import Pause, PendingAction
+
+    note = ToolCall("n", "write_note", '{"text": "x"}')
+    transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (note,))]
+    asks = toolbox({"write_note"}, {"write_note"}, approval={"write_note"})
+    assert next_action(transcript, 1, CAP, tools=asks) == Pause(
+        (PendingAction(note, "approval", {"text": "x"}),)
+    )
+    approved = toolbox({"write_note"}, {"write_note"}, approval={"write_note"}, approved={"n"})
+    assert next_action(transcript, 1, CAP, tools=approved) == RunTool(note, {"text": "x"})

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Response
 from app.api.auth import Authenticated
 from app.api.context import Context
 from app.api.problems import documented
-from app.api.schemas import ActionsSubmit, Turn
-from app.client import TurnView
+from app.api.schemas import ActionOutput, ActionsSubmit, Turn
+from app.client import Decision, TurnView
 from app.errors import InvalidRequest
 
 router = APIRouter(prefix="/turns", tags=["turns"])
@@ -62,13 +62,20 @@ def answer_actions(
     turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, context: Context
 ) -> Turn:
     """Answer what the turn waits for (`requires_action`), by call id: a client tool's output,
-    or the user's answer to the model's question (`agent_clarify`). When none is left waiting,
-    the turn goes on (`status` running). Idempotent by call id: the same output again writes
-    nothing; 404 `action_not_found` for a call the turn never waited on, 409
-    `action_already_answered` for one answered otherwise (or cancelled). All or nothing."""
+    the user's answer to the model's question (`agent_clarify`), or an approval (`approve`:
+    true runs the call; false, with an optional `reason`, tells the model it was denied).
+    When none is left waiting, the turn goes on (`status` running). Idempotent by call id:
+    the same answer again writes nothing; 404 `action_not_found` for a call the turn never
+    waited on, 409 `action_already_answered` for one answered otherwise (or cancelled). All
+    or nothing."""
     outputs: dict[str, str] = {}
+    approvals: dict[str, Decision] = {}
     for answer in body.outputs:
-        if outputs.get(answer.call_id, answer.output) != answer.output:
-            raise InvalidRequest(f"call {answer.call_id!r} is answered twice, differently")
-        outputs[answer.call_id] = answer.output
-    return Turn.of(context.client.answer_actions(turn_id, outputs, owner=caller.owner))
+        if answer.call_id in outputs or answer.call_id in approvals:
+            raise InvalidRequest(f"call {answer.call_id!r} is answered twice")
+        if isinstance(answer, ActionOutput):
+            outputs[answer.call_id] = answer.output
+        else:
+            approvals[answer.call_id] = Decision(answer.approve, answer.reason)
+    turn = context.client.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
+    return Turn.of(turn)

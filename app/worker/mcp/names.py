@@ -8,6 +8,7 @@ import itertools
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from mcp.types import Tool
 
@@ -48,8 +49,17 @@ def expose_tools(listings: Sequence[tuple[str, Sequence[Tool]]]) -> dict[str, To
             input_schema=dict(tool.input_schema),
             server=server,
             original_name=tool.name,
+            annotations=annotations_of(tool),
         )
     return catalog
+
+
+def annotations_of(tool: Tool) -> dict[str, Any]:
+    """The tool's annotations as the protocol names them (`readOnlyHint`, ...), the unset ones
+    left out (unset is not false: the protocol's defaults are for the client to judge)."""
+    if tool.annotations is None:
+        return {}
+    return dict(tool.annotations.model_dump(by_alias=True, exclude_none=True))
 
 
 def _sanitize(name: str) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
@@ -97,7 +98,8 @@ class McpToolProvider:
                 await asyncio.gather(*(self._list_tools(server) for server in first))
             key = tuple(server.listed_generation for server in self._servers)
             if key != self._catalog_key:
-                self._catalog = expose_tools([(s.name, s.tools or []) for s in self._servers])
+                exposed = expose_tools([(s.name, s.tools or []) for s in self._servers])
+                self._catalog = {name: self._with_policy(d) for name, d in exposed.items()}
                 self._catalog_key = key
             return list(self._catalog.values())
 
@@ -143,6 +145,12 @@ class McpToolProvider:
         await asyncio.gather(*(self._disconnect(server) for server in self._servers))
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _with_policy(self, definition: ToolDefinition) -> ToolDefinition:
+        """Whether the user approves each call first, by its server's policy (`approval`)."""
+        policy = self._by_name[definition.server].config.approval_of(definition.original_name)
+        requires = policy == "always" or (policy == "destructive" and definition.is_destructive)
+        return replace(definition, requires_approval=requires)
 
     async def _resolve(self, name: str) -> ToolDefinition | None:
         """Look a name up; a server not listed yet (a resumed turn, a late start) is tried first."""

@@ -137,6 +137,7 @@ CURRENT_TURN = (
         turns.c.started_at,
         turns.c.input,
         turns.c.cancel_requested_at,
+        turns.c.actions,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -193,6 +194,7 @@ CLAIM = (
         _current("cancel_requested_at").is_not(None).label("cancel_requested"),
         c.client_tools,
         c.clarify,
+        _current("actions").label("turn_actions"),
     )
     .add_cte(CURRENT_TURN)
 )

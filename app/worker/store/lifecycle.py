@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine
 
 from app.errors import ChatWorkerError
-from app.models import TOOL_LOOP
+from app.models import APPROVED, TOOL_LOOP
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
 from app.worker.store import fence, journal
@@ -62,6 +62,7 @@ class Snapshot:
     cancel_requested: bool = False  # the user asked to cancel this turn
     client_tools: tuple[dict[str, Any], ...] = ()  # tools the web app's client executes
     clarify: bool = True  # the model may ask the user (`agent_clarify`)
+    approved: frozenset[str] = frozenset()  # call ids the user approved (the turn's actions)
 
 
 class TurnStore:
@@ -105,6 +106,7 @@ class TurnStore:
             cancel_requested=bool(row.cancel_requested),
             client_tools=tuple(row.client_tools or ()),
             clarify=bool(row.clarify),
+            approved=_approved(row.turn_actions),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -257,6 +259,7 @@ class _ClaimRow(NamedTuple):
     cancel_requested: bool | None
     client_tools: list[dict[str, Any]] | None
     clarify: bool | None
+    turn_actions: list[dict[str, Any]] | str | None
 
 
 def _entry(row: Row) -> Entry:
@@ -266,6 +269,14 @@ def _entry(row: Row) -> Entry:
     if tool_calls:  # one history message in four, or fewer: the rest skip the parsing
         calls = tuple(ToolCall.from_json(call) for call in json.loads(tool_calls) or ())
     return Entry(seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason)
+
+
+def _approved(actions: list[dict[str, Any]] | str | None) -> frozenset[str]:
+    """The call ids the user approved, from the turn's actions (JSON text on some drivers)."""
+    found: list[dict[str, Any]] = json.loads(actions) if isinstance(actions, str) else actions or []
+    return frozenset(
+        str(action["call_id"]) for action in found if action.get("decision") == APPROVED
+    )
 
 
 def _lost(claim: Claim) -> LeaseLost:
