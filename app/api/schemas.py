@@ -50,7 +50,9 @@ class ActionOutput(_Request):
 
 class ActionApproval(_Request):
     call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
-    approve: bool = Field(description="true runs the call; false tells the model it was denied")
+    approve: bool = Field(
+        strict=True, description="true runs the call; false tells the model it was denied"
+    )
     reason: str | None = Field(None, description="why (the model reads it with a denial)")
 
 
