@@ -248,11 +248,16 @@ class _Turn:
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Pause(actions):
+                    waiting = {action.call.id for action in actions}
                     await self._commit(
                         self.store.pause,
                         self.claim,
                         status=self.status,
-                        actions=[action.as_json() for action in actions],
+                        # Earlier pauses of the turn stay on record, answered.
+                        actions=[
+                            *(a for a in self.snapshot.actions if a["call_id"] not in waiting),
+                            *(action.as_json() for action in actions),
+                        ],
                     )
                     failpoints.hit("paused")
                     return Outcome.WAITING

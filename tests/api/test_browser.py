@@ -56,7 +56,9 @@ def harness(
         "CHATWORKER_MODEL": FAKE_MODEL,
         "CHATWORKER_LLM_API_BASE": fake_llm_server.api_base,
         "CHATWORKER_LLM_API_KEY": FAKE_KEY,
-        "CHATWORKER_MCP_SERVERS": mcp_servers_json(tmp / "ledger.jsonl", tmp / "notes.txt"),
+        "CHATWORKER_MCP_SERVERS": mcp_servers_json(
+            tmp / "ledger.jsonl", tmp / "notes.txt", extra_tools="erase_notes"
+        ),
         "CHATWORKER_API_HEARTBEAT_SECONDS": "1",
     }
     api = ApiProcess(env, tmp / "api.log", cwd=tmp)
@@ -181,6 +183,60 @@ def test_a_turn_streams_its_words_and_shows_the_tool_call_and_its_result(
     expect(page.locator("#cancel")).to_be_disabled()
     _assert_page_shows(page, _transcript(server, conversation_id))
     expect(page.locator("#message-input")).to_be_focused()
+
+
+def test_the_page_answers_a_question_approves_a_call_and_runs_a_browser_tool(
+    page: Any, server: ApiProcess, fake_llm: FakeLLMServer
+) -> None:
+    ask = {"question": "Which report do you mean: Q2 or Q3?"}
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "ask", "name": "agent_clarify", "arguments": ask}]},
+            {"tool_calls": [{"id": "erase", "name": "erase_notes", "arguments": {}}]},
+            {"tool_calls": [{"id": "where", "name": "browser_locale", "arguments": {}}]},
+            {"text": "Sent the Q3 report, erased the notes, and you are in your time zone."},
+        ],
+        match="Send me the report",
+        mode="by_iteration",
+    )
+    conversation_id = _send(page, "Send me the report")
+
+    # A question: shown as the assistant asking; the next message answers it.
+    question = page.locator("#transcript [data-role=action][data-kind=clarification]")
+    expect(question.locator(".question")).to_have_text(ask["question"], timeout=WAIT_MS)
+    expect(page.locator("#status")).to_have_text("Waiting for your answer")
+    box = page.locator("#message-input")
+    box.fill("Q3")
+    box.press("Enter")
+
+    # An approval: the call runs only once approved.
+    approval = page.locator("#transcript [data-role=action][data-kind=approval]")
+    expect(approval).to_contain_text("erase_notes", timeout=WAIT_MS)
+    approve = approval.get_by_role("button", name="Approve")
+    approve.focus()
+    page.keyboard.press("Enter")  # by keyboard
+    expect(approval).to_contain_text("You approved it.", timeout=WAIT_MS)
+
+    # A client tool: this browser runs it and posts its output; the turn then answers.
+    ran = page.locator("#transcript [data-role=action][data-kind=client_tool]")
+    expect(ran).to_contain_text("browser_locale", timeout=WAIT_MS)
+    answer = page.locator("#transcript [data-role=assistant] > .text")
+    expect(answer).to_have_text(
+        "Sent the Q3 report, erased the notes, and you are in your time zone.", timeout=WAIT_MS
+    )
+    expect(page.locator("#status")).to_have_text("Ready")
+
+    messages = _transcript(server, conversation_id)
+    results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    assert results["ask"] == "Q3"
+    assert results["erase"] == "All notes erased."
+    assert '"timeZone"' in results["where"] and '"language"' in results["where"]
+    _assert_page_shows(page, messages)
+    # A reload draws what was asked and answered once, with nothing left to answer.
+    page.reload()
+    expect(answer).to_have_text(re.compile("Sent the Q3 report"), timeout=WAIT_MS)
+    expect(page.locator("#transcript [data-role=action]")).to_have_count(3)
+    expect(page.locator("#transcript [data-role=action] button")).to_have_count(0)
 
 
 def test_a_message_waits_behind_a_slow_tool_that_cancel_stops(

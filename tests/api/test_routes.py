@@ -532,6 +532,7 @@ def test_a_client_tool_call_waits_for_its_output_posted_to_the_turn_s_actions(
             "name": "get_location",
             "arguments": {},
             "answered": False,
+            "decision": None,
         }
     ]
     actions = f"/v1/turns/{turn['id']}/actions"

@@ -148,6 +148,7 @@ class View {
     this.turns = new Map(); // the turns queued or running: id -> {number, cancelling}
     this.begun = new Set(); // the turns that started or ended (their message is in the log)
     this.waiting = new Map(); // turn id -> the element of a message queued behind a turn
+    this.actions = new Map(); // call id -> the element of what a turn waits for
     this.status = "idle";
     this.outcome = null; // how the last turn ended, when not completed
     this.error = null;
@@ -247,6 +248,7 @@ function resetView(view) {
   view.turns.clear();
   view.begun.clear();
   view.waiting.clear();
+  view.actions.clear();
   view.status = "idle";
   view.outcome = null;
   els.transcript.replaceChildren();
@@ -295,6 +297,7 @@ function onCommitted(view, type, event) {
       if (!view.turns.has(event.turn_id)) {
         view.turns.set(event.turn_id, { number, cancelling: false });
       }
+      view.turns.get(event.turn_id).waiting = false;
       if (type === "turn.resumed") {
         addNote(view, event, `Turn ${number} resumed after an interruption.`);
       }
@@ -322,8 +325,151 @@ function onCommitted(view, type, event) {
       addNote(view, event, `Turn ${number} was cancelled.`);
       scheduleListRefresh();
       break;
+    case "action.required": {
+      const current = view.turns.get(event.turn_id) || { number, cancelling: false };
+      current.waiting = true;
+      view.turns.set(event.turn_id, current);
+      showActions(view, event);
+      break;
+    }
     default:
       break; // a type this page does not know yet: nothing to show
+  }
+}
+
+// --- what a turn waits for: a question, an approval, a tool this browser runs ------------------
+
+// A tool this page runs itself: the model may ask for the user's time zone and language.
+const BROWSER_TOOLS = {
+  browser_locale: {
+    description: "The user's time zone, language and local time, from their browser.",
+    run: () => {
+      const options = Intl.DateTimeFormat().resolvedOptions();
+      return JSON.stringify({
+        timeZone: options.timeZone,
+        language: navigator.language,
+        localTime: new Date().toString(),
+      });
+    },
+  },
+};
+
+function browserToolDefinitions() {
+  return Object.entries(BROWSER_TOOLS).map(([name, tool]) => ({
+    name,
+    description: tool.description,
+    parameters: { type: "object", properties: {} },
+  }));
+}
+
+async function showActions(view, event) {
+  let turn;
+  try {
+    turn = await api("GET", `/v1/turns/${encodeURIComponent(event.turn_id)}`, { retries: 2 });
+  } catch (error) {
+    handleError(error);
+    return;
+  }
+  if (state.view !== view) return;
+  const stick = atBottom();
+  for (const action of turn.actions || []) {
+    if (view.actions.has(action.call_id)) continue; // drawn already (a replayed event)
+    const element = actionElement(view, turn, action);
+    view.actions.set(action.call_id, element);
+    els.transcript.append(element);
+    if (action.kind === "client_tool" && !action.answered && BROWSER_TOOLS[action.name]) {
+      runBrowserTool(view, turn, action, element);
+    }
+  }
+  scheduleRender(view, stick);
+}
+
+function actionElement(view, turn, action) {
+  const attributes = {
+    class: `msg action ${action.kind}${action.answered ? " answered" : ""}`,
+    "data-role": "action",
+    "data-kind": action.kind,
+    "data-call-id": action.call_id,
+  };
+  if (action.kind === "clarification") {
+    return h(
+      "div",
+      { ...attributes, role: "note" },
+      spoken("The assistant asks: "),
+      h("div", { class: "tool-head", text: "The assistant is asking" }),
+      h("div", { class: "text question", text: action.arguments.question || "" }),
+      action.answered ? null : h("small", { class: "hint", text: "Your next message answers it." }),
+    );
+  }
+  if (action.kind === "approval") {
+    const decided = action.decision ? `You ${action.decision} it.` : null;
+    const buttons = action.answered
+      ? null
+      : h(
+          "div",
+          { class: "approval-buttons" },
+          approvalButton(view, turn, action, true),
+          approvalButton(view, turn, action, false),
+        );
+    return h(
+      "div",
+      attributes,
+      h("div", { class: "tool-head" }, "Approve running ", h("b", { text: action.name }), "?"),
+      h("pre", { class: "tool-output", text: shownArguments(JSON.stringify(action.arguments)) }),
+      buttons,
+      decided ? h("small", { class: "hint decision", text: decided }) : null,
+    );
+  }
+  return h(
+    "div",
+    attributes,
+    h("div", { class: "tool-head" }, "Runs in your browser: ", h("b", { text: action.name })),
+    h("small", {
+      class: "hint",
+      text: action.answered ? "Done." : BROWSER_TOOLS[action.name] ? "Running…" : "Waiting for it.",
+    }),
+  );
+}
+
+function approvalButton(view, turn, action, approve) {
+  const button = h("button", {
+    type: "button",
+    class: approve ? "approve" : "deny",
+    text: approve ? "Approve" : "Deny",
+  });
+  button.addEventListener("click", () => answerAction(view, turn, action, { approve }));
+  return button;
+}
+
+async function runBrowserTool(view, turn, action, element) {
+  let output;
+  try {
+    output = BROWSER_TOOLS[action.name].run(action.arguments || {});
+  } catch (error) {
+    output = `Error: ${error}`;
+  }
+  await answerAction(view, turn, action, { output: String(output) }, element);
+}
+
+async function answerAction(view, turn, action, answer, element = null) {
+  const shown = element || view.actions.get(action.call_id);
+  for (const button of shown ? shown.querySelectorAll("button") : []) button.disabled = true;
+  try {
+    const path = `/v1/turns/${encodeURIComponent(turn.id)}/actions`;
+    await api("POST", path, { body: { outputs: [{ call_id: action.call_id, ...answer }] }, retries: 2 });
+    if (shown) {
+      shown.classList.add("answered");
+      const hint = shown.querySelector(".hint");
+      const text =
+        "approve" in answer ? `You ${answer.approve ? "approved" : "denied"} it.` : "Done.";
+      if (hint) hint.textContent = text;
+      else shown.append(h("small", { class: "hint decision", text }));
+      for (const buttons of shown.querySelectorAll(".approval-buttons")) buttons.remove();
+    }
+    els.input.focus();
+  } catch (error) {
+    for (const button of shown ? shown.querySelectorAll("button") : []) button.disabled = false;
+    handleError(error);
   }
 }
 
@@ -579,6 +725,7 @@ function statusOf(view) {
     return [view.status, view.status === "tool_loop" ? "Running tools…" : "Thinking…"];
   }
   if (view.status === "failed") return ["failed", `Failed${view.error ? `: ${view.error}` : ""}`];
+  if (turns.some((turn) => turn.waiting)) return ["requires_action", "Waiting for your answer"];
   if (turns.length) return ["queued", "Queued…"];
   if (view.outcome === "cancelled") return ["idle", "Ready (the last turn was cancelled)"];
   return ["idle", "Ready"];
@@ -614,7 +761,12 @@ async function send() {
   try {
     if (!state.view) {
       const id = newId(); // chosen here: a retried create returns the same conversation
-      const body = { id, tools: chosenTools(), context: { title: titleOf(text) } };
+      const body = {
+        id,
+        tools: chosenTools(),
+        client_tools: browserToolDefinitions(),
+        context: { title: titleOf(text) },
+      };
       const instructions = els.instructions.value.trim();
       if (instructions) body.instructions = instructions;
       await api("POST", "/v1/conversations", { body, retries: 2 });

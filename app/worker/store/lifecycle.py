@@ -63,6 +63,7 @@ class Snapshot:
     client_tools: tuple[dict[str, Any], ...] = ()  # tools the web app's client executes
     clarify: bool = True  # the model may ask the user (`agent_clarify`)
     approved: frozenset[str] = frozenset()  # call ids the user approved (the turn's actions)
+    actions: tuple[dict[str, Any], ...] = ()  # what the turn waited for so far (answered)
 
 
 class TurnStore:
@@ -92,6 +93,7 @@ class TurnStore:
             return None
         found, transcript = claimed
         row = _ClaimRow(*found)
+        actions = _actions(row.turn_actions)
         return Snapshot(
             claim=Claim(conversation_id, owner, row.lease_epoch, row.turn_id),
             status=row.status,
@@ -106,7 +108,8 @@ class TurnStore:
             cancel_requested=bool(row.cancel_requested),
             client_tools=tuple(row.client_tools or ()),
             clarify=bool(row.clarify),
-            approved=_approved(row.turn_actions),
+            approved=_approved(actions),
+            actions=tuple(actions),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -271,11 +274,16 @@ def _entry(row: Row) -> Entry:
     return Entry(seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason)
 
 
-def _approved(actions: list[dict[str, Any]] | str | None) -> frozenset[str]:
-    """The call ids the user approved, from the turn's actions (JSON text on some drivers)."""
+def _actions(actions: list[dict[str, Any]] | str | None) -> list[dict[str, Any]]:
+    """The turn's actions (JSON text on some drivers)."""
     found: list[dict[str, Any]] = json.loads(actions) if isinstance(actions, str) else actions or []
+    return found
+
+
+def _approved(actions: list[dict[str, Any]]) -> frozenset[str]:
+    """The call ids the user approved."""
     return frozenset(
-        str(action["call_id"]) for action in found if action.get("decision") == APPROVED
+        str(action["call_id"]) for action in actions if action.get("decision") == APPROVED
     )
 
 
