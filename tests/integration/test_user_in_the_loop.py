@@ -419,3 +419,22 @@ def test_a_bad_approval_is_refused_and_writes_nothing(
         guarded.client.answer_actions(turn.id, outputs, approvals=approvals)
     assert guarded.row(conversation_id).event_seq == seq
     guarded.client.cancel(conversation_id)
+
+
+def test_a_turn_that_waits_twice_keeps_its_first_question_on_record(world: World) -> None:
+    scripted = model(
+        fakes.calls(("ask", "agent_clarify", {"question": "Which city?"})),
+        fakes.calls(("c_loc", "get_location", {"precision": "country"})),
+        fakes.text("Paris, France."),
+    )
+    conversation_id = world.conversation("Where?", tools=[], client_tools=[LOCATE])
+    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    turn = world.client.current_turn(conversation_id)
+    assert turn is not None
+    world.client.submit_message(conversation_id, "Paris")
+    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    again = world.client.get_turn(turn.id)
+    assert [(a.call_id, a.answered) for a in again.actions] == [("ask", True), ("c_loc", False)]
+    world.client.answer_actions(turn.id, {"c_loc": "France"})
+    assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
+    assert [a.call_id for a in world.client.get_turn(turn.id).actions] == ["ask", "c_loc"]
