@@ -213,6 +213,12 @@ class Settings(BaseSettings):
     api_max_streams: int = Field(
         2000, ge=1, le=100_000, description="event streams one API process serves at once"
     )
+    in_flight_recovery: Literal["ask", "error"] = Field(
+        "ask",
+        description="a call that was running when its worker stopped, of a tool that is neither "
+        "read-only nor idempotent: ask the user to approve running it again, or give the "
+        "model an 'outcome unknown' error result",
+    )
     api_log_poll_seconds: float = Field(
         10,
         ge=1,

@@ -40,6 +40,8 @@ FROM (SELECT g, CASE WHEN g <= %(quads)s * 4 THEN (g - 1) %% 4
       FROM generate_series(1, %(size)s) AS g) AS s
 """
 
+ECHO_READS = {"echo": fakes.READ_ONLY}  # a pure function: it may simply run again
+
 
 def _model(request: ModelRequest) -> ModelReply:
     # Count only this turn's rounds (the history holds assistant messages of its own), reading
@@ -82,7 +84,7 @@ def measure_history(database_url: str, conversations: int) -> tuple[list[Row], d
     engine = make_engine(database_url)
     store = _TimedStore(engine)
     store.claims = []
-    tools = fakes.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)

@@ -41,12 +41,14 @@ STEPS: list[dict[str, Any]] = [
     for n in range(ITERATIONS_PER_TURN - 1)
 ] + [{"text": "done"}]
 
+ECHO_READS = {"echo": fakes.READ_ONLY}  # a pure function: it may simply run again
+
 
 def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str, Any]]:
     prepare_litellm()
     engine = make_engine(database_url)
     store = TurnStore(engine)
-    tools = fakes.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None

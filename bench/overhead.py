@@ -31,6 +31,8 @@ from bench.stats import median, p95
 
 ITERATIONS_PER_TURN = 10
 
+ECHO_READS = {"echo": fakes.READ_ONLY}  # a pure function: it may simply run again
+
 
 @dataclass
 class Result:
@@ -59,7 +61,7 @@ def _model(request: ModelRequest) -> ModelReply:
 
 
 def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
-    tools = fakes.InMemoryTools({"echo": str})
+    tools = fakes.InMemoryTools({"echo": str}, annotations=ECHO_READS)
     Upkeep(client.engine).publish_catalog(asyncio.run(tools.definitions()))
     ids = []
     for _ in range(count):
@@ -74,7 +76,7 @@ TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
 
 def measure_loop(database_url: str, conversations: int) -> Result:
     engine = make_engine(database_url)
-    tools = fakes.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     ids = _prepare(client, conversations)

@@ -21,10 +21,12 @@ from bench.stats import Row, median, p95, single
 SIZE = "SELECT pg_total_relation_size('messages') + pg_total_relation_size('conversations')"
 TABLES = ("messages", "events", "turns")
 
+ECHO_READS = {"echo": fakes.READ_ONLY}  # a pure function: it may simply run again
+
 
 def measure_storage(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
     engine = make_engine(database_url)
-    tools = fakes.InMemoryTools({"echo": _echo})
+    tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     settings = load_settings(database_url=database_url)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     runner = TurnRunner(

@@ -549,6 +549,9 @@ class World:
         env = worker_environment(
             self.database_url, self.redis.url, self.llm.api_base, self.ledger,
             self.tmp / "notes.txt", CHATWORKER_TOOL_TIMEOUT_SECONDS="2",
+            # A `write_note` in flight at a kill is not run again: the model is told its outcome
+            # is unknown (nobody here would answer the approval the default policy asks for).
+            CHATWORKER_IN_FLIGHT_RECOVERY="error",
         )  # fmt: skip
         self.workers = Workers(env, self.tmp, options.workers)
         stack.callback(quietly, self.workers.kill_all)  # after a graceful stop: nothing to do

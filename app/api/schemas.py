@@ -69,6 +69,7 @@ class Action(BaseModel):
     arguments: dict[str, Any] = Field(description="for a clarification: question (and reason)")
     answered: bool | None = Field(description="it has its answer (an approval: its decision)")
     decision: Literal["approved", "denied"] | None = None
+    reason: str | None = Field(None, description="why it is asked, when that is not obvious")
 
     @classmethod
     def of(cls, view: ActionView) -> Action:

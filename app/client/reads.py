@@ -299,6 +299,7 @@ def _turn_view(row: Any) -> TurnView:
                 a["name"],
                 dict(a.get("arguments") or {}),
                 decision=a.get("decision"),
+                reason=a.get("reason"),
             )
             for a in row.get("actions") or ()
         ),

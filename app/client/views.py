@@ -82,6 +82,7 @@ class ActionView:
     arguments: dict[str, Any]
     answered: bool | None = None
     decision: str | None = None  # an approval's: approved | denied
+    reason: str | None = None  # why it is asked, when not obvious (a call in flight at a crash)
 
 
 @dataclass(frozen=True)

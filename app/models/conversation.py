@@ -86,6 +86,10 @@ class Conversation(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     lease_owner: Mapped[str | None] = mapped_column(String(200))
+    # The call a worker started last of a tool that may not simply run again (neither read-only
+    # nor idempotent): found with no result by a later claim, it was running when its worker
+    # stopped, and may or may not have happened.
+    in_flight: Mapped[str | None] = mapped_column(String(200))
     lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The last sign of life (submit, claim or heartbeat): what the janitor keys on.

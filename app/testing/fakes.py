@@ -93,6 +93,10 @@ class ScriptedModel:
             sink.call(index, call.id, call.name, call.arguments)
 
 
+#: What a pure function says of itself: it only reads, so a call may simply run again.
+READ_ONLY = {"readOnlyHint": True}
+
+
 class InMemoryTools:
     """A `ToolProvider` of Python callables; a callable that raises gives an error result."""
 

@@ -23,6 +23,9 @@ question of the same data, so they are the same path):
       names a tool not offered to this conversation             RejectCall(not allowed / unknown)
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       has arguments its tool's inputSchema refuses              RejectCall(naming the field)
+      was running when its worker stopped (`in_flight`), of a   Pause for approval ("may or may
+        tool that is neither read-only nor idempotent, not        not have happened"), or by
+        approved since                                            policy RejectCall(UNKNOWN)
       a tool only the user or their client answers              (waiting: the next call first)
         (`agent_clarify`, a client-executed tool), or a tool
         whose calls the user approves first, not yet approved
@@ -92,6 +95,12 @@ CUT_OFF_RESULT = (
 MAX_ERROR_ROUNDS = 3
 NO_USER_MESSAGE_ERROR = "Nothing to answer: the conversation has no user message"
 CANCELLED_RESULT = "Cancelled by the user: this tool call did not complete."
+IN_FLIGHT_REASON = "the worker stopped while this call was running; it may or may not have happened"
+OUTCOME_UNKNOWN_RESULT = (
+    "Error: the worker stopped while this call was running, so its outcome is unknown: it may "
+    "or may not have happened. It was not run again; check before calling it again."
+)
+ASK, ERROR = "ask", "error"  # what becomes of such a call (`CHATWORKER_IN_FLIGHT_RECOVERY`)
 
 
 class ToolCall(NamedTuple):
@@ -138,6 +147,9 @@ class Toolbox(NamedTuple):
     waits: Mapping[str, str] = MappingProxyType({})
     approval: frozenset[str] = frozenset()  # tools whose every call the user approves first
     approved: frozenset[str] = frozenset()  # call ids the user approved
+    guarded: frozenset[str] = frozenset()  # tools that may not simply run again
+    in_flight: str | None = None  # the call a stopped worker was running (of a guarded tool)
+    in_flight_policy: str = ASK  # ask (approval) or error (the model is told)
 
 
 NO_TOOLS = Toolbox()
@@ -168,20 +180,22 @@ class RejectCall:
 
 
 class PendingAction(NamedTuple):
-    """A call the turn waits on: its kind (`clarification`, `client_tool`) and checked
-    arguments."""
+    """A call the turn waits on: its kind (`clarification`, `client_tool`, `approval`), checked
+    arguments, and why it is asked when that is not obvious (`reason`)."""
 
     call: ToolCall
     kind: str
     arguments: dict[str, Any]
+    reason: str | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "call_id": self.call.id,
             "kind": self.kind,
             "name": self.call.name,
             "arguments": self.arguments,
         }
+        return found if self.reason is None else {**found, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -324,12 +338,23 @@ def _tool_step(
     refused = tools.check(call.name, checked) if tools.check is not None else None
     if refused is not None:
         return RejectCall(call, refused)
+    return _waiting(call, tools, checked) or RunTool(call, checked)
+
+
+def _waiting(
+    call: ToolCall, tools: Toolbox, checked: dict[str, Any]
+) -> RejectCall | PendingAction | None:
+    """Whether a call with good arguments waits for the user (or is refused after a crash)."""
+    if call.id == tools.in_flight and call.name in tools.guarded and call.id not in tools.approved:
+        if tools.in_flight_policy == ERROR:
+            return RejectCall(call, OUTCOME_UNKNOWN_RESULT)
+        return PendingAction(call, APPROVAL, checked, IN_FLIGHT_REASON)
     kind = tools.waits.get(call.name)
     if kind is not None:
         return PendingAction(call, kind, checked)
     if call.name in tools.approval and call.id not in tools.approved:
         return PendingAction(call, APPROVAL, checked)
-    return RunTool(call, checked)
+    return None
 
 
 def _error_rounds(turn: Sequence[Entry]) -> tuple[int, str]:
@@ -389,6 +414,9 @@ def toolbox(
     *,
     approval: Iterable[str] = (),
     approved: Iterable[str] = (),
+    guarded: Iterable[str] = (),
+    in_flight: str | None = None,
+    in_flight_policy: str = ASK,
 ) -> Toolbox:
     """Least privilege: only the allowed tools the worker has are offered, and only they run
     (with arguments `check` accepts); the tools the user or their client answers (`waits`) are
@@ -403,6 +431,9 @@ def toolbox(
         waits=waits,
         approval=frozenset(approval),
         approved=frozenset(approved),
+        guarded=frozenset(guarded),
+        in_flight=in_flight,
+        in_flight_policy=in_flight_policy,
     )
 
 

@@ -108,6 +108,12 @@ class ToolDefinition:
         return self.annotations.get("readOnlyHint") is True
 
     @property
+    def may_rerun(self) -> bool:
+        """A call that ran may simply run again: the tool says it only reads, or that running
+        it twice has the effect of running it once (`idempotentHint`)."""
+        return self.is_read_only or self.annotations.get("idempotentHint") is True
+
+    @property
     def is_destructive(self) -> bool:
         """It says it may destroy (`destructiveHint`), and does not say it only reads."""
         return self.annotations.get("destructiveHint") is True and not self.is_read_only

@@ -235,6 +235,10 @@ class _Turn:
                     if outcome is not None:
                         return outcome
                 case RunTool(call, arguments):
+                    if call.name in self.toolbox.guarded:  # it may not simply run again
+                        await self._commit(
+                            self.store.starting, self.claim, call.id, settings.lease_ttl_seconds
+                        )
                     try:
                         result = await self._interruptible(
                             self.runner.tools.execute(
@@ -304,6 +308,9 @@ class _Turn:
             waits,
             approval=(d.name for d in offered if d.requires_approval),
             approved=snapshot.approved,
+            guarded=(d.name for d in served if not d.may_rerun),
+            in_flight=snapshot.in_flight,
+            in_flight_policy=self.runner.settings.in_flight_recovery,
         )
         self.function_tools = [d.as_function_tool() for d in offered]
 

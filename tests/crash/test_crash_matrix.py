@@ -8,13 +8,17 @@ was committed ran exactly once; only the call in flight at the kill (`tool_ran`)
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
+from app.client import TurnView
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
 from app.worker.failpoints import MATRIX_POINTS
+from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
 from tests.servers.mcp_server import read_applied, read_ledger
@@ -94,16 +98,36 @@ def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
     assert f"failpoint {failpoint} reached: SIGKILL" in doomed.log()
     replacement.resume()
 
+    if failpoint == "tool_ran" and kind == "side-effecting":
+        # `write_note` says neither readOnlyHint nor idempotentHint: the call that was running
+        # is not run again blindly. The turn asks; here the user says: run it again.
+        turn = waiting_turn(deployment, conversation_id)
+        ((action,),) = [turn.pending_actions]
+        assert (action.call_id, action.kind, action.reason) == (
+            "call_tool",
+            "approval",
+            IN_FLIGHT_REASON,
+        )
+        assert deployment.tool_runs()[tool] == 1  # at most once without the user
+        deployment.client.answer_actions(turn.id, approvals={"call_tool": True})
     view = deployment.wait(conversation_id, timeout=60)
     assert view.status == "idle", f"{view.error}\n{replacement.log()}"
-    assert deployment.transcript(conversation_id) == reference[kind]
+    if failpoint == "tool_ran" and kind == "side-effecting":
+        # (`add` ran while `write_note` waited: the same results, committed in another order)
+        assert in_result_order(deployment.transcript(conversation_id)) == in_result_order(
+            reference[kind]
+        )
+    else:
+        assert deployment.transcript(conversation_id) == reference[kind]
     runs = deployment.tool_runs()
     in_flight = {tool} if failpoint == "tool_ran" else set()
     for name in (tool, "add"):
         allowed = (1, 2) if name in in_flight else (1,)
         assert runs[name] in allowed, f"{name} ran {runs[name]} times: {runs}"
     if failpoint == "tool_ran":
-        assert runs[tool] == 2  # it ran, its result was lost with the worker, it ran again
+        # It ran, its result was lost with the worker, it ran again: read-only, so simply;
+        # side-effecting, because the user approved.
+        assert runs[tool] == 2
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
 
 
@@ -183,3 +207,56 @@ def test_a_turn_waiting_for_the_user_survives_its_worker_and_the_worker_that_res
     assert len(deployment.llm.requests()) == 2  # the killed resumer never asked the model
     assert deployment.client.get_turn(turn.id).status == "completed"
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def waiting_turn(deployment: Deployment, conversation_id: object, timeout: float = 60) -> TurnView:
+    """The conversation's current turn once it waits for the user."""
+    deadline = time.monotonic() + timeout
+    while True:
+        turn = deployment.client.current_turn(conversation_id)  # type: ignore[arg-type]
+        if turn is not None and turn.status == "requires_action":
+            return turn
+        logs = "\n".join(worker.log() for worker in deployment.workers)
+        assert time.monotonic() < deadline, f"never waited: {turn}\n{logs}"
+        time.sleep(0.1)
+
+
+def test_with_the_error_policy_a_call_in_flight_at_a_kill_is_reported_unknown_not_run_again(
+    deployment: Deployment,
+) -> None:
+    """`CHATWORKER_IN_FLIGHT_RECOVERY=error`: no question; the model reads that the outcome of
+    the call that was running is unknown, and the tool ran once."""
+    deployment.env["CHATWORKER_IN_FLIGHT_RECOVERY"] = "error"
+    script(deployment.llm, "write_note", {"text": "once at most"})
+    replacement = deployment.start_worker("replacement", ready=False)
+    doomed = deployment.start_worker(
+        "doomed", {"CHATWORKER_FAILPOINT": "tool_ran@write_note"}, ready=False
+    )
+    replacement.wait_until_ready()
+    doomed.wait_until_ready()
+    replacement.pause()
+    conversation_id = deployment.chat(QUESTION, ["write_note", "add"])
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    replacement.resume()
+
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{replacement.log()}"
+    result = next(m for m in view.messages if m.tool_call_id == "call_tool")
+    assert (result.content, result.is_error) == (OUTCOME_UNKNOWN_RESULT, True)
+    assert deployment.tool_runs() == Counter({"write_note": 1, "add": 1})
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def in_result_order(transcript: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """The transcript without seqs, each run of tool results sorted by call id."""
+    rows = [row[1:] for row in transcript]
+    out: list[tuple[object, ...]] = []
+    results: list[tuple[object, ...]] = []
+    for row in rows:
+        if row[0] == "tool":
+            results.append(row)
+            continue
+        out += sorted(results, key=str)
+        results = []
+        out.append(row)
+    return out + sorted(results, key=str)

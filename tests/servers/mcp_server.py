@@ -39,6 +39,9 @@ EXTRA_TOOLS_ENV = "MCP_EXTRA_TOOLS"
 DEFAULT_NOTES_FILE = "chatworker-mcp-notes.txt"
 
 F = TypeVar("F", bound=Callable[..., Any])
+# The fault tools change nothing (the ledger is the test's, not a side effect the model asked
+# for): after a worker's crash they may simply run again. `write_note` says nothing: it may not.
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 server: MCPServer = MCPServer(SERVER_NAME, log_level="WARNING")
 
@@ -136,7 +139,7 @@ def write_note(
     return f"Note saved: {line}"
 
 
-@tool()
+@tool(annotations=READ_ONLY)
 def env_keys() -> list[str]:
     """Return the sorted names (never the values) of the server process's environment variables."""
     return sorted(os.environ)
@@ -145,19 +148,19 @@ def env_keys() -> list[str]:
 # --- fault injection ----------------------------------------------------------------------------
 
 
-@tool()
+@tool(annotations=READ_ONLY)
 def fail(message: str = "boom") -> str:
     """Always fail with the given message, as an anticipated tool error (is_error result)."""
     raise ToolError(message)
 
 
-@tool()
+@tool(annotations=READ_ONLY)
 def raise_unexpected() -> str:
     """Always crash with an unexpected RuntimeError (a bug in the tool, not a planned error)."""
     raise RuntimeError("unexpected failure inside raise_unexpected")
 
 
-@tool()
+@tool(annotations=READ_ONLY)
 async def hang(
     seconds: Annotated[float, Field(ge=0, description="How long to sleep.")] = 3600,
 ) -> str:
@@ -166,7 +169,7 @@ async def hang(
     return f"Slept {seconds} seconds."
 
 
-@tool(structured_output=False)
+@tool(structured_output=False, annotations=READ_ONLY)
 def exit_process(code: int = 1) -> NoReturn:
     """Terminate the server process immediately with the given exit code (simulates a crash)."""
     os._exit(code)
@@ -179,7 +182,7 @@ def huge_text(size: int) -> str:
     return (block * repeats)[:size]
 
 
-@tool(structured_output=False)  # a structured copy would double the payload
+@tool(structured_output=False, annotations=READ_ONLY)  # a structured copy would double the payload
 def huge_output(
     size: Annotated[int, Field(ge=0, le=50_000_000, description="Exact length in characters.")] = (
         1_000_000
@@ -192,7 +195,7 @@ def huge_output(
 # --- cancellation -------------------------------------------------------------------------------
 
 
-@tool()
+@tool(annotations=READ_ONLY)
 async def slow(
     seconds: Annotated[float, Field(ge=0, description="How long to work.")] = 30,
     label: Annotated[str, Field(description="Tells concurrent calls apart.")] = "",
@@ -293,7 +296,12 @@ _OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {
     "apply_once": apply_once,
     "erase_notes": erase_notes,
 }
-_ANNOTATIONS = {"erase_notes": ToolAnnotations(destructive_hint=True, idempotent_hint=True)}
+_ANNOTATIONS = {
+    "erase_notes": ToolAnnotations(destructive_hint=True, idempotent_hint=True),
+    "apply_once": ToolAnnotations(idempotent_hint=True),  # keyed on the call's idempotency key
+    "echo_meta": READ_ONLY,
+    "emit_invalid_utf8": READ_ONLY,
+}
 
 
 def _register_opt_in_tools(names: str) -> None:

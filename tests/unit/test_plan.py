@@ -4,6 +4,7 @@ model's odd replies, the caps."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -434,3 +435,27 @@ def test_a_call_needing_approval_waits_until_approved() -> None:
     )
     approved = toolbox({"write_note"}, {"write_note"}, approval={"write_note"}, approved={"n"})
     assert next_action(transcript, 1, CAP, tools=approved) == RunTool(note, {"text": "x"})
+
+
+def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -> None:
+    from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT, Pause, PendingAction
+
+    note = ToolCall("n", "write_note", '{"text": "x"}')
+    look = ToolCall("l", "search", '{"q": "x"}')
+    transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (note,))]
+    names = {"write_note", "search"}
+
+    def plan(**options: Any) -> Action:
+        tools = toolbox(names, names, guarded={"write_note"}, **options)
+        return next_action(transcript, 1, CAP, tools=tools)
+
+    assert plan() == RunTool(note, {"text": "x"})  # not in flight: it runs (marked first)
+    assert plan(in_flight="n") == Pause(
+        (PendingAction(note, "approval", {"text": "x"}, IN_FLIGHT_REASON),)
+    )
+    assert plan(in_flight="n", in_flight_policy="error") == RejectCall(note, OUTCOME_UNKNOWN_RESULT)
+    assert plan(in_flight="n", approved={"n"}) == RunTool(note, {"text": "x"})  # the user said so
+    # A tool that may run again (read-only or idempotent: not guarded) simply runs again.
+    searching = [Entry(1, "user", "go"), Entry(2, "assistant", None, (look,))]
+    tools = toolbox(names, names, guarded={"write_note"}, in_flight="l")
+    assert next_action(searching, 1, CAP, tools=tools) == RunTool(look, {"q": "x"})

@@ -416,6 +416,7 @@ function actionElement(view, turn, action) {
       attributes,
       h("div", { class: "tool-head" }, "Approve running ", h("b", { text: action.name }), "?"),
       h("pre", { class: "tool-output", text: shownArguments(JSON.stringify(action.arguments)) }),
+      action.reason ? h("p", { class: "reason", text: `Why you are asked: ${action.reason}.` }) : null,
       buttons,
       decided ? h("small", { class: "hint decision", text: decided }) : null,
     );

@@ -195,6 +195,7 @@ CLAIM = (
         c.client_tools,
         c.clarify,
         _current("actions").label("turn_actions"),
+        c.in_flight,
     )
     .add_cte(CURRENT_TURN)
 )
@@ -226,12 +227,16 @@ class Write(enum.Enum):
     FAIL = "fail"  # the turn failed with a readable error; a failed call's tokens still count
     CANCEL = "cancel"  # the user cancelled the turn and every call is answered
     PAUSE = "pause"  # every open call waits for the user: the turn requires action, lease freed
+    STARTING = "starting"  # a call that may not run twice is about to run (`in_flight`)
 
 
 ERROR = bindparam("error", type_=Text)
 
 HEADS: dict[Any, Update] = {
     Write.HEARTBEAT: _fenced(lease_expires_at=_EXPIRES),
+    Write.STARTING: _fenced(
+        lease_expires_at=_EXPIRES, in_flight=bindparam("in_flight", type_=String)
+    ),
     Write.RELEASE: _fenced(**RELEASED_LEASE),
     # turn.completed / turn.failed, and status.changed unless the status stays
     Write.FINISH: _fenced(1 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=False)),

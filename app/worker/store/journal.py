@@ -298,6 +298,7 @@ CLAIM_COMPOSITE = Composite(
 
 COMPOSITES: dict[Write | StepKind, Composite] = {
     Write.HEARTBEAT: Composite(HEADS[Write.HEARTBEAT]),
+    Write.STARTING: Composite(HEADS[Write.STARTING]),
     Write.RELEASE: Composite(HEADS[Write.RELEASE]),
     Write.FINISH: Composite(
         HEADS[Write.FINISH],

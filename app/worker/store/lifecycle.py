@@ -64,6 +64,7 @@ class Snapshot:
     clarify: bool = True  # the model may ask the user (`agent_clarify`)
     approved: frozenset[str] = frozenset()  # call ids the user approved (the turn's actions)
     actions: tuple[dict[str, Any], ...] = ()  # what the turn waited for so far (answered)
+    in_flight: str | None = None  # a call started by an earlier owner that may not run twice
 
 
 class TurnStore:
@@ -110,6 +111,7 @@ class TurnStore:
             clarify=bool(row.clarify),
             approved=_approved(actions),
             actions=tuple(actions),
+            in_flight=row.in_flight,
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -172,6 +174,11 @@ class TurnStore:
     def finish(self, claim: Claim, *, status: str) -> Committed:
         """Complete the turn when its final text is already committed."""
         return self._run(Write.FINISH, claim, old_status=status)
+
+    def starting(self, claim: Claim, call_id: str, ttl: float) -> Committed:
+        """Mark `call_id` as running (and renew the lease) before a call that may not simply
+        run again: a later claim that finds it without a result knows it was in flight."""
+        return self._run(Write.STARTING, claim, ttl=ttl, in_flight=call_id)
 
     def pause(self, claim: Claim, *, status: str, actions: Sequence[dict[str, Any]]) -> Committed:
         """The turn requires action (`actions`: what it waits for): the conversation rests
@@ -263,6 +270,7 @@ class _ClaimRow(NamedTuple):
     client_tools: list[dict[str, Any]] | None
     clarify: bool | None
     turn_actions: list[dict[str, Any]] | str | None
+    in_flight: str | None
 
 
 def _entry(row: Row) -> Entry:
