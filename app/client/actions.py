@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, select, update
 
 from app.client.ledger import (
     append,
-    last_message_seq,
+    insert_results,
     lock_conversation,
     messages,
     turns,
@@ -48,7 +48,6 @@ from app.models import (
     APPROVED,
     CLARIFICATION,
     DENIED,
-    MESSAGE_COMMITTED,
     PROCESSING,
     REQUIRES_ACTION,
     RUNNING,
@@ -97,7 +96,15 @@ def answer_actions(
         judge.decide(call_id, decision)
     if not judge.new and not judge.decided:
         return Answered(turn_id)
-    logged = _write_results(connection, conversation_id, turn_id, judge.new)
+    logged = insert_results(
+        connection,
+        conversation_id,
+        turn_id,
+        [
+            (action["call_id"], action["name"], output, action.get("decision") == DENIED)
+            for action, output in judge.new
+        ],
+    )
     resumes = judge.resolved()
     turn_values: dict[str, Any] = {"actions": judge.actions} if judge.decided else {}
     values: dict[str, Any] = {"updated_at": now}
@@ -177,63 +184,27 @@ class _Judge:
         )
 
 
-def _write_results(
-    connection: Connection,
-    conversation_id: uuid.UUID,
-    turn_id: uuid.UUID,
-    new: Sequence[tuple[dict[str, Any], str]],
-) -> list[dict[str, Any]]:
-    """The tool messages of the answered calls; their events."""
-    seq = last_message_seq(connection, conversation_id)
-    logged: list[dict[str, Any]] = []
-    for action, output in new:
-        seq += 1
-        connection.execute(
-            insert(messages).values(
-                conversation_id=conversation_id,
-                seq=seq,
-                role=TOOL,
-                content=output,
-                tool_call_id=action["call_id"],
-                tool_name=action["name"],
-                is_error=action.get("decision") == DENIED,
-            )
-        )
-        logged.append({"type": MESSAGE_COMMITTED, "turn_id": turn_id, "message_seq": seq})
-    return logged
-
-
 def denied_result(reason: str | None) -> str:
     """What the model reads for a call the user denied."""
     why = f" The user said: {reason}" if reason else ""
     return f"Denied by the user: this call was not run.{why}"
 
 
-def waiting_clarifications(
-    connection: Connection, conversation_id: uuid.UUID, turn_number: int
-) -> tuple[uuid.UUID, list[str]] | None:
-    """The current turn and its unanswered clarification calls, if it waits for any."""
+def waiting_turn(connection: Connection, conversation_id: uuid.UUID, turn_number: int) -> Any:
+    """The current turn (id, status, actions) when it waits for the user, else None."""
     turn = connection.execute(
         select(turns.c.id, turns.c.status, turns.c.actions).where(
             turns.c.conversation_id == conversation_id, turns.c.number == turn_number
         )
     ).one_or_none()
-    if turn is None or turn.status != REQUIRES_ACTION:
-        return None
+    return turn if turn is not None and turn.status == REQUIRES_ACTION else None
+
+
+def open_clarifications(connection: Connection, conversation_id: uuid.UUID, turn: Any) -> list[str]:
+    """The waiting turn's clarification calls that have no answer yet."""
     asked = [a["call_id"] for a in turn.actions or () if a["kind"] == CLARIFICATION]
     answered = _results(connection, conversation_id, asked)
-    open_calls = [call_id for call_id in asked if call_id not in answered]
-    return (turn.id, open_calls) if open_calls else None
-
-
-def waiting_turn(connection: Connection, conversation_id: uuid.UUID, turn_number: int) -> Any:
-    """The current turn (id, status) when it waits for the user, else None."""
-    turn = connection.execute(
-        select(turns.c.id, turns.c.status).where(
-            turns.c.conversation_id == conversation_id, turns.c.number == turn_number
-        )
-    ).one_or_none()
-    return turn if turn is not None and turn.status == REQUIRES_ACTION else None
+    return [call_id for call_id in asked if call_id not in answered]
 
 
 def _results(
@@ -257,6 +228,6 @@ __all__ = [
     "Decision",
     "answer_actions",
     "denied_result",
-    "waiting_clarifications",
+    "open_clarifications",
     "waiting_turn",
 ]

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, select, update
 
 from app.client.ledger import (
     AT_REST,
     append,
     conversations,
     holder_is_live,
-    last_message_seq,
+    insert_results,
     lock_conversation,
     messages,
     turn_id_of,
@@ -54,7 +54,6 @@ from app.models import (
     CANCELLED_CALL_RESULT,
     FINISHED_TURN_STATUSES,
     IDLE,
-    MESSAGE_COMMITTED,
     PROCESSING,
     QUEUED,
     RELEASED_LEASE,
@@ -178,22 +177,13 @@ def _end_here(
     connection: Connection, conversation_id: uuid.UUID, row: Any, turn_id: uuid.UUID, now: datetime
 ) -> bool:
     """End the current turn `cancelled` with no worker; True when the next waiting turn starts."""
-    seq = last_message_seq(connection, conversation_id)
-    logged: list[dict[str, Any]] = []
-    for call in _unanswered_calls(connection, conversation_id):
-        seq += 1
-        connection.execute(
-            insert(messages).values(
-                conversation_id=conversation_id,
-                seq=seq,
-                role=TOOL,
-                content=CANCELLED_CALL_RESULT,
-                tool_call_id=call["id"],
-                tool_name=call["name"],
-                is_error=True,
-            )
-        )
-        logged.append({"type": MESSAGE_COMMITTED, "turn_id": turn_id, "message_seq": seq})
+    open_calls = _unanswered_calls(connection, conversation_id)
+    logged = insert_results(
+        connection,
+        conversation_id,
+        turn_id,
+        [(call["id"], call["name"], CANCELLED_CALL_RESULT, True) for call in open_calls],
+    )
     connection.execute(
         update(turns)
         .where(turns.c.id == turn_id)

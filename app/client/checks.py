@@ -241,8 +241,7 @@ def check_outputs(outputs: Any, limit: int, *, allow_empty: bool = False) -> dic
         raise InvalidRequest(f"at most {MAX_OUTPUTS} outputs at once, not {len(outputs)}")
     checked: dict[str, str] = {}
     for call_id, output in outputs.items():
-        if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
-            raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
+        _check_call_id(call_id)
         check_text(output, f"the output of {call_id}", limit, allow_empty=True)
         checked[call_id] = output
     return checked
@@ -254,8 +253,7 @@ def check_decisions(approvals: Any, limit: int, *, allow_empty: bool = False) ->
         raise InvalidRequest("approvals must be a non-empty mapping of call ids to decisions")
     checked: dict[str, Decision] = {}
     for call_id, decision in approvals.items():
-        if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
-            raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
+        _check_call_id(call_id)
         given = Decision(decision) if isinstance(decision, bool) else decision
         if not isinstance(given, Decision) or not isinstance(given.approve, bool):
             raise InvalidRequest(f"the approval of {call_id} must be true or false")
@@ -263,3 +261,8 @@ def check_decisions(approvals: Any, limit: int, *, allow_empty: bool = False) ->
             check_text(given.reason, f"the reason for {call_id}", limit, allow_empty=True)
         checked[call_id] = given
     return checked
+
+
+def _check_call_id(call_id: Any) -> None:
+    if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
+        raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
-from app.client.actions import answer_actions, waiting_clarifications, waiting_turn
+from app.client.actions import answer_actions, open_clarifications, waiting_turn
 from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
 from app.client.ledger import (
     AT_REST,
@@ -39,6 +39,7 @@ from app.models import (
     FAILED,
     FOR_MESSAGE,
     FOR_RETRY,
+    IDLE,
     MESSAGE_COMMITTED,
     PROCESSING,
     RELEASED_LEASE,
@@ -144,20 +145,21 @@ def submit_turn(
         if seen is not None:
             return seen
     number = row.turn_count + 1
-    waiting = waiting_turn(connection, conversation_id, row.turn_number)
-    if waiting is not None:
-        asked = waiting_clarifications(connection, conversation_id, row.turn_number)
-        if asked is not None:  # the message is the answer to the model's question
-            turn_id, calls = asked
-            answered = answer_actions(
-                connection,
-                conversation_id,
-                turn_id,
-                dict.fromkeys(calls, text),
-                now=datetime.now(UTC),
-            )
-            status = RUNNING if answered.resumes else REQUIRES_ACTION
-            return NewTurn(turn_id, row.turn_number, status, None, resumes=answered.resumes)
+    # (only a resting conversation's current turn can wait for the user)
+    waiting = None
+    if row.status == IDLE and row.turn_number:
+        waiting = waiting_turn(connection, conversation_id, row.turn_number)
+    asked = [] if waiting is None else open_clarifications(connection, conversation_id, waiting)
+    if waiting is not None and asked:  # the message is the answer to the model's question
+        answered = answer_actions(
+            connection,
+            conversation_id,
+            waiting.id,
+            dict.fromkeys(asked, text),
+            now=datetime.now(UTC),
+        )
+        status = RUNNING if answered.resumes else REQUIRES_ACTION
+        return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
     if row.status in AT_REST and waiting is None:
         message_seq = last_message_seq(connection, conversation_id) + 1
         turn = _insert_turn(

@@ -15,7 +15,16 @@ from typing import Any, cast
 from sqlalchemy import Connection, Table, insert, select, update
 
 from app.errors import ConversationNotFound
-from app.models import FAILED, IDLE, Conversation, Event, Message, Turn
+from app.models import (
+    FAILED,
+    IDLE,
+    MESSAGE_COMMITTED,
+    TOOL,
+    Conversation,
+    Event,
+    Message,
+    Turn,
+)
 
 conversations = cast(Table, Conversation.__table__)
 messages = cast(Table, Message.__table__)
@@ -93,6 +102,34 @@ def append(
     return new_last
 
 
+def insert_results(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    results: Sequence[tuple[str, str, str, bool]],
+) -> list[dict[str, Any]]:
+    """Tool results (call id, tool name, content, is_error) committed by the web side after the
+    last message, in order (only while no worker holds the turn); their `message.committed`
+    events, for `append`."""
+    seq = last_message_seq(connection, conversation_id)
+    logged: list[dict[str, Any]] = []
+    for call_id, name, content, is_error in results:
+        seq += 1
+        connection.execute(
+            insert(messages).values(
+                conversation_id=conversation_id,
+                seq=seq,
+                role=TOOL,
+                content=content,
+                tool_call_id=call_id,
+                tool_name=name,
+                is_error=is_error,
+            )
+        )
+        logged.append({"type": MESSAGE_COMMITTED, "turn_id": turn_id, "message_seq": seq})
+    return logged
+
+
 def turn_id_of(connection: Connection, conversation_id: uuid.UUID, number: int) -> uuid.UUID | None:
     return connection.execute(
         select(turns.c.id).where(
@@ -113,6 +150,7 @@ __all__ = [
     "conversations",
     "events",
     "holder_is_live",
+    "insert_results",
     "last_message_seq",
     "lock_conversation",
     "messages",

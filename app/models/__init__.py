@@ -39,7 +39,6 @@ from app.models.message import (
 )
 from app.models.tool import BUILTIN_TOOL_NAMES, CLARIFY_TOOL, CatalogTool
 from app.models.turn import (
-    ACTION_KINDS,
     APPROVAL,
     APPROVED,
     CANCELLED,
@@ -60,7 +59,6 @@ from app.models.turn import (
 )
 
 __all__ = [
-    "ACTION_KINDS",
     "ACTION_REQUIRED",
     "APPROVAL",
     "APPROVED",

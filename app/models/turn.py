@@ -42,7 +42,6 @@ TURN_STATUSES = (QUEUED, RUNNING, REQUIRES_ACTION, COMPLETED, TURN_FAILED, CANCE
 CLARIFICATION = "clarification"
 CLIENT_TOOL = "client_tool"
 APPROVAL = "approval"  # a call of a tool the user approves first (deny: the model is told)
-ACTION_KINDS = (CLARIFICATION, CLIENT_TOOL, APPROVAL)
 APPROVED, DENIED = "approved", "denied"  # an approval's `decision`
 FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
 

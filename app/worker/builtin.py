@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.models import BUILTIN_TOOL_NAMES, CLARIFICATION, CLARIFY_TOOL, CLIENT_TOOL
+from app.models import CLARIFICATION, CLARIFY_TOOL, CLIENT_TOOL
 from app.worker.ports import ToolDefinition
 
 CLARIFY = CLARIFY_TOOL
@@ -33,7 +33,6 @@ CLARIFY_DEFINITION = ToolDefinition(
     server="builtin",
     original_name=CLARIFY,
 )
-RESERVED_NAMES = BUILTIN_TOOL_NAMES  # no client tool may take these
 
 
 def client_definitions(client_tools: Iterable[Mapping[str, Any]]) -> list[ToolDefinition]:
@@ -62,4 +61,4 @@ def toolset(
     return definitions, waits
 
 
-__all__ = ["CLARIFY", "CLARIFY_DEFINITION", "RESERVED_NAMES", "client_definitions", "toolset"]
+__all__ = ["CLARIFY", "CLARIFY_DEFINITION", "client_definitions", "toolset"]

@@ -9,6 +9,7 @@ was committed ran exactly once; only the call in flight at the kill (`tool_ran`)
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 
@@ -22,7 +23,7 @@ from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
 from tests.servers.mcp_server import read_applied, read_ledger
-from tests.worker_process import mcp_servers_json
+from tests.worker_process import WorkerProcess, mcp_servers_json
 
 TOOLS = {
     "read-only": ("search_docs", {"query": "refund policy"}),
@@ -77,6 +78,23 @@ def reference(
     yield transcripts
 
 
+def killed_and_replaced(
+    deployment: Deployment, failpoint: str, tools: list[str]
+) -> tuple[uuid.UUID, WorkerProcess, WorkerProcess]:
+    """A worker armed with `failpoint` takes the turn of a new conversation and dies there; a
+    replacement, started beforehand and frozen so that it cannot take the job first, is thawed.
+    The conversation, the dead worker and the replacement."""
+    replacement = deployment.start_worker("replacement", ready=False)
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": failpoint}, ready=False)
+    replacement.wait_until_ready()
+    doomed.wait_until_ready()
+    replacement.pause()
+    conversation_id = deployment.chat(QUESTION, tools)
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    replacement.resume()
+    return conversation_id, doomed, replacement
+
+
 @pytest.mark.parametrize("kind", TOOLS)
 @pytest.mark.parametrize("failpoint", MATRIX_POINTS)
 def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
@@ -88,15 +106,8 @@ def test_a_worker_killed_at_the_failpoint_is_continued_by_another(
     tool, arguments = TOOLS[kind]
     script(deployment.llm, tool, arguments)
     spec = f"tool_ran@{tool}" if failpoint == "tool_ran" else failpoint
-    replacement = deployment.start_worker("replacement", ready=False)
-    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": spec}, ready=False)
-    replacement.wait_until_ready()
-    doomed.wait_until_ready()
-    replacement.pause()  # frozen: the armed worker must be the one that gets the job
-    conversation_id = deployment.chat(QUESTION, [tool, "add"])
-    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    conversation_id, doomed, replacement = killed_and_replaced(deployment, spec, [tool, "add"])
     assert f"failpoint {failpoint} reached: SIGKILL" in doomed.log()
-    replacement.resume()
 
     if failpoint == "tool_ran" and kind == "side-effecting":
         # `write_note` says neither readOnlyHint nor idempotentHint: the call that was running
@@ -143,13 +154,9 @@ def test_a_tool_keyed_on_the_call_id_applies_its_side_effect_once_across_a_kill_
         deployment.ledger, notes, extra_tools="apply_once"
     )
     script(deployment.llm, "apply_once", {"text": "pay invoice 42"})
-    replacement = deployment.start_worker("replacement", ready=False)
-    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": "tool_ran@apply_once"})
-    replacement.wait_until_ready()
-    replacement.pause()
-    conversation_id = deployment.chat(QUESTION, ["apply_once", "add"])
-    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
-    replacement.resume()
+    conversation_id, _, replacement = killed_and_replaced(
+        deployment, "tool_ran@apply_once", ["apply_once", "add"]
+    )
 
     view = deployment.wait(conversation_id, timeout=60)
     assert view.status == "idle", f"{view.error}\n{replacement.log()}"
@@ -228,16 +235,9 @@ def test_with_the_error_policy_a_call_in_flight_at_a_kill_is_reported_unknown_no
     the call that was running is unknown, and the tool ran once."""
     deployment.env["CHATWORKER_IN_FLIGHT_RECOVERY"] = "error"
     script(deployment.llm, "write_note", {"text": "once at most"})
-    replacement = deployment.start_worker("replacement", ready=False)
-    doomed = deployment.start_worker(
-        "doomed", {"CHATWORKER_FAILPOINT": "tool_ran@write_note"}, ready=False
+    conversation_id, _, replacement = killed_and_replaced(
+        deployment, "tool_ran@write_note", ["write_note", "add"]
     )
-    replacement.wait_until_ready()
-    doomed.wait_until_ready()
-    replacement.pause()
-    conversation_id = deployment.chat(QUESTION, ["write_note", "add"])
-    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
-    replacement.resume()
 
     view = deployment.wait(conversation_id, timeout=60)
     assert view.status == "idle", f"{view.error}\n{replacement.log()}"

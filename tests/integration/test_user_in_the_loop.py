@@ -41,19 +41,22 @@ LOCATE = {
 }
 
 
-@pytest.fixture
-def world(any_database_url: str) -> Iterator[World]:
-    engine = make_engine(any_database_url)
-    tools = make_tools()
+def world_of(url: str, tools: fakes.InMemoryTools) -> Iterator[World]:
+    """A database with `tools` published and a client on it; the invariants checked after."""
+    engine = make_engine(url)
     upkeep = Upkeep(engine)
     asyncio.run(_publish(upkeep, tools))
     rung: list[uuid.UUID] = []
-    settings = load_settings(database_url=any_database_url)
-    client = ChatClient(settings, engine=engine, enqueue=rung.append)
+    client = ChatClient(load_settings(database_url=url), engine=engine, enqueue=rung.append)
     yield World(engine, TurnStore(engine), upkeep, client, tools, rung)
-    if any_database_url.startswith("postgresql"):  # (the checker reads PostgreSQL)
-        assert violations(any_database_url, at_rest=True) == []
+    if url.startswith("postgresql"):  # (the checker reads PostgreSQL)
+        assert violations(url, at_rest=True) == []
     engine.dispose()
+
+
+@pytest.fixture
+def world(any_database_url: str) -> Iterator[World]:
+    yield from world_of(any_database_url, make_tools())
 
 
 def model(*replies: Any) -> fakes.ScriptedModel:
@@ -327,23 +330,13 @@ def test_a_turn_left_waiting_is_a_resting_state_the_recovery_sweep_leaves_alone(
 @pytest.fixture
 def guarded(any_database_url: str) -> Iterator[World]:
     """Tools of which `write_note` needs the user's approval for every call."""
-    engine = make_engine(any_database_url)
     notes: list[str] = []
     tools = fakes.InMemoryTools(
         {"add": lambda a, b: str(a + b), "write_note": lambda text: notes.append(text) or "saved"},
         annotations={"write_note": {"destructiveHint": True}},
         approval=["write_note"],
     )
-    upkeep = Upkeep(engine)
-    asyncio.run(_publish(upkeep, tools))
-    rung: list[uuid.UUID] = []
-    client = ChatClient(
-        load_settings(database_url=any_database_url), engine=engine, enqueue=rung.append
-    )
-    yield World(engine, TurnStore(engine), upkeep, client, tools, rung)
-    if any_database_url.startswith("postgresql"):
-        assert violations(any_database_url, at_rest=True) == []
-    engine.dispose()
+    yield from world_of(any_database_url, tools)
 
 
 def note_then_answer() -> fakes.ScriptedModel:
