@@ -455,7 +455,10 @@ def test_the_heartbeat_renews_the_lease_while_a_tool_runs(world: World) -> None:
 def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -> None:
     conversation_id = world.conversation()
 
+    hanging = asyncio.Event()
+
     async def hang(text: str) -> str:
+        hanging.set()
         await asyncio.sleep(30)
         return "never"
 
@@ -468,7 +471,8 @@ def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -
 
     async def scenario() -> Outcome:
         task = asyncio.create_task(zombie.run(conversation_id))
-        await asyncio.sleep(0.3)
+        # (inside the hang, whatever the machine's load: a fixed 0.3 s was not always enough)
+        await asyncio.wait_for(hanging.wait(), timeout=30)
         assert await asyncio.to_thread(world.store.claim, conversation_id, "usurper", 30)
         return await asyncio.wait_for(task, timeout=5)
 
