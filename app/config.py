@@ -178,7 +178,27 @@ class Settings(BaseSettings):
         3, ge=1, le=100, description="claims of a turn that may end without progress"
     )
     max_tool_output_chars: int = Field(
-        100_000, ge=100, description="longer tool output is truncated with a visible marker"
+        1_000_000,
+        ge=100,
+        description="the most of one tool output kept at all; longer output is truncated with a "
+        "visible marker",
+    )
+    tool_context_chars: int = Field(
+        10_000,
+        ge=100,
+        le=1_000_000,
+        description="the most of one tool output the model's context holds; the rest is in the "
+        "session tool cache (a marker says how to read on)",
+    )
+    session_cache: bool = Field(
+        True,
+        description="keep every MCP tool output whole outside the prompt and offer the model "
+        "session_cache_list / session_cache_get to read it (off: long outputs are cut)",
+    )
+    clarify: bool = Field(
+        True,
+        description="offer the model agent_clarify (ask the user a question) in conversations "
+        "that allow it; false turns it off everywhere",
     )
     max_in_flight: int = Field(
         500, ge=1, le=10_000, description="conversations one worker process runs at once"

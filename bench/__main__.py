@@ -30,7 +30,7 @@ from bench.footprint import measure_footprint
 from bench.history import measure_history
 from bench.janitor import measure_janitor
 from bench.llmcpu import measure_llm_cpu
-from bench.overhead import Floor, measure_floor, measure_loop
+from bench.overhead import LOOP_WITHOUT_CACHE, Floor, measure_floor, measure_loop
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
 from bench.stats import Row, median, p95, single
@@ -79,7 +79,9 @@ def overhead(ctx: Context) -> Measured:
     with ctx.database() as url:
         floors = [measure_floor(url, conversations, floor) for floor in Floor]
         loop = measure_loop(url, conversations)
-    results = (*floors, loop)
+        # Every echo result is also kept whole (tool_outputs): what that costs, same run.
+        uncached = measure_loop(url, conversations, LOOP_WITHOUT_CACHE, session_cache=False)
+    results = (*floors, loop, uncached)
     best = min(floors, key=lambda floor: floor.median)
     rows: list[Row] = [(r.name, r.median, r.p95, "ms/iteration") for r in results]
     rows += [
@@ -90,6 +92,8 @@ def overhead(ctx: Context) -> Measured:
         "ratio_to_floor": {floor.name: loop.median / floor.median for floor in floors},
         "ratio_to_best_floor": loop.median / best.median,
         "best_floor": best.name,
+        "session_cache_cost_ms": loop.median - uncached.median,
+        "ratio_without_cache_to_best_floor": uncached.median / best.median,
         "round_trips_per_iteration": {r.name: r.round_trips_per_iteration for r in results},
     }
     return rows, ratios
@@ -254,6 +258,10 @@ def _notes(extras: dict[str, Any]) -> None:
         print(
             f"durable loop / fastest floor ({o['best_floor']}): {o['ratio_to_best_floor']:.2f}x "
             f"(goal <= 2); per floor: {each}"
+        )
+        print(
+            f"without the session tool cache: {o['ratio_without_cache_to_best_floor']:.2f}x; "
+            f"keeping every output costs {o['session_cache_cost_ms']:+.3f} ms/iteration"
         )
     if "history" in extras:
         h = extras["history"]

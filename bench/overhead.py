@@ -74,10 +74,17 @@ def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
 TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
 
 
-def measure_loop(database_url: str, conversations: int) -> Result:
+LOOP = "durable loop (TurnRunner)"
+LOOP_WITHOUT_CACHE = "durable loop, session tool cache off"
+
+
+def measure_loop(
+    database_url: str, conversations: int, name: str = LOOP, **overrides: Any
+) -> Result:
+    """The loop with the default settings, or with `overrides` (a variant's cost, same run)."""
     engine = make_engine(database_url)
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
-    settings = load_settings(database_url=database_url)
+    settings = load_settings(database_url=database_url, **overrides)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     ids = _prepare(client, conversations)
     traced_ids = _prepare(client, TRACED_TURNS)
@@ -105,7 +112,7 @@ def measure_loop(database_url: str, conversations: int) -> Result:
         asyncio.run(run_all(traced_ids))
         trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
     engine.dispose()
-    return Result("durable loop (TurnRunner)", timed, trips)
+    return Result(name, timed, trips)
 
 
 class Floor(enum.Enum):

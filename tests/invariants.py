@@ -15,6 +15,8 @@
 - a `requires_action` turn is the current turn of an idle, unleased conversation, with its
   `action.required` event, and its unanswered actions (an approved one is answered) are open
   calls of the last assistant message, whose open calls are all actions;
+- every kept tool output (the session tool cache) answers its own tool message, which holds it
+  whole or its start and a marker;
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -53,6 +55,7 @@ def violations(
             " ON t.conversation_id = c.id AND t.number = c.turn_number"
         ).fetchall()
         problems += event_log_violations(conn)
+        problems += tool_cache_violations(conn)
         rows = conn.execute(
             "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
             "FROM messages ORDER BY conversation_id, seq"
@@ -84,6 +87,29 @@ def violations(
             problems.append(f"{where}: leased without a live heartbeat ({heartbeat_at})")
     if mcp_marker is not None:
         problems += orphaned_mcp_servers(mcp_marker)
+    return problems
+
+
+def tool_cache_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every kept tool output answers its own tool message (the foreign key says one exists):
+    the same tool, the same error flag, the same turn's conversation; the message holds the
+    output, or its start and the marker; `chars` is the output's length."""
+    problems: list[str] = []
+    for cid, call_id, why in conn.execute(
+        "SELECT o.conversation_id, o.call_id, CASE"
+        "  WHEN m.tool_name IS DISTINCT FROM o.tool THEN 'another tool'"
+        "  WHEN m.is_error <> o.is_error THEN 'another error flag'"
+        "  WHEN m.seq <> o.seq THEN 'another seq'"
+        "  WHEN t.conversation_id <> o.conversation_id THEN 'another conversation''s turn'"
+        "  WHEN o.chars <> length(o.content) THEN 'a wrong length'"
+        "  WHEN m.content <> o.content AND NOT starts_with(m.content, left(o.content, 100))"
+        "   THEN 'another text' END"
+        " FROM tool_outputs o JOIN messages m"
+        " ON m.conversation_id = o.conversation_id AND m.tool_call_id = o.call_id"
+        " JOIN turns t ON t.id = o.turn_id"
+    ):
+        if why is not None:
+            problems.append(f"conversation {cid}: kept output of {call_id} has {why}")
     return problems
 
 

@@ -1,4 +1,5 @@
-"""The typed SQLAlchemy models: a conversation, its transcript, its turns and its event log."""
+"""The typed SQLAlchemy models: a conversation, its transcript, its turns, its event log and its
+session tool cache."""
 
 from app.models.api_key import MAX_OWNER_CHARS, ApiKey
 from app.models.base import Base
@@ -37,7 +38,14 @@ from app.models.message import (
     USER,
     Message,
 )
-from app.models.tool import BUILTIN_TOOL_NAMES, CLARIFY_TOOL, CatalogTool
+from app.models.tool import (
+    BUILTIN_TOOL_NAMES,
+    CLARIFY_TOOL,
+    SESSION_CACHE_GET,
+    SESSION_CACHE_LIST,
+    CatalogTool,
+)
+from app.models.tool_output import ToolOutput
 from app.models.turn import (
     APPROVAL,
     APPROVED,
@@ -88,6 +96,8 @@ __all__ = [
     "ROLES",
     "RUNNING",
     "RUNNING_STATUSES",
+    "SESSION_CACHE_GET",
+    "SESSION_CACHE_LIST",
     "STATUSES",
     "STATUS_CHANGED",
     "SYSTEM",
@@ -110,5 +120,6 @@ __all__ = [
     "Conversation",
     "Event",
     "Message",
+    "ToolOutput",
     "Turn",
 ]

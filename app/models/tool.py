@@ -18,7 +18,10 @@ from app.models.base import Base, JsonType
 #: The worker's own tools, never sent to an MCP server (`app.worker.builtin`): the model asks the
 #: user a question; it pages through earlier tool outputs. No client tool may take these names.
 CLARIFY_TOOL = "agent_clarify"
-BUILTIN_TOOL_NAMES = frozenset({CLARIFY_TOOL, "session_cache_list", "session_cache_get"})
+#: The session tool cache's readers (`tool_outputs`): the worker runs them itself.
+SESSION_CACHE_LIST = "session_cache_list"
+SESSION_CACHE_GET = "session_cache_get"
+BUILTIN_TOOL_NAMES = frozenset({CLARIFY_TOOL, SESSION_CACHE_LIST, SESSION_CACHE_GET})
 
 
 class CatalogTool(Base):

@@ -1,7 +1,9 @@
 """The tools the worker offers itself, never sent to an MCP server: `agent_clarify` (the model
-asks the user a question; the turn waits for the answer), and the conversation's client-executed
-tools (the web app's client runs them; the turn waits for their output). `toolset` builds what a
-turn offers beyond its MCP tools, and which of those tools wait for the user (`plan.Toolbox`).
+asks the user a question; the turn waits for the answer), the conversation's client-executed
+tools (the web app's client runs them; the turn waits for their output), and the session tool
+cache's `session_cache_list` and `session_cache_get` (the worker reads earlier outputs for the
+model; `session_cache`). `toolset` builds what a turn offers beyond its MCP tools, and which of
+those tools wait for the user (`plan.Toolbox`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from app.models import CLARIFICATION, CLARIFY_TOOL, CLIENT_TOOL
+from app.models import (
+    CLARIFICATION,
+    CLARIFY_TOOL,
+    CLIENT_TOOL,
+    SESSION_CACHE_GET,
+    SESSION_CACHE_LIST,
+)
 from app.worker.ports import ToolDefinition
 
 CLARIFY = CLARIFY_TOOL
@@ -33,6 +41,57 @@ CLARIFY_DEFINITION = ToolDefinition(
     server="builtin",
     original_name=CLARIFY,
 )
+
+
+_READ_ONLY = {"readOnlyHint": True, "idempotentHint": True}
+
+
+def cache_definitions(limit: int) -> list[ToolDefinition]:
+    """`session_cache_list` and `session_cache_get`; a page holds at most `limit` characters."""
+    listing = ToolDefinition(
+        name=SESSION_CACHE_LIST,
+        description=(
+            "List the tool outputs kept from earlier calls in this conversation (id, tool, "
+            "arguments, size), newest last. Long outputs are shown to you cut short; read them "
+            f"whole with {SESSION_CACHE_GET} rather than calling the tool again."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "description": "Only the outputs of this tool."}
+            },
+            "additionalProperties": False,
+        },
+        server="builtin",
+        original_name=SESSION_CACHE_LIST,
+        annotations=_READ_ONLY,
+    )
+    get = ToolDefinition(
+        name=SESSION_CACHE_GET,
+        description=(
+            "Read a kept tool output by its id (the tool call's id), a page at a time: "
+            f"characters offset to offset + limit (at most {limit})."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "minLength": 1, "description": "The call's id."},
+                "offset": {"type": "integer", "minimum": 0, "description": "Default 0."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": limit,
+                    "description": f"Characters to read, default and at most {limit}.",
+                },
+            },
+            "required": ["id"],
+            "additionalProperties": False,
+        },
+        server="builtin",
+        original_name=SESSION_CACHE_GET,
+        annotations=_READ_ONLY,
+    )
+    return [listing, get]
 
 
 def client_definitions(client_tools: Iterable[Mapping[str, Any]]) -> list[ToolDefinition]:
@@ -61,4 +120,10 @@ def toolset(
     return definitions, waits
 
 
-__all__ = ["CLARIFY", "CLARIFY_DEFINITION", "client_definitions", "toolset"]
+__all__ = [
+    "CLARIFY",
+    "CLARIFY_DEFINITION",
+    "cache_definitions",
+    "client_definitions",
+    "toolset",
+]

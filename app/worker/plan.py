@@ -412,6 +412,7 @@ def toolbox(
     check: Callable[[str, dict[str, Any]], str | None] | None = None,
     waits: Mapping[str, str] | None = None,
     *,
+    own: Iterable[str] = (),
     approval: Iterable[str] = (),
     approved: Iterable[str] = (),
     guarded: Iterable[str] = (),
@@ -420,10 +421,11 @@ def toolbox(
 ) -> Toolbox:
     """Least privilege: only the allowed tools the worker has are offered, and only they run
     (with arguments `check` accepts); the tools the user or their client answers (`waits`) are
-    offered too, and never run."""
+    offered too, and never run; so are the worker's `own` (the session cache's readers)."""
     waits = MappingProxyType(dict(waits or {}))
-    known = frozenset(available) | frozenset(waits)
-    offered = (known & frozenset(allowed)) | frozenset(waits)
+    own = frozenset(own) | frozenset(waits)
+    known = frozenset(available) | own
+    offered = (known & frozenset(allowed)) | own
     return Toolbox(
         offered=offered,
         known=known,

@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
-from app.models import PROCESSING
-from app.worker import builtin, failpoints, plan
+from app.models import BUILTIN_TOOL_NAMES, PROCESSING
+from app.worker import builtin, failpoints, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
@@ -47,9 +47,10 @@ from app.worker.ports import (
     ModelRequest,
     ReplySink,
     ToolProvider,
+    ToolResult,
     Usage,
 )
-from app.worker.store import Claim, Committed, LeaseLost, Snapshot, TurnStore
+from app.worker.store import Claim, Committed, KeptOutput, LeaseLost, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
@@ -234,21 +235,11 @@ class _Turn:
                     outcome = await self._call_model()
                     if outcome is not None:
                         return outcome
-                case RunTool(call, arguments):
-                    if call.name in self.toolbox.guarded:  # it may not simply run again
-                        await self._commit(
-                            self.store.starting, self.claim, call.id, settings.lease_ttl_seconds
-                        )
-                    try:
-                        result = await self._interruptible(
-                            self.runner.tools.execute(
-                                call.name, arguments, CallRef(self.claim.conversation_id, call.id)
-                            )
-                        )
-                    except _Aborted:
-                        continue  # the planner answers the call "cancelled by the user"
-                    failpoints.hit("tool_ran", call.name)
+                case RunTool(call, arguments) if call.name in session_cache.TOOLS:
+                    result = await self._read_cache(call.name, arguments)
                     await self._record_result(call, result.content, result.is_error)
+                case RunTool(call, arguments):
+                    await self._run_tool(call, arguments)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Pause(actions):
@@ -292,25 +283,31 @@ class _Turn:
             self._in_flight = None
 
     async def _load_tools(self) -> None:
-        snapshot = self.snapshot
+        snapshot, settings = self.snapshot, self.runner.settings
         allowed = snapshot.allowed_tools
         names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
         if not plan.uses_tools(names, snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
-        # Its own tools (agent_clarify, the client's) shadow a server's of the same name.
-        own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify)
-        served = [d for d in await self.runner.tools.definitions() if d.name not in waits]
-        offered = [d for d in served if d.name in allowed] + own
+        # Its own tools (agent_clarify, the client's, the cache's) shadow a server's.
+        own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify and settings.clarify)
+        shadowed = BUILTIN_TOOL_NAMES | waits.keys()
+        served = [d for d in await self.runner.tools.definitions() if d.name not in shadowed]
+        offered = [d for d in served if d.name in allowed]
+        runs = []  # the worker's own tools it runs itself
+        if offered and settings.session_cache:
+            runs = builtin.cache_definitions(settings.tool_context_chars)
+        offered += own + runs
         self.toolbox = plan.toolbox(
             allowed,
             (d.name for d in served),
             ArgumentCheck({d.name: d.input_schema for d in offered}),
             waits,
+            own=(d.name for d in runs),
             approval=(d.name for d in offered if d.requires_approval),
             approved=snapshot.approved,
             guarded=(d.name for d in served if not d.may_rerun),
             in_flight=snapshot.in_flight,
-            in_flight_policy=self.runner.settings.in_flight_recovery,
+            in_flight_policy=settings.in_flight_recovery,
         )
         self.function_tools = [d.as_function_tool() for d in offered]
 
@@ -386,7 +383,60 @@ class _Turn:
                 await self._fail(error, reply.usage)
                 return Outcome.FAILED
 
-    async def _record_result(self, call: ToolCall, content: str, is_error: bool) -> None:
+    async def _run_tool(self, call: ToolCall, arguments: dict[str, Any]) -> None:
+        """Run an MCP call and commit its result; a call that may not simply run again is
+        marked in flight first. A user's cancel aborts it, and commits nothing."""
+        if call.name in self.toolbox.guarded:
+            ttl = self.runner.settings.lease_ttl_seconds
+            await self._commit(self.store.starting, self.claim, call.id, ttl)
+        try:
+            result = await self._interruptible(
+                self.runner.tools.execute(
+                    call.name, arguments, CallRef(self.claim.conversation_id, call.id)
+                )
+            )
+        except _Aborted:
+            return  # the planner answers the call "cancelled by the user"
+        failpoints.hit("tool_ran", call.name)
+        await self._record_output(call, arguments, result)
+
+    async def _record_output(
+        self, call: ToolCall, arguments: dict[str, Any], result: ToolResult
+    ) -> None:
+        """An MCP call's result: the model's context gets at most `tool_context_chars` of it;
+        with the session cache on, the whole is kept beside it, in the same statement."""
+        settings = self.runner.settings
+        limit = settings.tool_context_chars
+        if not settings.session_cache:
+            content = session_cache.truncate(result.content, limit)
+            await self._record_result(call, content, result.is_error)
+            return
+        content = session_cache.compact(call.id, result.content, limit)
+        kept = KeptOutput(arguments, result.content)
+        await self._record_result(call, content, result.is_error, kept)
+
+    async def _read_cache(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """`session_cache_list` or `session_cache_get`, answered from the kept outputs."""
+        conversation_id = self.claim.conversation_id
+        if name == session_cache.LIST:
+            tool = arguments.get("tool")
+            listed, total = await self.db.run(
+                self.store.cached_outputs, conversation_id, tool=tool, limit=session_cache.LISTED
+            )
+            return session_cache.listing(listed, total, tool)
+        request = session_cache.page_request(arguments, self.runner.settings.tool_context_chars)
+        found = await self.db.run(
+            self.store.cached_output,
+            conversation_id,
+            request.call_id,
+            offset=request.offset,
+            limit=request.limit,
+        )
+        return session_cache.page(request, found)
+
+    async def _record_result(
+        self, call: ToolCall, content: str, is_error: bool, kept: KeptOutput | None = None
+    ) -> None:
         await self._commit(
             self.store.record_tool_result,
             self.claim,
@@ -396,6 +446,7 @@ class _Turn:
             content=content,
             is_error=is_error,
             ttl=self.runner.settings.lease_ttl_seconds,
+            kept=kept,
         )
 
     async def _fail(self, error: str, usage: Usage | None = None) -> None:

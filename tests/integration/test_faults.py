@@ -27,13 +27,14 @@ each test every conversation is at rest and `tests/invariants.py` finds no viola
 | MCP tool hangs past the tool timeout (1 s) | error result "Tool hang timed out after 1 s"       |
 |                                            |   within timeout + slack; server kept              |
 | MCP server writes non-UTF-8 bytes on stdout| bytes become U+FFFD; result "ok"; server kept      |
-| MCP tool output 200 000 chars, cap 1000    | first 1000 chars + "[... output truncated: 1000 of |
-|                                            |   200000 characters shown]"                        |
+| MCP tool output 200 000 chars, kept cap    | 100 000 chars + "[... output truncated: 100000 of  |
+|   100 000, context cap 1000                |   200000 characters shown]" kept whole; the model  |
+|                                            |   reads the first 1000 and how to read on          |
 
 Each MCP fault is followed by `add` on the same server and the model's final answer: the turn
 goes on to `idle`.
 
-To stay fast, the tests share one worker process (with the tool timeout, output cap and LLM
+To stay fast, the tests share one worker process (with the tool timeout, output caps and LLM
 timeout above) on a database, a `redis-server` of their own and the session's fake LLM; each test
 uses its own conversations, LLM scripts (matched by a marker in the user message) and slice of
 the ledger and the worker's log.
@@ -71,7 +72,8 @@ from tests.worker_process import REPO, WorkerProcess
 
 REDIS_SERVER = "/usr/bin/redis-server"
 TOOL_TIMEOUT_S = 1
-MAX_TOOL_OUTPUT = 1000
+MAX_TOOL_OUTPUT = 100_000  # the most of one output kept at all
+TOOL_CONTEXT = 1000  # the most of one output the model's context holds
 LLM_TIMEOUT_S = 4
 SLACK_S = 5  # "no longer than the timeout", measured loosely on a shared machine
 
@@ -186,6 +188,7 @@ def shared(
     deployment.env.update(
         CHATWORKER_TOOL_TIMEOUT_SECONDS=str(TOOL_TIMEOUT_S),
         CHATWORKER_MAX_TOOL_OUTPUT_CHARS=str(MAX_TOOL_OUTPUT),
+        CHATWORKER_TOOL_CONTEXT_CHARS=str(TOOL_CONTEXT),
         CHATWORKER_LLM_TIMEOUT_SECONDS=str(LLM_TIMEOUT_S),
         CHATWORKER_MCP_SERVERS=mcp_servers_with_extra_tools(deployment.env),
     )
@@ -442,10 +445,20 @@ def _check_invalid_utf8(result: MessageView, runs: list[dict[str, Any]]) -> None
     assert runs[1]["pid"] == runs[0]["pid"], "bad bytes on stdout do not kill the connection"
 
 
+def kept_huge_output() -> str:
+    """What the session tool cache keeps of `huge_output(200_000)`: cut at the kept cap."""
+    cut = f"\n[... output truncated: {MAX_TOOL_OUTPUT} of 200000 characters shown]"
+    return huge_text(200_000)[:MAX_TOOL_OUTPUT] + cut
+
+
 def _check_huge(result: MessageView, runs: list[dict[str, Any]]) -> None:
-    marker = f"\n[... output truncated: {MAX_TOOL_OUTPUT} of 200000 characters shown]"
+    kept = kept_huge_output()
+    marker = (
+        f"\n[... 1,000 of {len(kept):,} characters shown. The whole output is kept: call "
+        'session_cache_get with {"id": "c_fault", "offset": 1000} to read on.]'
+    )
     assert not result.is_error
-    assert result.content == huge_text(200_000)[:MAX_TOOL_OUTPUT] + marker
+    assert result.content == kept[:TOOL_CONTEXT] + marker
 
 
 # fault -> (the tool call that causes it, the check of its result and of its ledger entries)
@@ -502,6 +515,52 @@ def _check_mcp_fault(
     took = (results["c_fault"].created_at - datetime.fromisoformat(runs[0]["time"])).total_seconds()
     assert took < TOOL_TIMEOUT_S + SLACK_S, f"took {took:.1f} s"
     assert view.messages[-1].content == f"{fault}: the tool misbehaved, 2 + 2 = 4."
+
+
+def test_a_huge_output_is_kept_whole_and_the_model_pages_through_it(shared: Faults) -> None:
+    """Through the real worker, MCP server and litellm: the model reads the end of an output
+    its context only holds the start of, and lists what is kept, without calling the tool
+    again; the kept copy is the output as the server sent it, up to the kept cap."""
+    kept = kept_huge_output()
+    offset = len(kept) - 300
+    steps = [
+        {"tool_calls": [{"id": "c_big", "name": "huge_output", "arguments": {"size": 200_000}}]},
+        {
+            "tool_calls": [
+                {
+                    "id": "c_end",
+                    "name": "session_cache_get",
+                    "arguments": {"id": "c_big", "offset": offset},
+                },
+                {"id": "c_ls", "name": "session_cache_list", "arguments": {}},
+            ]
+        },
+        {"text": "I read it all."},
+    ]
+    shared.llm.script(steps, match="cache-pages", mode="by_iteration")
+    ledger_before = len(shared.ledger())
+    view = shared.wait(shared.submit("cache-pages: read the whole thing", ["huge_output"]))
+    assert (view.status, view.error) == ("idle", None)
+    assert [r["tool"] for r in shared.ledger()[ledger_before:]] == ["huge_output"]  # once
+    results = tool_results(view.messages)
+    assert results["c_big"].content.startswith(kept[:TOOL_CONTEXT] + "\n[... 1,000 of ")
+    total = f"{len(kept):,}"
+    assert results["c_end"].content == (
+        f"[output of huge_output, id c_big: characters {offset:,}-{total} of {total}]\n"
+        f"{kept[offset:]}\n[end of output]"
+    )
+    listed = json.loads(results["c_ls"].content)["outputs"]
+    assert [(e["id"], e["tool"], e["characters"]) for e in listed] == [
+        ("c_big", "huge_output", len(kept))
+    ]
+    with psycopg.connect(libpq_dsn(shared.deployment.database_url)) as conn:
+        row = conn.execute(
+            "SELECT content, chars, arguments FROM tool_outputs"
+            " WHERE conversation_id = %s AND call_id = 'c_big'",
+            (view.id,),
+        ).fetchone()
+    assert row == (kept, len(kept), {"size": 200_000})
+    shared.assert_at_rest()
 
 
 def test_the_opt_in_tool_is_registered_only_when_named_in_its_variable() -> None:

@@ -20,6 +20,7 @@ EXPECTED_TABLES = {
     "events",
     "messages",
     "tool_catalog",
+    "tool_outputs",
     "turns",
 }
 

@@ -27,7 +27,7 @@ from app.models import CANCELLED_CALL_RESULT
 from app.testing import fakes
 from app.worker.store import TurnStore, Upkeep
 from app.worker.turn import Outcome
-from tests.integration.test_loop import World, _publish, make_tools, run
+from tests.integration.test_loop import CONFIG, World, _publish, make_tools, run
 from tests.invariants import violations
 
 LOCATE = {
@@ -112,7 +112,19 @@ def test_clarification_can_be_turned_off_per_conversation(world: World) -> None:
     scripted = model(fakes.text("2"))
     conversation_id = world.conversation(tools=["add"], clarify=False)
     assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
-    assert [t["function"]["name"] for t in scripted.requests[0].tools] == ["add"]
+    offered = [t["function"]["name"] for t in scripted.requests[0].tools]
+    assert offered == ["add", "session_cache_list", "session_cache_get"]
+
+
+def test_clarification_can_be_turned_off_for_every_conversation_by_a_setting(
+    world: World,
+) -> None:
+    scripted = model(fakes.text("2"))
+    conversation_id = world.conversation(tools=["add"])  # the conversation allows it
+    settings = CONFIG.model_copy(update={"clarify": False})
+    assert run(world.runner(scripted, settings=settings), conversation_id) is Outcome.IDLE
+    offered = [t["function"]["name"] for t in scripted.requests[0].tools]
+    assert "agent_clarify" not in offered and "add" in offered
 
 
 def test_a_conversation_without_tools_keeps_the_one_call_path(world: World) -> None:
@@ -138,7 +150,13 @@ def test_server_calls_run_at_once_and_client_calls_wait_for_their_outputs(world:
     )
     assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
     offered = {t["function"]["name"] for t in scripted.requests[0].tools}
-    assert offered == {"add", "get_location", "agent_clarify"}
+    assert offered == {
+        "add",
+        "get_location",
+        "agent_clarify",
+        "session_cache_list",
+        "session_cache_get",
+    }
     assert world.tools.executed == [("add", {"a": 1, "b": 2})]  # the server's call ran
     turn = world.client.current_turn(conversation_id)
     assert turn is not None and [a.call_id for a in turn.pending_actions] == ["c_loc"]

@@ -55,7 +55,13 @@ def test_a_turn_with_two_tool_calls_through_a_real_worker(deployment: Deployment
     assert deployment.tool_runs() == Counter({"add": 1, "search_docs": 1})
     first, second = deployment.llm.requests()
     offered = {t["function"]["name"] for t in first["body"]["tools"]}
-    assert offered == {"add", "search_docs", "agent_clarify"}
+    assert offered == {
+        "add",
+        "search_docs",
+        "agent_clarify",
+        "session_cache_list",
+        "session_cache_get",
+    }
     assert [m["role"] for m in second["body"]["messages"]][-2:] == ["tool", "tool"]
     headers = {k.lower(): v for k, v in first["headers"].items()}
     assert headers["authorization"] == f"Bearer {FAKE_KEY}"

@@ -1,16 +1,28 @@
 """All SQL of the worker, by concept: a turn's lifecycle (`TurnStore`), the fenced statements it
 runs (`fence`), the driver that runs them (`driver`: psycopg's fast path or SQLAlchemy Core, chosen
-once), and housekeeping (`Upkeep`: orphans, the janitor, the tool catalogue)."""
+once), the session tool cache's reads (`outputs`), and housekeeping (`Upkeep`: orphans, the
+janitor, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.lifecycle import Claim, Committed, LeaseLost, Snapshot, TurnStore
+from app.worker.store.lifecycle import (
+    Claim,
+    Committed,
+    KeptOutput,
+    LeaseLost,
+    Snapshot,
+    TurnStore,
+)
+from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.store.upkeep import StaleConversation, Upkeep
 
 __all__ = [
     "Claim",
     "Clock",
     "Committed",
+    "KeptOutput",
     "LeaseLost",
+    "ListedOutput",
+    "OutputPage",
     "Snapshot",
     "StaleConversation",
     "TurnStore",

@@ -265,18 +265,21 @@ HEADS: dict[Any, Update] = {
 class StepKind(enum.Enum):
     TOOL_CALLS = "tool_calls"  # the assistant asks for tools: tool_loop, one LLM call counted
     TOOL_RESULT = "tool_result"  # one tool's result: tool_loop
+    TOOL_OUTPUT = "tool_output"  # an MCP call's result, its whole output kept (tool_outputs)
     ANSWER = "answer"  # the final text: the turn completes, one LLM call counted
     # The same two steps when they move the conversation from `processing` into `tool_loop`:
     # one more event (status.changed). The worker knows which before the statement runs, so
     # each statement's events are fixed rows, with no condition to evaluate.
     TOOL_CALLS_ENTERING = "tool_calls_entering"
     TOOL_RESULT_ENTERING = "tool_result_entering"
+    TOOL_OUTPUT_ENTERING = "tool_output_entering"
 
 
 #: The step that also logs the move into `tool_loop`, for a step taken from another status.
 ENTERING = {
     StepKind.TOOL_CALLS: StepKind.TOOL_CALLS_ENTERING,
     StepKind.TOOL_RESULT: StepKind.TOOL_RESULT_ENTERING,
+    StepKind.TOOL_OUTPUT: StepKind.TOOL_OUTPUT_ENTERING,
 }
 
 _ITERATION = {"iterations": c.iterations + 1, **_COUNTED}

@@ -20,6 +20,7 @@ from typing import cast as typed
 
 from sqlalchemy import (
     JSON,
+    BindParameter,
     Boolean,
     CompoundSelect,
     FromClause,
@@ -62,6 +63,7 @@ from app.models import (
     TURN_STARTED,
     USER,
     Event,
+    ToolOutput,
 )
 from app.worker.plan import Entry
 from app.worker.ports import Usage
@@ -81,6 +83,7 @@ from app.worker.store.fence import (
 )
 
 events = typed(Table, Event.__table__)
+tool_outputs = typed(Table, ToolOutput.__table__)
 
 Part = Callable[[FromClause], Insert | Update]
 
@@ -114,7 +117,7 @@ class Composite:
 # --- the parts --------------------------------------------------------------------------------
 
 # The message's columns and their parameters; None is SQL NULL, not JSON null.
-_MESSAGE_PARAMS = {
+_MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "seq": bindparam("m_seq", type_=Integer),
     "role": bindparam("m_role", type_=String),
     "content": bindparam("m_content", type_=Text),
@@ -129,12 +132,37 @@ _MESSAGE_PARAMS = {
 }
 _JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 ACTIONS = bindparam("actions", type_=_JSON)
-JSON_PARAMETERS = ("m_tool_calls", "actions")
+# The whole output of an MCP call, kept beside its (compact) tool message.
+_OUTPUT_PARAMS: dict[str, BindParameter[Any]] = {
+    "arguments": bindparam("o_arguments", type_=_JSON),
+    "content": bindparam("o_content", type_=Text),
+    "chars": bindparam("o_chars", type_=Integer),
+}
+JSON_PARAMETERS = ("m_tool_calls", "actions", "o_arguments")
 
 
 def _insert_message(fenced: FromClause) -> Insert:
     source = select(fenced.c.id, *_MESSAGE_PARAMS.values())
     return insert(messages).from_select(["conversation_id", *_MESSAGE_PARAMS], source)
+
+
+def _keep_output(fenced: FromClause) -> Insert:
+    """The session tool cache's copy of the call's whole output (`tool_outputs`)."""
+    message = _MESSAGE_PARAMS
+    source = select(
+        fenced.c.id,
+        message["tool_call_id"],
+        TURN_ID,
+        message["seq"],
+        message["tool_name"],
+        _OUTPUT_PARAMS["arguments"],
+        _OUTPUT_PARAMS["content"],
+        _OUTPUT_PARAMS["chars"],
+        message["is_error"],
+        NOW,
+    )
+    columns = ["conversation_id", "call_id", "turn_id", "seq", "tool", *_OUTPUT_PARAMS]
+    return insert(tool_outputs).from_select([*columns, "is_error", "created_at"], source)
 
 
 def _promote_message(fenced: FromClause) -> Insert:
@@ -342,6 +370,14 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         HEADS[StepKind.TOOL_RESULT_ENTERING],
         (_insert_message, _log(lambda f: [_committed(f), _into_tool_loop()])),
     ),
+    StepKind.TOOL_OUTPUT: Composite(
+        HEADS[StepKind.TOOL_OUTPUT],
+        (_insert_message, _keep_output, _log(lambda f: [_committed(f)])),
+    ),
+    StepKind.TOOL_OUTPUT_ENTERING: Composite(
+        HEADS[StepKind.TOOL_OUTPUT_ENTERING],
+        (_insert_message, _keep_output, _log(lambda f: [_committed(f), _into_tool_loop()])),
+    ),
     StepKind.ANSWER: Composite(
         HEADS[StepKind.ANSWER],
         (
@@ -362,6 +398,10 @@ def usage_parameters(usage: Usage | None) -> dict[str, int]:
         "add_prompt_tokens": usage.prompt_tokens,
         "add_completion_tokens": usage.completion_tokens,
     }
+
+
+def output_parameters(arguments: dict[str, Any], content: str) -> dict[str, Any]:
+    return {"o_arguments": arguments, "o_content": content, "o_chars": len(content)}
 
 
 def message_parameters(entry: Entry) -> dict[str, Any]:
@@ -385,5 +425,6 @@ __all__ = [
     "Composite",
     "Logged",
     "message_parameters",
+    "output_parameters",
     "usage_parameters",
 ]

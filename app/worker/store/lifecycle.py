@@ -23,10 +23,11 @@ from app.errors import ChatWorkerError
 from app.models import APPROVED, TOOL_LOOP
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
-from app.worker.store import fence, journal
+from app.worker.store import fence, journal, outputs
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Op, Row, StepConflict, make_driver
 from app.worker.store.fence import StepKind, Write
+from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
 
 
@@ -149,12 +150,31 @@ class TurnStore:
         content: str,
         is_error: bool,
         ttl: float,
+        kept: KeptOutput | None = None,
     ) -> Committed:
-        """One tool result, in its own transaction."""
+        """One tool result, in its own transaction; with `kept`, the call's whole output goes
+        to the session tool cache (`tool_outputs`) in the same statement."""
         entry = Entry(
             seq, "tool", content, tool_call_id=call.id, tool_name=call.name, is_error=is_error
         )
-        return self._step(StepKind.TOOL_RESULT, claim, status, entry, ttl=ttl)
+        if kept is None:
+            return self._step(StepKind.TOOL_RESULT, claim, status, entry, ttl=ttl)
+        extra = journal.output_parameters(kept.arguments, kept.content)
+        return self._step(StepKind.TOOL_OUTPUT, claim, status, entry, ttl=ttl, extra=extra)
+
+    def cached_outputs(
+        self, conversation_id: uuid.UUID, *, tool: str | None = None, limit: int = 50
+    ) -> tuple[list[ListedOutput], int]:
+        """The conversation's kept tool outputs (the latest `limit`), and how many it has."""
+        return outputs.list_outputs(self.engine, conversation_id, tool=tool, limit=limit)
+
+    def cached_output(
+        self, conversation_id: uuid.UUID, call_id: str, *, offset: int, limit: int
+    ) -> OutputPage | None:
+        """A page of the output kept for `call_id`, or None when there is none."""
+        return outputs.read_output(
+            self.engine, conversation_id, call_id, offset=offset, limit=limit
+        )
 
     def record_answer(
         self,
@@ -217,6 +237,7 @@ class TurnStore:
         *,
         ttl: float | None = None,
         usage: Usage | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> Committed:
         """The fenced UPDATE, the entry's INSERT and their events, atomically: all, or nothing."""
         if status != TOOL_LOOP and kind in fence.ENTERING:
@@ -225,6 +246,7 @@ class TurnStore:
             "old_status": status,
             **journal.usage_parameters(usage),
             **journal.message_parameters(entry),
+            **(extra or {}),
         }
         try:
             committed = self._run(kind, claim, ttl=ttl, **values)
@@ -234,6 +256,13 @@ class TurnStore:
                 f"conversation {claim.conversation_id}: seq {entry.seq} already written"
             ) from exc
         return replace(committed, entry=entry)
+
+
+class KeptOutput(NamedTuple):
+    """An MCP call's whole output and the arguments it ran with, for the session tool cache."""
+
+    arguments: dict[str, Any]
+    content: str
 
 
 @dataclass(frozen=True)
@@ -299,4 +328,4 @@ def _lost(claim: Claim) -> LeaseLost:
     return LeaseLost(f"conversation {claim.conversation_id}: lease epoch {claim.epoch} lost")
 
 
-__all__ = ["Claim", "Committed", "LeaseLost", "Snapshot", "TurnStore"]
+__all__ = ["Claim", "Committed", "KeptOutput", "LeaseLost", "Snapshot", "TurnStore"]

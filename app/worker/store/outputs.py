@@ -1,0 +1,94 @@
+"""The session tool cache's reads (`tool_outputs`): what a conversation's MCP calls returned, in
+whole, for the worker's built-in `session_cache_list` and `session_cache_get`.
+
+Written with the call's tool message, in the same fenced statement (`journal`); read here, by
+whichever worker holds the conversation. A page is cut in the database (`substr`), so reading
+the end of a large output never moves the whole of it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NamedTuple
+from typing import cast as typed
+
+from sqlalchemy import Engine, Table, func, select
+
+from app.models import ToolOutput, Turn
+
+tool_outputs = typed(Table, ToolOutput.__table__)
+turns = typed(Table, Turn.__table__)
+
+
+class ListedOutput(NamedTuple):
+    """One kept output, as `session_cache_list` shows it."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    chars: int
+    is_error: bool
+    turn: int  # the conversation's turn number
+
+
+class OutputPage(NamedTuple):
+    """Characters `offset` .. `offset + len(text)` of a kept output of `chars` characters."""
+
+    call_id: str
+    tool: str
+    chars: int
+    is_error: bool
+    offset: int
+    text: str
+
+
+def list_outputs(
+    engine: Engine, conversation_id: uuid.UUID, *, tool: str | None, limit: int
+) -> tuple[list[ListedOutput], int]:
+    """The most recent `limit` outputs (of `tool`, when given), oldest first, and how many
+    there are in all."""
+    query = (
+        select(
+            tool_outputs.c.call_id,
+            tool_outputs.c.tool,
+            tool_outputs.c.arguments,
+            tool_outputs.c.chars,
+            tool_outputs.c.is_error,
+            turns.c.number,
+            func.count().over().label("total"),
+        )
+        .join(turns, turns.c.id == tool_outputs.c.turn_id)
+        .where(tool_outputs.c.conversation_id == conversation_id)
+        .order_by(tool_outputs.c.seq.desc())
+        .limit(limit)
+    )
+    if tool is not None:
+        query = query.where(tool_outputs.c.tool == tool)
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    total = rows[0].total if rows else 0
+    listed = [ListedOutput(*row[:6]) for row in reversed(rows)]
+    return listed, total
+
+
+def read_output(
+    engine: Engine, conversation_id: uuid.UUID, call_id: str, *, offset: int, limit: int
+) -> OutputPage | None:
+    """Up to `limit` characters of the output of `call_id` from `offset` (0-based); None when
+    the conversation kept no output for that call."""
+    query = select(
+        tool_outputs.c.call_id,
+        tool_outputs.c.tool,
+        tool_outputs.c.chars,
+        tool_outputs.c.is_error,
+        func.substr(tool_outputs.c.content, offset + 1, limit),
+    ).where(tool_outputs.c.conversation_id == conversation_id, tool_outputs.c.call_id == call_id)
+    with engine.connect() as connection:
+        row = connection.execute(query).one_or_none()
+    if row is None:
+        return None
+    found_id, tool, chars, is_error, text = row
+    return OutputPage(found_id, tool, chars, bool(is_error), offset, text or "")
+
+
+__all__ = ["ListedOutput", "OutputPage", "list_outputs", "read_output"]
