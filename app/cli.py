@@ -11,8 +11,10 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from app import __version__
@@ -223,6 +225,8 @@ def _worker(args: argparse.Namespace) -> int:
     # pickup waits ~0.4x the cap. Measured (python -m bench --only pickup,footprint): 100 ms gave
     # a 40-70 ms median pickup at 2.2 % of a core idle; 50 ms gives ~15-30 ms at ~3.4 %.
     os.environ.setdefault("dramatiq_worker_timeout", "50")
+    if settings.metrics_port is not None:
+        _share_metrics(_metrics_dir(settings.metrics_dir, settings.metrics_port), fresh=True)
     command = [
         sys.executable,
         "-m",
@@ -238,6 +242,26 @@ def _worker(args: argparse.Namespace) -> int:
     ]
     os.execv(sys.executable, command)
     return 0  # not reached
+
+
+def _metrics_dir(configured: str | None, port: int | None) -> Path:
+    if configured:
+        return Path(configured)
+    return Path(tempfile.gettempdir()) / f"chatworker-metrics-{port or 'shared'}"
+
+
+def _share_metrics(directory: Path, *, fresh: bool) -> None:
+    """Processes started from here write their metric values to `directory` (prometheus_client's
+    multiprocess mode, dramatiq's queue metrics included); `fresh` empties it first (a new
+    worker's counters start at zero, as a restarted process's would)."""
+    from app.telemetry import MULTIPROC_ENV  # (not .metrics: it must see the variable set)
+
+    directory.mkdir(parents=True, exist_ok=True)
+    if fresh:
+        for leftover in directory.glob("*.db"):
+            leftover.unlink()
+    os.environ[MULTIPROC_ENV] = str(directory)
+    os.environ["dramatiq_prom_db"] = str(directory)  # noqa: SIM112 - dramatiq reads this name
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -325,11 +349,14 @@ def _cancel(args: argparse.Namespace) -> int:
 
 def _cleanup(args: argparse.Namespace) -> int:
     from app.config import load_settings
+
+    settings = load_settings()
+    if settings.metrics_dir:  # count into the workers' metrics on this machine
+        _share_metrics(Path(settings.metrics_dir), fresh=False)
     from app.db import make_engine
     from app.worker.janitor import clean_up
     from app.worker.store import Upkeep
 
-    settings = load_settings()
     older_than = args.older_than if args.older_than is not None else settings.stale_after_seconds
     engine = make_engine(settings.database_url)
     try:

@@ -239,6 +239,26 @@ class Settings(BaseSettings):
         "read-only nor idempotent: ask the user to approve running it again, or give the "
         "model an 'outcome unknown' error result",
     )
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="a worker serves GET /metrics and GET /healthz (liveness) on this port; "
+        "unset: no endpoint (the API always serves /metrics)",
+    )
+    metrics_host: str = Field(
+        "0.0.0.0", min_length=1, description="the address the worker's metrics endpoint binds"
+    )
+    metrics_dir: str | None = Field(
+        None,
+        description="where a worker's processes share their metric values (multiprocess mode); "
+        "default: a directory under the system's temp dir named after the port, emptied at start",
+    )
+    liveness_seconds: float = Field(
+        60,
+        gt=0,
+        description="the worker's /healthz fails when a host's loop has not beaten for this long",
+    )
     api_log_poll_seconds: float = Field(
         10,
         ge=1,

@@ -45,8 +45,10 @@ def worker_environment(
 class WorkerProcess(worker_process.WorkerProcess):
     """A worker process started from this checkout."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, threads: int = 2) -> None:
-        super().__init__(env, log_path, threads, cwd=REPO)
+    def __init__(
+        self, env: dict[str, str], log_path: Path, threads: int = 2, processes: int = 1
+    ) -> None:
+        super().__init__(env, log_path, threads, cwd=REPO, processes=processes)
 
 
 __all__ = ["FAKE_KEY", "FAKE_MODEL", "READY_LINE", "REPO", "WorkerProcess", "worker_environment"]

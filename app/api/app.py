@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api.context import ApiContext
 from app.api.limits import BodyLimit
+from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
 from app.api.routes import router
 from app.client import ChatClient
@@ -70,8 +71,9 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
 def install(
     app: FastAPI, settings: Settings | None = None, *, client: ChatClient | None = None
 ) -> ApiContext:
-    """Mount the `/v1` routes on `app` with the problem handlers and the body limit; returns the
-    context (close it when the app stops; `create_app` does)."""
+    """Mount the `/v1` routes and `/metrics` on `app` with the problem handlers, the body limit
+    and the request metrics; returns the context (close it when the app stops; `create_app`
+    does)."""
     settings = settings or get_settings()
     owned = client is None
     if client is None:
@@ -83,7 +85,9 @@ def install(
     app.state.chatworker = context
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
+    app.add_middleware(Observed)
     app.include_router(router)
+    add_metrics_route(app)
     _document_problems(app)
     return context
 

@@ -18,6 +18,7 @@ from fastapi import Depends, Request
 from app.api.problems import ApiProblem
 from app.client import ChatClient
 from app.config import Settings
+from app.telemetry import metrics
 
 T = TypeVar("T")
 
@@ -56,10 +57,12 @@ class ApiContext:
                     {"Retry-After": "5"},
                 )
             self._streams += 1
+        metrics.EVENT_FOLLOWERS.inc()
 
     def close_stream(self) -> None:
         with self._lock:
             self._streams -= 1
+        metrics.EVENT_FOLLOWERS.dec()
 
     @property
     def streams(self) -> int:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    false,
     func,
     true,
 )
@@ -90,6 +91,9 @@ class Conversation(Base):
     # nor idempotent): found with no result by a later claim, it was running when its worker
     # stopped, and may or may not have happened.
     in_flight: Mapped[str | None] = mapped_column(String(200))
+    # The current lease was taken from a worker that stopped without releasing it (a crash, a
+    # kill, a partition): set by every claim, for the metrics and traces of a resumed turn.
+    taken_over: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # The last sign of life (submit, claim or heartbeat): what the janitor keys on.

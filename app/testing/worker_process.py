@@ -46,18 +46,20 @@ def worker_environment(
 
 @dataclass
 class WorkerProcess:
-    """One `dramatiq` worker (a main process and one child) with its own log file."""
+    """One `dramatiq` worker (a main process and `processes` children) with its own log file;
+    ready once every child is."""
 
     env: dict[str, str]
     log_path: Path
     threads: int = 2
     cwd: Path | None = None
+    processes: int = 1
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     def start(self, ready: bool = True, timeout: float = BOOT_TIMEOUT_S) -> WorkerProcess:
         # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
         command = [
-            sys.executable, "-m", "app.cli", "worker", "--processes", "1",
+            sys.executable, "-m", "app.cli", "worker", "--processes", str(self.processes),
             "--threads", str(self.threads),
         ]  # fmt: skip
         log = self.log_path.open("ab")
@@ -77,7 +79,7 @@ class WorkerProcess:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker exited early:\n{self.log()}")
-            if READY_LINE in self.log_path.read_text(errors="replace"):
+            if self.log_path.read_text(errors="replace").count(READY_LINE) >= self.processes:
                 return
             time.sleep(0.05)
         raise RuntimeError(f"worker not ready after {timeout} s:\n{self.log()}")

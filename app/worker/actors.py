@@ -1,7 +1,9 @@
 """The dramatiq side: the chat actor (a doorbell) and the middleware running this process's host.
 
 Run with `chatworker worker` (or `dramatiq app.worker.actors -Q chat`). The actor never retries:
-the database owns recovery, and the message is acknowledged as soon as the host has the id.
+the database owns recovery, and the message is acknowledged as soon as the host has the id. With
+`CHATWORKER_METRICS_PORT`, `chatworker worker` shares a metrics directory between its processes
+and `WorkerMetrics` serves it (running dramatiq yourself: set `PROMETHEUS_MULTIPROC_DIR` too).
 """
 
 from __future__ import annotations
@@ -9,12 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+from dramatiq.middleware.prometheus import Prometheus
 
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
+from app.telemetry import metrics
+from app.telemetry.exposition import serve_worker_endpoint
 from app.worker import failpoints
 from app.worker.host import START_FAILED, WorkerHost
 
@@ -72,8 +78,23 @@ class HostLifecycle(dramatiq.Middleware):
         stop_host()
 
 
+class WorkerMetrics(Prometheus):
+    """dramatiq's own Prometheus middleware (the queue's metrics, in the shared multiprocess
+    directory), with this product's endpoint instead of its bare exposition server: /metrics
+    for every process of the worker, and /healthz for the liveness of their hosts."""
+
+    @property
+    def forks(self) -> list[Callable[[], int]]:
+        return [serve_worker_endpoint]
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
+        metrics.process_stopped()  # (dramatiq's marks the pid dead in its own directory)
+
+
 broker = get_broker()
 broker.add_middleware(HostLifecycle())
+if get_settings().metrics_port is not None and metrics.multiprocess_dir() is not None:
+    broker.add_middleware(WorkerMetrics())
 
 
 @dramatiq.actor(

@@ -26,6 +26,7 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.live import LiveChannel
+from app.telemetry import metrics
 from app.worker.broadcast import Broadcaster
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
@@ -41,6 +42,7 @@ Ring = Callable[[uuid.UUID, float], None]  # (conversation id, delay in seconds)
 START_FAILED = 5
 #: Threads for database calls (and the size of the connection pool they share).
 DB_THREADS = 8
+HEARTBEAT_SECONDS = 5.0  # how often the loop beats for the liveness probe
 
 
 def worker_id() -> str:
@@ -95,6 +97,7 @@ class WorkerHost:
         self._slots: asyncio.Semaphore | None = None
         self._start_error: BaseException | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._beating: asyncio.Task[None] | None = None
 
     # --- thread-safe API -------------------------------------------------------------------------
 
@@ -168,7 +171,9 @@ class WorkerHost:
         if self.live is not None:
             self._stop_listening = self.live.on_cancel(self.cancel)
         self._accepting = True
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.create_task(self._sweep_forever())
+        self._beating = loop.create_task(self._beat_forever())
 
     def _admit(self, conversation_id: uuid.UUID) -> None:
         if not self._accepting:
@@ -183,7 +188,8 @@ class WorkerHost:
         assert self._slots is not None
         try:
             async with self._slots:
-                outcome = await self.runner.run(conversation_id)
+                with metrics.TURNS_IN_FLIGHT.track_inprogress():
+                    outcome = await self.runner.run(conversation_id)
             log.info("conversation %s: %s", conversation_id, outcome.value)
         except asyncio.CancelledError:
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
@@ -196,6 +202,13 @@ class WorkerHost:
             if conversation_id in self._again:
                 self._again.discard(conversation_id)
                 self._admit(conversation_id)
+
+    async def _beat_forever(self) -> None:
+        """The liveness probe's signal (`/healthz`): this loop still runs its tasks."""
+        interval = min(HEARTBEAT_SECONDS, self.settings.liveness_seconds / 4)
+        while True:
+            metrics.beat()
+            await asyncio.sleep(interval)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -218,6 +231,7 @@ class WorkerHost:
             delay = recovery_delay(attempts, random.random(), self.recovery_jitter)
             self._resent[conversation_id] = now + delay + self.orphan_after
             self._requeue(conversation_id, delay)
+            metrics.RECOVERY_REENQUEUES.inc()
             resent += 1
         self._resent = {k: until for k, until in self._resent.items() if until > now}
         if resent:
@@ -238,8 +252,9 @@ class WorkerHost:
         self._accepting = False
         if self._stop_listening is not None:
             self._stop_listening()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for chore in (self._sweeper, self._beating):
+            if chore is not None:
+                chore.cancel()
         pending = list(self._running.values())
         if pending:
             _done, still = await asyncio.wait(pending, timeout=grace)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.telemetry import metrics
 from app.worker.store import StaleConversation, Upkeep
 
 STALE_ERROR = (
@@ -38,4 +39,5 @@ def clean_up(upkeep: Upkeep, older_than: float, dry_run: bool = False) -> Janito
         found = upkeep.stale(older_than)
     else:
         found = upkeep.fail_stale(older_than, stale_error(older_than))
+        metrics.JANITOR_FAILED.inc(len(found))
     return JanitorReport(found, dry_run, older_than)

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from tenacity import (
 )
 
 from app.demo.model import DEMO_PROVIDER, demo_handler
+from app.telemetry import metrics
 from app.worker.plan import ToolCall
 from app.worker.ports import NO_SINK, ModelError, ModelReply, ModelRequest, ReplySink, Usage
 from app.worker.reply import ReplyAssembler
@@ -30,7 +32,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Sleep = Callable[[float], Awaitable[None]]
-OnRetry = Callable[[str, float], None]  # (why the attempt failed, seconds until the next)
+# (why the attempt failed, seconds until the next, its cause in brief: 429, 503, rate, ...)
+OnRetry = Callable[[str, float, str], None]
 
 MAX_ATTEMPTS = 3
 TRANSIENT_STATUSES = frozenset({429, 503})
@@ -111,7 +114,8 @@ async def call_with_retries(
     def before_sleep(state: RetryCallState) -> None:
         reason, wait = _log_retry(state, hidden)
         if on_retry is not None:
-            on_retry(reason, wait)
+            exc = state.outcome.exception() if state.outcome is not None else None
+            on_retry(reason, wait, retry_cause(exc) if exc is not None else "other")
 
     retrying = AsyncRetrying(
         stop=stop_after_attempt(MAX_ATTEMPTS),
@@ -131,6 +135,16 @@ async def call_with_retries(
     except Exception as exc:
         raise ModelError(failure_message(exc, attempts, timeout=timeout, secrets=hidden)) from None
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+
+def retry_cause(exc: BaseException) -> str:
+    """Why a transient error was transient, in a word (a metric's label): its status code, or
+    the word of its text that made it so ("rate", "overloaded")."""
+    status = _status_code(exc)
+    if status in TRANSIENT_STATUSES:
+        return str(status)
+    found = TRANSIENT_TEXT.search(str(exc))
+    return found.group(0).lower() if found else "other"
 
 
 def _log_retry(state: RetryCallState, secrets: tuple[str, ...]) -> tuple[str, float]:
@@ -260,20 +274,38 @@ class LiteLLMClient:
         import litellm
 
         options = self._call_options(request)
+        timed = _Timed(sink)
 
         async def whole() -> ModelReply:
+            timed.attempt()
             return model_reply(await litellm.acompletion(**options))
 
         async def streamed() -> ModelReply:
-            return await _read_stream(await litellm.acompletion(**options, **STREAMED), sink)
+            timed.attempt()
+            return await _read_stream(await litellm.acompletion(**options, **STREAMED), timed)
 
-        return await call_with_retries(
-            streamed if self.stream else whole,
-            sleep=self._sleep,
-            timeout=self.timeout,
-            secrets=[self._api_key] if self._api_key else [],
-            on_retry=lambda reason, wait: sink.restart(f"{reason}; retrying in {wait:g} s"),
-        )
+        def on_retry(reason: str, wait: float, cause: str) -> None:
+            metrics.MODEL_RETRIES.labels(request.model, cause).inc()
+            sink.restart(f"{reason}; retrying in {wait:g} s")
+
+        outcome = "error"
+        try:
+            reply = await call_with_retries(
+                streamed if self.stream else whole,
+                sleep=self._sleep,
+                timeout=self.timeout,
+                secrets=[self._api_key] if self._api_key else [],
+                on_retry=on_retry,
+            )
+            outcome = "ok"
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            timed.observe(request.model, outcome)
+        metrics.MODEL_TOKENS.labels(request.model, "prompt").inc(reply.usage.prompt_tokens)
+        metrics.MODEL_TOKENS.labels(request.model, "completion").inc(reply.usage.completion_tokens)
+        return reply
 
     def _call_options(self, request: ModelRequest) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -293,6 +325,42 @@ class LiteLLMClient:
 
 
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
+
+
+class _Timed:
+    """A model call's sink that also notes when the first fragment of the current attempt came
+    (its time to first token; a reply that is not streamed arrives whole, first token and all)."""
+
+    def __init__(self, sink: ReplySink) -> None:
+        self.sink = sink
+        self.started = time.monotonic()
+        self.attempt_started = self.started
+        self.first: float | None = None
+
+    def attempt(self) -> None:
+        self.attempt_started, self.first = time.monotonic(), None
+
+    def _heard(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def text(self, fragment: str) -> None:
+        self._heard()
+        self.sink.text(fragment)
+
+    def call(self, index: int, call_id: str | None, name: str | None, fragment: str) -> None:
+        self._heard()
+        self.sink.call(index, call_id, name, fragment)
+
+    def restart(self, reason: str) -> None:
+        self.sink.restart(reason)
+
+    def observe(self, model: str, outcome: str) -> None:
+        now = time.monotonic()
+        metrics.MODEL_CALL_SECONDS.labels(model, outcome).observe(now - self.started)
+        if outcome == "ok":
+            first = self.first if self.first is not None else now
+            metrics.MODEL_FIRST_TOKEN_SECONDS.labels(model).observe(first - self.attempt_started)
 
 
 async def _read_stream(stream: Any, sink: ReplySink) -> ModelReply:
@@ -400,4 +468,5 @@ __all__ = [
     "model_reply",
     "prepare_litellm",
     "redact",
+    "retry_cause",
 ]

@@ -143,10 +143,20 @@ class CallRef:
         return f"{self.conversation_id}:{self.call_id}"
 
 
+TOOL_OK, TOOL_ERROR, TOOL_TIMEOUT, TOOL_UNAVAILABLE = "ok", "error", "timeout", "unavailable"
+
+
 @dataclass(frozen=True)
 class ToolResult:
     content: str
     is_error: bool = False
+    # How the call went, for the metrics: ok, error (the tool said so, or raised), timeout, or
+    # unavailable (unknown tool, server down or stopped during the call); default from is_error.
+    outcome: str = field(default="", compare=False)
+
+    @property
+    def kind(self) -> str:
+        return self.outcome or (TOOL_ERROR if self.is_error else TOOL_OK)
 
 
 class ToolProvider(Protocol):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from typing import Any, TypeVar
 from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
 from app.models import BUILTIN_TOOL_NAMES, PROCESSING
+from app.telemetry import metrics
 from app.worker import builtin, failpoints, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
@@ -117,6 +119,7 @@ class TurnRunner:
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
         claim = snapshot.claim
+        _count_claim(snapshot)
         gave_up = plan.on_claim(
             snapshot.attempts, self.settings.max_attempts, snapshot.cancel_requested
         )
@@ -125,6 +128,7 @@ class TurnRunner:
                 self.store.fail, claim, gave_up.error, status=snapshot.status
             )
             self.broadcaster.committed(conversation_id, failed.event_seq)
+            _count_end(snapshot.model, Outcome.FAILED)
             return Outcome.FAILED, failed.status == PROCESSING
         failpoints.hit("after_claim")
         self.broadcaster.committed(conversation_id, snapshot.event_seq)
@@ -137,13 +141,17 @@ class TurnRunner:
         self._turns[conversation_id] = turn
         beating = asyncio.create_task(self._heartbeat(turn, asyncio.current_task(), lost))
         try:
-            return await turn.drive(), turn.status == PROCESSING
+            outcome = await turn.drive()
+            _count_end(snapshot.model, outcome)
+            return outcome, turn.status == PROCESSING
         except LeaseLost:
             log.warning("conversation %s: lease lost, stopping without writing", conversation_id)
+            metrics.LEASES_LOST.inc()
             return Outcome.LEASE_LOST, False
         except asyncio.CancelledError:
             if lost.is_set():
                 log.warning("conversation %s: lease lost while waiting, stopped", conversation_id)
+                metrics.LEASES_LOST.inc()
                 return Outcome.LEASE_LOST, False
             await asyncio.shield(self._release(claim))
             raise
@@ -179,6 +187,24 @@ class TurnRunner:
             pass
         except Exception:  # the lease expires by itself; recovery picks the turn up then
             log.exception("conversation %s: could not release the lease", claim.conversation_id)
+
+
+_ENDED = {Outcome.IDLE: "completed", Outcome.FAILED: "failed", Outcome.CANCELLED: "cancelled"}
+
+
+def _count_claim(snapshot: Snapshot) -> None:
+    if snapshot.first:
+        metrics.TURNS_STARTED.labels(snapshot.model).inc()
+    else:
+        after = "takeover" if snapshot.taken_over else "handover"
+        metrics.TURNS_RESUMED.labels(snapshot.model, after).inc()
+
+
+def _count_end(model: str, outcome: Outcome) -> None:
+    if outcome is Outcome.WAITING:
+        metrics.TURNS_PAUSED.labels(model).inc()
+    elif outcome in _ENDED:
+        metrics.TURNS_ENDED.labels(model, _ENDED[outcome]).inc()
 
 
 CANCELLED = "cancelled by the user"
@@ -389,6 +415,7 @@ class _Turn:
         if call.name in self.toolbox.guarded:
             ttl = self.runner.settings.lease_ttl_seconds
             await self._commit(self.store.starting, self.claim, call.id, ttl)
+        started = time.monotonic()
         try:
             result = await self._interruptible(
                 self.runner.tools.execute(
@@ -396,7 +423,10 @@ class _Turn:
                 )
             )
         except _Aborted:
+            metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
             return  # the planner answers the call "cancelled by the user"
+        metrics.TOOL_CALL_SECONDS.labels(call.name).observe(time.monotonic() - started)
+        metrics.TOOL_CALLS.labels(call.name, result.kind).inc()
         failpoints.hit("tool_ran", call.name)
         await self._record_output(call, arguments, result)
 

@@ -53,10 +53,11 @@ class Deployment:
         self.apis.append(api.start(BOOT_TIMEOUT_S))
         return api
 
-    def start_worker(self, ready: bool = True, **extra: str) -> WorkerProcess:
+    def start_worker(self, ready: bool = True, processes: int = 1, **extra: str) -> WorkerProcess:
         """A worker process; `ready=False`: started, not waited for (`wait_until_ready`)."""
         env = {**self.env, **extra}
-        worker = WorkerProcess(env, self.tmp / f"worker{len(self.workers)}.log")
+        log = self.tmp / f"worker{len(self.workers)}.log"
+        worker = WorkerProcess(env, log, processes=processes)
         self.workers.append(worker.start(ready=ready, timeout=BOOT_TIMEOUT_S))
         return worker
 

@@ -204,6 +204,7 @@ def test_a_tool_offered_by_several_servers_is_prefixed_with_each_server_name(
 
     assert names == {f"{server}__{tool}" for server in ("one", "two") for tool in TOOL_NAMES}
     assert results == [ok("3.0"), ok("42"), error("Unknown tool: add")]
+    assert [r.kind for r in results] == ["ok", "ok", "unavailable"]  # (the metrics' outcome)
     assert [entry["tool"] for entry in read_ledger(one)] == ["add"]
     assert [entry["tool"] for entry in read_ledger(two)] == ["calculate"]
 
@@ -287,7 +288,7 @@ def test_a_hanging_tool_times_out_and_the_same_server_keeps_serving(tmp_path: Pa
         [stdio_server("tools", ledger)], scenario, call_timeout=0.5
     )
 
-    assert hung == error("Tool hang timed out after 0.5 s")
+    assert hung == error("Tool hang timed out after 0.5 s") and hung.kind == "timeout"
     assert 0.5 <= elapsed < 1.5
     assert after == ok("2.0")
     assert len(set(pids(ledger))) == 1
@@ -310,6 +311,7 @@ def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call(tmp_p
         error("Tool exit_process failed: the tool server 'tools' stopped (Connection closed)"),
         ok("42"),
     ]
+    assert results[1].kind == "unavailable"
     entries = read_ledger(ledger)
     assert [entry["tool"] for entry in entries] == ["add", "exit_process", "calculate"]
     assert entries[0]["pid"] == entries[1]["pid"] != entries[2]["pid"]

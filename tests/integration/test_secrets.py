@@ -28,11 +28,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
 from app.client import ConversationView
+from app.testing.api_process import free_port
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.services import libpq_dsn
 from tests.deployment import Deployment
@@ -98,7 +100,8 @@ def deployment(
 
 def start_verbose_worker(deployment: Deployment) -> WorkerProcess:
     log_path = deployment.tmp_path / f"worker-{len(deployment.workers)}.log"
-    worker = CommandWorker(dict(deployment.env), log_path)
+    env = {**deployment.env, "CHATWORKER_METRICS_PORT": str(free_port())}
+    worker = CommandWorker(env, log_path)
     deployment.workers.append(worker)  # stopped by the fixture even if it never gets ready
     return worker.start()
 
@@ -134,6 +137,11 @@ def assert_no_canary_in_database_log_or_llm_requests(deployment: Deployment) -> 
     log = "".join(w.log_path.read_text(errors="replace") for w in deployment.workers)
     assert "[DEBUG]" in log, "`chatworker -v worker` must log at DEBUG, the most there is"
     assert leaks(log) == [], [line for line in log.splitlines() if leaks(line)]
+    # (c) the metrics every worker serves (its processes', dramatiq's queue metrics)
+    for worker in deployment.workers:
+        scraped = httpx.get(f"http://127.0.0.1:{worker.env['CHATWORKER_METRICS_PORT']}/metrics")
+        assert "chatworker_turns_started_total" in scraped.text  # not vacuous
+        assert leaks(scraped.text) == [], scraped.text
     # (d) what the LLM received: the key only in the Authorization header
     requests = deployment.llm.requests()
     assert requests

@@ -23,7 +23,7 @@ from app.worker.mcp.connection import Connection, Unavailable, describe_target, 
 from app.worker.mcp.names import expose_tools
 from app.worker.mcp.results import brief, capped_result, error_result, is_disconnect, render_result
 from app.worker.mcp.server import Server
-from app.worker.ports import CallRef, ToolDefinition, ToolResult
+from app.worker.ports import TOOL_TIMEOUT, TOOL_UNAVAILABLE, CallRef, ToolDefinition, ToolResult
 
 logger = logging.getLogger(__name__)
 
@@ -107,16 +107,19 @@ class McpToolProvider:
         self, name: str, arguments: dict[str, Any], call: CallRef | None = None
     ) -> ToolResult:
         if self._closed:
-            return error_result(f"Tool {name} failed: the tool provider is closed")
+            return error_result(
+                f"Tool {name} failed: the tool provider is closed", TOOL_UNAVAILABLE
+            )
         definition = await self._resolve(name)
         if definition is None:
-            return error_result(f"Unknown tool: {name}")
+            return error_result(f"Unknown tool: {name}", TOOL_UNAVAILABLE)
         server = self._by_name[definition.server]
         try:
             connection = await self._connect(server)
         except Unavailable as exc:
             return error_result(
-                f"Tool {name} failed: the tool server '{server.name}' is unavailable ({exc})"
+                f"Tool {name} failed: the tool server '{server.name}' is unavailable ({exc})",
+                TOOL_UNAVAILABLE,
             )
         # Cancelling the task awaiting this call (a cancelled turn) tells the server: mcp's
         # dispatcher sends `notifications/cancelled` for the request before the CancelledError
@@ -235,13 +238,16 @@ class McpToolProvider:
         timed_out = isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT
         if timed_out or isinstance(exc, TimeoutError):
             logger.warning("MCP tool %r on %r timed out", name, server)
-            return error_result(f"Tool {name} timed out after {self._call_timeout:g} s")
+            return error_result(
+                f"Tool {name} timed out after {self._call_timeout:g} s", TOOL_TIMEOUT
+            )
         if is_disconnect(exc) or connection.dead:
             connection.mark_dead()
             logger.warning("MCP server %r stopped during %r: %s", server, name, brief(exc))
             detail = exc.message if isinstance(exc, MCPError) else brief(exc)
             return error_result(
-                f"Tool {name} failed: the tool server '{server}' stopped ({detail})"
+                f"Tool {name} failed: the tool server '{server}' stopped ({detail})",
+                TOOL_UNAVAILABLE,
             )
         logger.warning("MCP tool %r on %r raised %s", name, server, brief(exc))
         return error_result(f"Tool {name} failed: {brief(exc)}")

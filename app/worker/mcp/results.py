@@ -17,7 +17,7 @@ from mcp.types import (
     TextResourceContents,
 )
 
-from app.worker.ports import ToolResult
+from app.worker.ports import TOOL_ERROR, ToolResult
 
 
 def render_result(name: str, result: CallToolResult) -> str:
@@ -36,8 +36,8 @@ def capped_result(text: str, is_error: bool, limit: int) -> ToolResult:
     return ToolResult(content=text, is_error=is_error)
 
 
-def error_result(message: str) -> ToolResult:
-    return ToolResult(content=message, is_error=True)
+def error_result(message: str, outcome: str = TOOL_ERROR) -> ToolResult:
+    return ToolResult(content=message, is_error=True, outcome=outcome)
 
 
 def is_disconnect(exc: BaseException) -> bool:

@@ -175,6 +175,7 @@ CLAIM = (
         lease_epoch=c.lease_epoch + 1,
         lease_expires_at=_EXPIRES,
         attempts=c.attempts + 1,
+        taken_over=c.lease_owner.is_not(None),  # (the WHERE: its lease had expired)
         # turn.started or turn.resumed, after the promoted message's message.committed
         event_seq=c.event_seq + 1 + case((_PROMOTES, 1), else_=0),
         **_TOUCHED,
@@ -196,6 +197,7 @@ CLAIM = (
         c.clarify,
         _current("actions").label("turn_actions"),
         c.in_flight,
+        c.taken_over,
     )
     .add_cte(CURRENT_TURN)
 )

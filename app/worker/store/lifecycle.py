@@ -66,6 +66,7 @@ class Snapshot:
     approved: frozenset[str] = frozenset()  # call ids the user approved (the turn's actions)
     actions: tuple[dict[str, Any], ...] = ()  # what the turn waited for so far (answered)
     in_flight: str | None = None  # a call started by an earlier owner that may not run twice
+    taken_over: bool = False  # the lease was taken from a worker that stopped without releasing
 
 
 class TurnStore:
@@ -113,6 +114,7 @@ class TurnStore:
             approved=_approved(actions),
             actions=tuple(actions),
             in_flight=row.in_flight,
+            taken_over=bool(row.taken_over),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -300,6 +302,7 @@ class _ClaimRow(NamedTuple):
     clarify: bool | None
     turn_actions: list[dict[str, Any]] | str | None
     in_flight: str | None
+    taken_over: bool | None
 
 
 def _entry(row: Row) -> Entry:
