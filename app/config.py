@@ -159,6 +159,13 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = Field(30, gt=0, description="how long a claim lasts unrenewed")
     heartbeat_seconds: float = Field(10, gt=0, description="how often a running worker renews")
     llm_timeout_seconds: float = Field(120, gt=0, description="timeout of one LLM request")
+    llm_max_retry_after_seconds: float = Field(
+        60,
+        ge=0,
+        le=3600,
+        description="a 429 or 503 waits max(the policy's 3 s / 6 s, the provider's Retry-After) "
+        "up to this; a provider asking for longer fails the turn at once, its wait in the error",
+    )
     llm_stream: bool = Field(
         True, description="ask the model for a stream and show its reply live as it forms"
     )

@@ -12,15 +12,11 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_incrementing,
-)
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.telemetry import metrics
@@ -36,6 +32,8 @@ Sleep = Callable[[float], Awaitable[None]]
 OnRetry = Callable[[str, float, str], None]
 
 MAX_ATTEMPTS = 3
+RETRY_STEP_SECONDS = 3  # the linear wait: 3 s, then 6 s
+MAX_RETRY_AFTER_SECONDS = 60.0  # the longest Retry-After honoured (a setting)
 TRANSIENT_STATUSES = frozenset({429, 503})
 # "rate" must start a word: "Rate limit", "rate_limit_exceeded" and "ratelimit" are transient,
 # but a plain substring test would also retry "generate failed", "accurate" or "moderate".
@@ -94,6 +92,55 @@ def is_transient(exc: BaseException) -> bool:
     return TRANSIENT_TEXT.search(str(exc)) is not None
 
 
+def retry_after(exc: BaseException, now: datetime | None = None) -> float | None:
+    """The wait the provider asked for with this error, in seconds: its `retry-after-ms` or
+    `Retry-After` header (seconds, or an HTTP date); None when it asked for none."""
+    headers = _response_headers(exc)
+    if "retry-after-ms" in headers:
+        milliseconds = _number(headers["retry-after-ms"])
+        if milliseconds is not None:
+            return milliseconds / 1000
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _response_headers(exc: BaseException) -> dict[str, str]:
+    """The headers of the HTTP response behind a litellm error, names in lower case."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        return {str(name).lower(): str(value) for name, value in dict(headers or {}).items()}
+    except (TypeError, ValueError):
+        return {}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        return None
+
+
+class _TooLongAWait(Exception):
+    """The provider asked for a longer wait than the cap: the turn fails at once, saying so."""
+
+    def __init__(self, cause: BaseException, wait: float) -> None:
+        super().__init__(str(cause))
+        self.cause, self.wait = cause, wait
+
+
 async def call_with_retries(
     call: Callable[[], Awaitable[T]],
     *,
@@ -101,8 +148,11 @@ async def call_with_retries(
     timeout: float | None = None,
     secrets: Iterable[str] = (),
     on_retry: OnRetry | None = None,
+    max_retry_after: float = MAX_RETRY_AFTER_SECONDS,
 ) -> T:
-    """Await `call()` under the policy: 3 attempts, waits of 3 s then 6 s, transient errors only.
+    """Await `call()` under the policy: 3 attempts, transient errors only, waiting 3 s then 6 s,
+    or longer when the provider says so (`Retry-After`), up to `max_retry_after`: a provider
+    that asks for more fails the call at once, its wait in the error.
 
     Raises `ModelError` (chained from None, so no traceback carries the original text) once the
     policy gives up; `timeout` only words the message of a timed-out call. `on_retry` hears of
@@ -110,6 +160,21 @@ async def call_with_retries(
     """
     hidden = tuple(secrets)
     attempts = 0
+
+    async def asked() -> T:
+        try:
+            return await call()
+        except Exception as exc:
+            wait = retry_after(exc) if is_transient(exc) else None
+            if wait is not None and wait > max_retry_after and attempts < MAX_ATTEMPTS:
+                raise _TooLongAWait(exc, wait) from exc
+            raise
+
+    def wait(state: RetryCallState) -> float:
+        step = float(RETRY_STEP_SECONDS * state.attempt_number)  # 3 s, then 6 s
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wanted = retry_after(exc) if exc is not None else None
+        return max(step, wanted or 0.0)
 
     def before_sleep(state: RetryCallState) -> None:
         reason, wait = _log_retry(state, hidden)
@@ -119,8 +184,10 @@ async def call_with_retries(
 
     retrying = AsyncRetrying(
         stop=stop_after_attempt(MAX_ATTEMPTS),
-        wait=wait_incrementing(start=3, increment=3),
-        retry=retry_if_exception(is_transient),
+        wait=wait,
+        retry=retry_if_exception(
+            lambda exc: is_transient(exc) and not isinstance(exc, _TooLongAWait)
+        ),
         reraise=True,
         sleep=sleep,
         before_sleep=before_sleep,
@@ -129,9 +196,15 @@ async def call_with_retries(
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
-                return await call()
+                return await asked()
     except ModelError:  # already readable and final (a reply with no choices)
         raise
+    except _TooLongAWait as exc:
+        text = failure_message(exc.cause, attempts, timeout=timeout, secrets=hidden)
+        raise ModelError(
+            f"{text}; the provider asked to wait {exc.wait:g} s before retrying, more than "
+            f"the {max_retry_after:g} s this worker waits (CHATWORKER_LLM_MAX_RETRY_AFTER_SECONDS)"
+        ) from None
     except Exception as exc:
         raise ModelError(failure_message(exc, attempts, timeout=timeout, secrets=hidden)) from None
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
@@ -256,8 +329,10 @@ class LiteLLMClient:
         api_key: str | None = None,
         sleep: Sleep = asyncio.sleep,
         stream: bool = True,
+        max_retry_after: float = MAX_RETRY_AFTER_SECONDS,
     ) -> None:
         self.timeout = timeout
+        self.max_retry_after = max_retry_after
         self.api_base = api_base
         self.stream = stream
         self._api_key = api_key
@@ -296,6 +371,7 @@ class LiteLLMClient:
                 timeout=self.timeout,
                 secrets=[self._api_key] if self._api_key else [],
                 on_retry=on_retry,
+                max_retry_after=self.max_retry_after,
             )
             outcome = "ok"
         except asyncio.CancelledError:
@@ -468,5 +544,6 @@ __all__ = [
     "model_reply",
     "prepare_litellm",
     "redact",
+    "retry_after",
     "retry_cause",
 ]

@@ -22,6 +22,7 @@ def model_client(settings: Settings) -> ModelClient:
         api_base=settings.llm_api_base,
         api_key=key,
         stream=settings.llm_stream,
+        max_retry_after=settings.llm_max_retry_after_seconds,
     )
 
 

@@ -242,3 +242,79 @@ def test_importing_the_adapter_does_not_import_litellm() -> None:
     )
 
     assert result.stdout.strip() == "False"
+
+
+# --- Retry-After --------------------------------------------------------------------------------
+
+
+class WaitAsked(ProviderError):
+    """A provider error whose response carried headers, where litellm keeps them."""
+
+    def __init__(
+        self, status_code: int, headers: dict[str, str], message: str = "Rate limit reached"
+    ) -> None:
+        super().__init__(status_code, message)
+        self.litellm_response_headers = headers
+
+
+@pytest.mark.parametrize(
+    ("headers", "waits"),
+    [
+        ({"Retry-After": "10"}, [10.0]),  # longer than the step: the provider's wait
+        ({"retry-after": "1"}, [3.0]),  # shorter: the step
+        ({"retry-after-ms": "4500", "retry-after": "9"}, [4.5]),  # the finer one first
+        ({"Retry-After": "soon"}, [3.0]),  # unreadable: the step
+        ({"Retry-After": "60"}, [60.0]),  # at the cap: still honoured
+    ],
+)
+def test_a_retry_waits_the_longer_of_the_step_and_the_provider_s_retry_after(
+    headers: dict[str, str], waits: list[float]
+) -> None:
+    sleep = RecordingSleep()
+    call, calls = scripted(WaitAsked(429, headers), "ok")
+    assert run_with_retries(call, sleep) == "ok"
+    assert sleep.waits == waits and len(calls) == 2
+
+
+def test_retry_after_as_an_http_date_is_the_time_until_then() -> None:
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    from app.worker.llm import retry_after
+
+    now = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
+    asked = WaitAsked(503, {"Retry-After": format_datetime(now + timedelta(seconds=20), True)})
+    assert retry_after(asked, now=now) == 20.0
+    past = WaitAsked(503, {"Retry-After": format_datetime(now - timedelta(seconds=20), True)})
+    assert retry_after(past, now=now) == 0.0
+
+
+def test_a_wait_beyond_the_cap_fails_at_once_with_the_provider_s_wait_in_the_error() -> None:
+    sleep = RecordingSleep()
+    call, calls = scripted(WaitAsked(429, {"Retry-After": "120"}), "never")
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(call_with_retries(call, sleep=sleep, max_retry_after=60))
+    assert len(calls) == 1 and sleep.waits == []
+    assert str(caught.value) == (
+        "LLM call failed (HTTP 429 WaitAsked): Rate limit reached; the provider asked to wait "
+        "120 s before retrying, more than the 60 s this worker waits "
+        "(CHATWORKER_LLM_MAX_RETRY_AFTER_SECONDS)"
+    )
+
+
+def test_still_three_attempts_in_all_when_the_provider_asks_for_waits() -> None:
+    sleep = RecordingSleep()
+    asked = WaitAsked(503, {"Retry-After": "8"})
+    call, calls = scripted(asked, asked, asked, "never")
+    with pytest.raises(ModelError) as caught:
+        asyncio.run(call_with_retries(call, sleep=sleep))
+    assert len(calls) == 3 and sleep.waits == [8.0, 8.0]
+    assert "after 3 attempts" in str(caught.value)
+
+
+def test_a_retry_after_on_an_error_that_is_not_transient_changes_nothing() -> None:
+    sleep = RecordingSleep()
+    call, calls = scripted(WaitAsked(400, {"Retry-After": "5"}, "Bad request"), "never")
+    with pytest.raises(ModelError):
+        asyncio.run(call_with_retries(call, sleep=sleep))
+    assert len(calls) == 1 and sleep.waits == []
