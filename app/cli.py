@@ -26,10 +26,9 @@ DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from app.telemetry import logs
+
+    logs.configure(_log_format(), logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return int(args.run(args))
     except ChatWorkerError as exc:
@@ -37,6 +36,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _log_format() -> str:
+    """`CHATWORKER_LOG_FORMAT`, or text while the settings cannot be read (the command then
+    says why)."""
+    from app.config import load_settings
+
+    try:
+        return load_settings().log_format
+    except Exception:
+        return "text"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -230,7 +240,7 @@ def _worker(args: argparse.Namespace) -> int:
     command = [
         sys.executable,
         "-m",
-        "dramatiq",
+        "app.worker.command",
         "app.worker.actors",
         "--queues",
         "chat",

@@ -246,6 +246,11 @@ class Settings(BaseSettings):
         "read-only nor idempotent: ask the user to approve running it again, or give the "
         "model an 'outcome unknown' error result",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="log lines as text, or one JSON object per line (with the conversation, "
+        "turn and worker ids on every line of a turn)",
+    )
     metrics_port: int | None = Field(
         None,
         ge=1,

@@ -40,6 +40,7 @@ def serve(options: ServeOptions) -> int:
     import uvicorn
 
     from app.config import get_settings
+    from app.telemetry import logs
 
     embedded = is_embedded()
     if embedded:
@@ -71,6 +72,7 @@ def serve(options: ServeOptions) -> int:
             workers=options.workers,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            **logs.uvicorn_options(settings.log_format, options.log_level),
         )
         return 0
     if not embedded:
@@ -82,6 +84,7 @@ def serve(options: ServeOptions) -> int:
             port=options.port,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            **logs.uvicorn_options(settings.log_format, options.log_level),
         )
         return 0
     return _serve_embedded(options)
@@ -105,6 +108,7 @@ def _serve_embedded(options: ServeOptions) -> int:
     from app.db import shown
     from app.migrate import upgrade
     from app.queue import ring
+    from app.telemetry import logs
 
     settings = get_settings()
     upgrade(settings.database_url)
@@ -121,6 +125,7 @@ def _serve_embedded(options: ServeOptions) -> int:
             port=options.port,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            **logs.uvicorn_options(settings.log_format, options.log_level),
         )
     finally:
         worker.stop()

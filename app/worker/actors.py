@@ -9,6 +9,7 @@ and `WorkerMetrics` serves it (running dramatiq yourself: set `PROMETHEUS_MULTIP
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from dramatiq.middleware.prometheus import Prometheus
 
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
-from app.telemetry import metrics
+from app.telemetry import logs, metrics
 from app.telemetry.exposition import serve_worker_endpoint
 from app.worker import failpoints
 from app.worker.host import START_FAILED, WorkerHost
@@ -78,6 +79,18 @@ class HostLifecycle(dramatiq.Middleware):
         stop_host()
 
 
+class LogSetup(dramatiq.Middleware):
+    """A worker process logs through the pipe dramatiq gave it (its `sys.stderr` by now), in the
+    configured format, with the running turn's ids on each line."""
+
+    def after_process_boot(self, broker: dramatiq.Broker) -> None:
+        log_format = get_settings().log_format
+        if log_format == logs.JSON:
+            logs.configure(logs.JSON, logging.getLogger().level, stream=sys.stderr)
+        else:
+            logs.adopt(log_format)
+
+
 class WorkerMetrics(Prometheus):
     """dramatiq's own Prometheus middleware (the queue's metrics, in the shared multiprocess
     directory), with this product's endpoint instead of its bare exposition server: /metrics
@@ -92,6 +105,7 @@ class WorkerMetrics(Prometheus):
 
 
 broker = get_broker()
+broker.add_middleware(LogSetup())
 broker.add_middleware(HostLifecycle())
 if get_settings().metrics_port is not None and metrics.multiprocess_dir() is not None:
     broker.add_middleware(WorkerMetrics())

@@ -26,7 +26,7 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.live import LiveChannel
-from app.telemetry import metrics
+from app.telemetry import logs, metrics
 from app.worker.broadcast import Broadcaster
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
@@ -188,7 +188,10 @@ class WorkerHost:
         assert self._slots is not None
         try:
             async with self._slots:
-                with metrics.TURNS_IN_FLIGHT.track_inprogress():
+                with (
+                    logs.turn_fields(conversation_id, self.runner.owner),
+                    metrics.TURNS_IN_FLIGHT.track_inprogress(),
+                ):
                     outcome = await self.runner.run(conversation_id)
             log.info("conversation %s: %s", conversation_id, outcome.value)
         except asyncio.CancelledError:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from app.demo.model import DEMO_PROVIDER, demo_handler
-from app.telemetry import metrics
+from app.telemetry import logs, metrics
 from app.worker.plan import ToolCall
 from app.worker.ports import NO_SINK, ModelError, ModelReply, ModelRequest, ReplySink, Usage
 from app.worker.reply import ReplyAssembler
@@ -69,7 +69,8 @@ def prepare_litellm() -> None:
     # base64 scan of every message for the logs nobody reads.
     os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "true")
     os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-    import litellm
+    with logs.unified("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        import litellm
 
     litellm.suppress_debug_info = True
     if not any(item["provider"] == DEMO_PROVIDER for item in litellm.custom_provider_map):

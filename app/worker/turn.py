@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
 from app.models import BUILTIN_TOOL_NAMES, PROCESSING
-from app.telemetry import metrics
+from app.telemetry import logs, metrics
 from app.worker import builtin, failpoints, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
@@ -119,6 +119,7 @@ class TurnRunner:
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
         claim = snapshot.claim
+        logs.note_turn(claim.turn_id)
         _count_claim(snapshot)
         gave_up = plan.on_claim(
             snapshot.attempts, self.settings.max_attempts, snapshot.cancel_requested

@@ -98,9 +98,9 @@ def deployment(
     assert violations(database_url, at_rest=True, mcp_marker=str(deployment.ledger)) == []
 
 
-def start_verbose_worker(deployment: Deployment) -> WorkerProcess:
+def start_verbose_worker(deployment: Deployment, **extra: str) -> WorkerProcess:
     log_path = deployment.tmp_path / f"worker-{len(deployment.workers)}.log"
-    env = {**deployment.env, "CHATWORKER_METRICS_PORT": str(free_port())}
+    env = {**deployment.env, "CHATWORKER_METRICS_PORT": str(free_port()), **extra}
     worker = CommandWorker(env, log_path)
     deployment.workers.append(worker)  # stopped by the fixture even if it never gets ready
     return worker.start()
@@ -135,7 +135,8 @@ def assert_no_canary_in_database_log_or_llm_requests(deployment: Deployment) -> 
     assert leaks(dump) == [], dump
     # (b) the worker's log, the MCP server's stderr included
     log = "".join(w.log_path.read_text(errors="replace") for w in deployment.workers)
-    assert "[DEBUG]" in log, "`chatworker -v worker` must log at DEBUG, the most there is"
+    at_debug = "[DEBUG]" in log or '"level": "DEBUG"' in log  # (text or JSON lines)
+    assert at_debug, "`chatworker -v worker` must log at DEBUG, the most there is"
     assert leaks(log) == [], [line for line in log.splitlines() if leaks(line)]
     # (c) the metrics every worker serves (its processes', dramatiq's queue metrics)
     for worker in deployment.workers:
@@ -225,4 +226,44 @@ def test_provider_errors_echoing_the_key_fail_the_turn_with_a_readable_error_tha
     assert len(deployment.llm.requests()) == 2
     log = deployment.workers[0].log_path.read_text(errors="replace")
     assert "LLM call attempt 1 of 3 failed" in log  # the echoing 429 did reach the log
+    assert_no_canary_in_database_log_or_llm_requests(deployment)
+
+
+def test_json_logs_name_the_turn_on_every_line_of_it_and_hold_no_canary(
+    deployment: Deployment,
+) -> None:
+    """`CHATWORKER_LOG_FORMAT=json`: dramatiq's main process, its worker process and the fork
+    serving the metrics all write JSON lines; a rate limit that echoes the key is logged (as a
+    warning of the turn, with its conversation, turn and worker ids) without it."""
+    echoed = f"{LLM_KEY}, {UNRELATED['AWS_SECRET_ACCESS_KEY']}"
+    deployment.llm.script(
+        [
+            {"error": 429, "message": f"Rate limit reached for keys {echoed}"},
+            {"tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 1, "b": 2}}]},
+            {"text": "3"},
+        ]
+    )
+    worker = start_verbose_worker(deployment, CHATWORKER_LOG_FORMAT="json")
+    conversation_id = deployment.chat("1 + 2?", ["add"])
+    view = deployment.wait(conversation_id)
+    assert (view.status, view.error) == ("idle", None)
+    turn = deployment.client.current_turn(conversation_id)
+    assert turn is not None
+
+    text = worker.log_path.read_text(errors="replace")
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    others = [line for line in text.splitlines() if line and not line.startswith("{")]
+    assert all(set(line) >= {"time", "level", "logger", "message"} for line in lines)
+    messages = [line["message"] for line in lines]
+    assert any("is booting up" in m for m in messages)  # dramatiq's main process
+    assert any("Worker process is ready for action" in m for m in messages)  # its child
+    assert any("metrics and liveness on" in m for m in messages)  # the fork process
+    (retry,) = [line for line in lines if "LLM call attempt 1 of 3 failed" in line["message"]]
+    assert retry["level"] == "WARNING"
+    assert (retry["conversation_id"], retry["turn_id"]) == (str(conversation_id), str(turn.id))
+    assert retry["worker_id"]  # the lease owner
+    ran = [line for line in lines if line.get("turn_id") == str(turn.id)]
+    assert len(ran) >= 3 and {line["conversation_id"] for line in ran} == {str(conversation_id)}
+    # what is not JSON is the MCP test server's own stderr, passed through as it is
+    assert all("mcp" in line.lower() or "tools" in line.lower() for line in others), others
     assert_no_canary_in_database_log_or_llm_requests(deployment)
