@@ -25,6 +25,7 @@ from app.api.routes import router
 from app.client import ChatClient
 from app.config import Settings, get_settings
 from app.db import make_engine
+from app.telemetry import tracing
 
 PAGE = Path(__file__).parent / "page"
 # Beyond the largest message, its JSON escaping and the other fields: no valid request is larger.
@@ -35,11 +36,13 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
     """The API with the chat page, ready for uvicorn; `client` defaults to one on the settings'
     database and Redis (closed with the app)."""
     settings = settings or get_settings()
+    tracing.setup("chatworker-api")  # (only if the OTEL_* variables ask for traces)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         app.state.chatworker.close()
+        tracing.shutdown()
 
     app = FastAPI(
         title="chatworker",

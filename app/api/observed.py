@@ -1,7 +1,9 @@
 """The API's own metrics: every request counted by route template, method and status, and timed
 until its response starts (a stream's life is the followers gauge's, not a latency), as a pure
 ASGI middleware; and `GET /metrics`, every metric of this process (or, with
-`PROMETHEUS_MULTIPROC_DIR`, of every API process sharing it) in Prometheus's format.
+`PROMETHEUS_MULTIPROC_DIR`, of every API process sharing it) in Prometheus's format. (Traces of
+the requests are FastAPI's own: it continues a caller's `traceparent` once a tracer provider is
+set up, and a submit's span is a child of its request's.)
 
 The route is the template (`/v1/conversations/{conversation_id}`), never the raw path, so the
 labels stay few; a request no route matched is counted as `unmatched`.

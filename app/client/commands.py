@@ -48,6 +48,7 @@ from app.models import (
     STATUS_CHANGED,
     TURN_QUEUED,
 )
+from app.telemetry import tracing
 
 REJECT = "reject"
 ENQUEUE = "enqueue"
@@ -294,6 +295,8 @@ def _insert_turn(
             message_seq=message_seq,
             input=waiting_text,
             idempotency_key=idempotency_key,
+            # The submit's span, when traced: every claim of the turn continues its trace.
+            **({"trace_context": traced} if (traced := tracing.carrier()) else {}),
         )
     )
     return turn

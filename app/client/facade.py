@@ -62,6 +62,7 @@ from app.config import Settings, get_settings
 from app.db import make_engine
 from app.errors import InvalidRequest, KeyNotFound
 from app.live import CommitNotice, LiveChannel, open_channel
+from app.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +225,15 @@ class ChatClient:
         check_text(text, "message", self._limit)
         key = check_idempotency_key(idempotency_key)
         policy = check_busy_policy(on_busy)
-        with self.engine.begin() as connection:
+        with (
+            tracing.submit_span("chat submit") as span,
+            self.engine.begin() as connection,
+        ):
             reads.check_owner(connection, conversation_id, owner)
             turn = commands.submit_turn(
                 connection, conversation_id, text, idempotency_key=key, on_busy=policy
             )
+            _describe(span, conversation_id, turn.id)
         if not turn.repeated:
             self._notify(conversation_id)
         if turn.announce:
@@ -240,9 +245,10 @@ class ChatClient:
     ) -> Submitted:
         """A new turn that continues a failed one from its transcript (pending calls first)."""
         conversation_id = parse_conversation_id(conversation_id)
-        with self.engine.begin() as connection:
+        with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
             turn = commands.retry_turn(connection, conversation_id)
+            _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
         return self._ring(conversation_id, turn)
 
@@ -560,6 +566,12 @@ class ChatClient:
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
+
+
+def _describe(span: Any, conversation_id: uuid.UUID, turn_id: uuid.UUID) -> None:
+    if span.is_recording():
+        span.set_attribute("chatworker.conversation_id", str(conversation_id))
+        span.set_attribute("chatworker.turn_id", str(turn_id))
 
 
 class AsyncChatClient:

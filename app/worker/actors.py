@@ -20,7 +20,7 @@ from dramatiq.middleware.prometheus import Prometheus
 
 from app.config import get_settings
 from app.queue import ACTOR_NAME, QUEUE_NAME, get_broker, ring
-from app.telemetry import logs, metrics
+from app.telemetry import logs, metrics, tracing
 from app.telemetry.exposition import serve_worker_endpoint
 from app.worker import failpoints
 from app.worker.host import START_FAILED, WorkerHost
@@ -77,11 +77,13 @@ class HostLifecycle(dramatiq.Middleware):
 
     def after_worker_shutdown(self, broker: dramatiq.Broker, worker: Any) -> None:
         stop_host()
+        tracing.shutdown()  # export the spans of the turns it drained
 
 
-class LogSetup(dramatiq.Middleware):
+class ProcessSetup(dramatiq.Middleware):
     """A worker process logs through the pipe dramatiq gave it (its `sys.stderr` by now), in the
-    configured format, with the running turn's ids on each line."""
+    configured format, with the running turn's ids on each line; and sets up its own tracer
+    provider when the OTEL_* variables ask for traces (a forked process cannot share one)."""
 
     def after_process_boot(self, broker: dramatiq.Broker) -> None:
         log_format = get_settings().log_format
@@ -89,6 +91,7 @@ class LogSetup(dramatiq.Middleware):
             logs.configure(logs.JSON, logging.getLogger().level, stream=sys.stderr)
         else:
             logs.adopt(log_format)
+        tracing.setup("chatworker-worker")
 
 
 class WorkerMetrics(Prometheus):
@@ -105,7 +108,7 @@ class WorkerMetrics(Prometheus):
 
 
 broker = get_broker()
-broker.add_middleware(LogSetup())
+broker.add_middleware(ProcessSetup())
 broker.add_middleware(HostLifecycle())
 if get_settings().metrics_port is not None and metrics.multiprocess_dir() is not None:
     broker.add_middleware(WorkerMetrics())

@@ -2,7 +2,7 @@
 `CHATWORKER_LOG_FORMAT=json`, before dramatiq's own setup, which then leaves it alone), then
 dramatiq's command line, unchanged (`python -m app.worker.command app.worker.actors ...` takes
 dramatiq's arguments). Its worker processes, forked from here, point the same setup at the pipe
-dramatiq gives them (`actors.LogSetup`).
+dramatiq gives them (`actors.ProcessSetup`).
 """
 
 from __future__ import annotations

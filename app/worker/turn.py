@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from app.config import Settings
 from app.live import ANY_STREAM, RESUMED
 from app.models import BUILTIN_TOOL_NAMES, PROCESSING
-from app.telemetry import logs, metrics
+from app.telemetry import logs, metrics, tracing
 from app.worker import builtin, failpoints, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
@@ -118,9 +118,27 @@ class TurnRunner:
         )
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
-        claim = snapshot.claim
-        logs.note_turn(claim.turn_id)
+        logs.note_turn(snapshot.claim.turn_id)
         _count_claim(snapshot)
+        attributes = {
+            "chatworker.conversation_id": str(conversation_id),
+            "chatworker.turn_id": str(snapshot.claim.turn_id),
+            "chatworker.worker_id": self.owner,
+            "chatworker.attempt": snapshot.attempts,
+            "chatworker.resumed": not snapshot.first,
+            "chatworker.taken_over": snapshot.taken_over,
+            "gen_ai.request.model": snapshot.model,
+        }
+        with tracing.turn_span(
+            snapshot.trace_context, resumed=not snapshot.first, attributes=attributes
+        ) as span:
+            outcome, next_waits = await self._run_claimed(snapshot)
+            span.set_attribute("chatworker.outcome", outcome.value)
+            return outcome, next_waits
+
+    async def _run_claimed(self, snapshot: Snapshot) -> tuple[Outcome, bool]:
+        conversation_id = snapshot.claim.conversation_id
+        claim = snapshot.claim
         gave_up = plan.on_claim(
             snapshot.attempts, self.settings.max_attempts, snapshot.cancel_requested
         )
@@ -235,6 +253,7 @@ class _Turn:
         self.iterations = snapshot.iterations
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
         self.toolbox = plan.NO_TOOLS
+        self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
 
@@ -337,6 +356,7 @@ class _Turn:
             in_flight_policy=settings.in_flight_recovery,
         )
         self.function_tools = [d.as_function_tool() for d in offered]
+        self.tool_servers = {d.name: d.server for d in offered}
 
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests.
@@ -359,15 +379,24 @@ class _Turn:
                 sink.abandon(NOT_COMMITTED)
 
     async def _ask(self, request: ModelRequest, sink: ReplyStream, seq: int) -> Outcome | None:
-        try:
-            reply = await self._interruptible(self.runner.model.complete(request, self._sink(sink)))
-        except _Aborted:
-            sink.abandon(CANCELLED)
-            return None  # cancelled while the model was answering: the planner ends the turn
-        except ModelError as exc:
-            sink.abandon(FAILED_CALL)
-            await self._fail(plan.model_failed(str(exc)).error)
-            return Outcome.FAILED
+        with tracing.model_span(request.model) as span:
+            try:
+                reply = await self._interruptible(
+                    self.runner.model.complete(request, self._sink(sink))
+                )
+            except _Aborted:
+                span.set_attribute("chatworker.cancelled", True)
+                sink.abandon(CANCELLED)
+                return None  # cancelled while the model was answering: the planner ends the turn
+            except ModelError as exc:
+                tracing.failed(span, str(exc), "ModelError")
+                sink.abandon(FAILED_CALL)
+                await self._fail(plan.model_failed(str(exc)).error)
+                return Outcome.FAILED
+            usage = reply.usage
+            tracing.model_answered(
+                span, usage.prompt_tokens, usage.completion_tokens, reply.finish_reason
+            )
         sink.flush()
         failpoints.hit("llm_answered")
         verdict = plan.judge_reply(
@@ -417,15 +446,20 @@ class _Turn:
             ttl = self.runner.settings.lease_ttl_seconds
             await self._commit(self.store.starting, self.claim, call.id, ttl)
         started = time.monotonic()
-        try:
-            result = await self._interruptible(
-                self.runner.tools.execute(
-                    call.name, arguments, CallRef(self.claim.conversation_id, call.id)
+        with tracing.tool_span(call.name, call.id, self.tool_servers.get(call.name)) as span:
+            try:
+                result = await self._interruptible(
+                    self.runner.tools.execute(
+                        call.name, arguments, CallRef(self.claim.conversation_id, call.id)
+                    )
                 )
-            )
-        except _Aborted:
-            metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
-            return  # the planner answers the call "cancelled by the user"
+            except _Aborted:
+                metrics.TOOL_CALLS.labels(call.name, "cancelled").inc()
+                span.set_attribute("chatworker.tool.outcome", "cancelled")
+                return  # the planner answers the call "cancelled by the user"
+            span.set_attribute("chatworker.tool.outcome", result.kind)
+            if result.is_error:
+                tracing.failed(span, result.content, result.kind)
         metrics.TOOL_CALL_SECONDS.labels(call.name).observe(time.monotonic() - started)
         metrics.TOOL_CALLS.labels(call.name, result.kind).inc()
         failpoints.hit("tool_ran", call.name)

@@ -38,6 +38,7 @@ from app.testing.api_process import free_port
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.services import libpq_dsn
 from tests.deployment import Deployment
+from tests.integration.test_tracing import Receiver
 from tests.invariants import violations
 from tests.servers.mcp_server import LEDGER_ENV, NOTES_ENV, read_ledger
 from tests.worker_process import REPO, WorkerProcess
@@ -179,7 +180,13 @@ def test_a_tool_turn_leaks_no_canary_and_the_mcp_server_gets_only_its_configured
         ],
         mode="by_iteration",
     )
-    worker = start_verbose_worker(deployment)
+    receiver = Receiver()  # the worker's traces, over OTLP
+    traced = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    worker = start_verbose_worker(deployment, **traced)
     view = deployment.wait(deployment.chat("List the env and add 20 and 22", ["env_keys", "add"]))
     assert (view.status, view.error) == ("idle", None)
     results = {m.tool_call_id: m for m in view.messages if m.role == "tool"}
@@ -196,6 +203,12 @@ def test_a_tool_turn_leaks_no_canary_and_the_mcp_server_gets_only_its_configured
     assert set(environment) == names - PYTHON_ENV  # /proc shows the environment it was given
     assert leaks("\n".join(environment.values())) == []
     assert_no_canary_in_database_log_or_llm_requests(deployment)
+    # (f) the spans it exported (its own and the MCP SDK's), once it has stopped
+    worker.stop()
+    receiver.close()
+    exported = b"".join(receiver.bodies).decode("latin-1")
+    assert "execute_tool add" in exported  # not vacuous
+    assert leaks(exported) == []
 
 
 def test_provider_errors_echoing_the_key_fail_the_turn_with_a_readable_error_that_hides_it(

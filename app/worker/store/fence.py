@@ -138,6 +138,7 @@ CURRENT_TURN = (
         turns.c.input,
         turns.c.cancel_requested_at,
         turns.c.actions,
+        turns.c.trace_context,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -198,6 +199,7 @@ CLAIM = (
         _current("actions").label("turn_actions"),
         c.in_flight,
         c.taken_over,
+        _current("trace_context").label("trace_context"),
     )
     .add_cte(CURRENT_TURN)
 )

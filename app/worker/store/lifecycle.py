@@ -67,6 +67,7 @@ class Snapshot:
     actions: tuple[dict[str, Any], ...] = ()  # what the turn waited for so far (answered)
     in_flight: str | None = None  # a call started by an earlier owner that may not run twice
     taken_over: bool = False  # the lease was taken from a worker that stopped without releasing
+    trace_context: dict[str, str] | None = None  # the submit's span, when the turn is traced
 
 
 class TurnStore:
@@ -115,6 +116,7 @@ class TurnStore:
             actions=tuple(actions),
             in_flight=row.in_flight,
             taken_over=bool(row.taken_over),
+            trace_context=_json_object(row.trace_context),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -303,6 +305,7 @@ class _ClaimRow(NamedTuple):
     turn_actions: list[dict[str, Any]] | str | None
     in_flight: str | None
     taken_over: bool | None
+    trace_context: dict[str, str] | str | None
 
 
 def _entry(row: Row) -> Entry:
@@ -318,6 +321,12 @@ def _actions(actions: list[dict[str, Any]] | str | None) -> list[dict[str, Any]]
     """The turn's actions (JSON text on some drivers)."""
     found: list[dict[str, Any]] = json.loads(actions) if isinstance(actions, str) else actions or []
     return found
+
+
+def _json_object(value: dict[str, str] | str | None) -> dict[str, str] | None:
+    """A JSON object column's value (JSON text on some drivers)."""
+    found = json.loads(value) if isinstance(value, str) else value
+    return found if isinstance(found, dict) and found else None
 
 
 def _approved(actions: list[dict[str, Any]]) -> frozenset[str]:
