@@ -30,7 +30,14 @@ from bench.footprint import measure_footprint
 from bench.history import measure_history
 from bench.janitor import measure_janitor
 from bench.llmcpu import measure_llm_cpu
-from bench.overhead import LOOP_WITHOUT_CACHE, Floor, measure_floor, measure_loop
+from bench.overhead import (
+    LOOP_TRACED,
+    LOOP_WITHOUT_CACHE,
+    Floor,
+    enable_tracing,
+    measure_floor,
+    measure_loop,
+)
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
 from bench.stats import Row, median, p95, single
@@ -81,7 +88,9 @@ def overhead(ctx: Context) -> Measured:
         loop = measure_loop(url, conversations)
         # Every echo result is also kept whole (tool_outputs): what that costs, same run.
         uncached = measure_loop(url, conversations, LOOP_WITHOUT_CACHE, session_cache=False)
-    results = (*floors, loop, uncached)
+        enable_tracing()  # (last: it stays on in this process)
+        traced = measure_loop(url, conversations, LOOP_TRACED)
+    results = (*floors, loop, uncached, traced)
     best = min(floors, key=lambda floor: floor.median)
     rows: list[Row] = [(r.name, r.median, r.p95, "ms/iteration") for r in results]
     rows += [
@@ -93,6 +102,8 @@ def overhead(ctx: Context) -> Measured:
         "ratio_to_best_floor": loop.median / best.median,
         "best_floor": best.name,
         "session_cache_cost_ms": loop.median - uncached.median,
+        "tracing_cost_ms": traced.median - loop.median,
+        "ratio_traced_to_best_floor": traced.median / best.median,
         "ratio_without_cache_to_best_floor": uncached.median / best.median,
         "round_trips_per_iteration": {r.name: r.round_trips_per_iteration for r in results},
     }
@@ -262,6 +273,10 @@ def _notes(extras: dict[str, Any]) -> None:
         print(
             f"without the session tool cache: {o['ratio_without_cache_to_best_floor']:.2f}x; "
             f"keeping every output costs {o['session_cache_cost_ms']:+.3f} ms/iteration"
+        )
+        print(
+            f"metrics on (always), tracing on: {o['ratio_traced_to_best_floor']:.2f}x; tracing "
+            f"costs {o['tracing_cost_ms']:+.3f} ms/iteration"
         )
     if "history" in extras:
         h = extras["history"]

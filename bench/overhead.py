@@ -72,10 +72,31 @@ def _prepare(client: ChatClient, count: int) -> list[uuid.UUID]:
 
 
 TRACED_TURNS = 3  # turns run again under libpq's trace to count round trips
+# Untimed turns first: the first variant measured paid for the process's first turns (warm-up of
+# prepared statements, pools and caches), making the next variants look cheaper than they are.
+WARM_UP_TURNS = 10
 
 
 LOOP = "durable loop (TurnRunner)"
 LOOP_WITHOUT_CACHE = "durable loop, session tool cache off"
+LOOP_TRACED = "durable loop, tracing on"
+
+
+def enable_tracing() -> None:
+    """Traces from here on in this process, as `OTEL_TRACES_EXPORTER=otlp` would give them (a
+    batch processor), to an exporter that drops them: what tracing costs the loop, not a
+    collector's network. (Once per process: OpenTelemetry allows one provider.)"""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    trace.set_tracer_provider(provider)
 
 
 def measure_loop(
@@ -86,6 +107,7 @@ def measure_loop(
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     settings = load_settings(database_url=database_url, **overrides)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
+    warm_up = _prepare(client, WARM_UP_TURNS)
     ids = _prepare(client, conversations)
     traced_ids = _prepare(client, TRACED_TURNS)
     runner = TurnRunner(
@@ -105,6 +127,8 @@ def measure_loop(
             assert outcome is Outcome.IDLE, outcome
             samples.append(elapsed * 1000 / ITERATIONS_PER_TURN)
 
+    asyncio.run(run_all(warm_up))  # caches, prepared statements, pools: not what is measured
+    samples.clear()
     asyncio.run(run_all(ids))
     timed = list(samples)
     engine.dispose()
