@@ -98,7 +98,7 @@ def dramatiq_child(worker: WorkerProcess) -> int:
             stat = Path(f"/proc/{entry}/stat").read_text()
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            if ppid == main and b"dramatiq" in cmdline:
+            if ppid == main and (b"dramatiq" in cmdline or b"app.worker.command" in cmdline):
                 return int(entry)
     raise RuntimeError(f"no dramatiq child of {main}")
 

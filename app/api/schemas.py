@@ -113,6 +113,10 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    cost_usd: float | None = Field(
+        description="US dollars of the model calls by litellm's prices; null when a call's "
+        "price is unknown (a model litellm has no price for): unknown, not zero"
+    )
 
 
 class Message(BaseModel):
@@ -161,7 +165,7 @@ class Turn(BaseModel):
             message_seq=view.message_seq,
             idempotency_key=view.idempotency_key,
             error=view.error,
-            usage=_usage(view.prompt_tokens, view.completion_tokens),
+            usage=_usage(view.prompt_tokens, view.completion_tokens, view.cost_usd),
             created_at=view.created_at,
             started_at=view.started_at,
             finished_at=view.finished_at,
@@ -243,7 +247,7 @@ class Conversation(BaseModel):
             clarify=view.clarify,
             iterations=view.iterations,
             turn_number=view.turn_number,
-            usage=_usage(view.prompt_tokens, view.completion_tokens),
+            usage=_usage(view.prompt_tokens, view.completion_tokens, view.cost_usd),
             created_at=view.created_at,
             updated_at=view.updated_at,
             messages=[Message.of(m) for m in view.messages] if messages else None,
@@ -359,7 +363,10 @@ class Readiness(BaseModel):
     live: str = Field(description="the live channel: Redis, or this process's hub")
 
 
-def _usage(prompt: int, completion: int) -> Usage:
+def _usage(prompt: int, completion: int, cost: float | None) -> Usage:
     return Usage(
-        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        cost_usd=cost,
     )

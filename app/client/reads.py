@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any, cast
 
 from sqlalchemy import Connection, Table, func, select
@@ -46,6 +47,7 @@ _CONVERSATION_COLUMNS = (
     conversations.c.iterations,
     conversations.c.prompt_tokens,
     conversations.c.completion_tokens,
+    conversations.c.cost_usd,
     conversations.c.turn_number,
     conversations.c.created_at,
     conversations.c.updated_at,
@@ -243,6 +245,7 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         iterations=row.iterations,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
+        cost_usd=_dollars(row.cost_usd),
         turn_number=row.turn_number,
         created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
@@ -276,6 +279,11 @@ def _prefixed(row: Any, prefix: str) -> dict[str, Any]:
     return {key[len(prefix) :]: value for key, value in row.items() if key.startswith(prefix)}
 
 
+def _dollars(value: Decimal | float | None) -> float | None:
+    """A stored cost as a number; None stays None (unknown, not zero)."""
+    return None if value is None else float(value)
+
+
 def _turn_view(row: Any) -> TurnView:
     return TurnView(
         id=row["id"],
@@ -288,6 +296,7 @@ def _turn_view(row: Any) -> TurnView:
         error=row["error"],
         prompt_tokens=row["prompt_tokens"],
         completion_tokens=row["completion_tokens"],
+        cost_usd=_dollars(row["cost_usd"]),
         created_at=_aware(row["created_at"]),
         started_at=_maybe_aware(row["started_at"]),
         finished_at=_maybe_aware(row["finished_at"]),

@@ -48,6 +48,7 @@ class ConversationView:
     messages: list[MessageView] = field(default_factory=list)
     client_tools: list[dict[str, Any]] = field(default_factory=list)  # executed by the client
     clarify: bool = True  # the model may ask the user (agent_clarify)
+    cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
 
     @property
     def is_running(self) -> bool:
@@ -104,6 +105,7 @@ class TurnView:
     finished_at: datetime | None
     cancel_requested_at: datetime | None
     actions: tuple[ActionView, ...] = ()  # what it waits for while `requires_action`
+    cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
@@ -19,6 +20,7 @@ from sqlalchemy import (
     DateTime,
     Index,
     Integer,
+    Numeric,
     String,
     Text,
     false,
@@ -108,6 +110,8 @@ class Conversation(Base):
     event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # US dollars of every model call (litellm's prices); NULL once any call had no known price.
+    cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(20, 10), default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     created_at: Mapped[datetime] = mapped_column(

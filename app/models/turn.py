@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import (
@@ -18,6 +19,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Integer,
+    Numeric,
     String,
     Text,
     UniqueConstraint,
@@ -83,6 +85,8 @@ class Turn(Base):
     error: Mapped[str | None] = mapped_column(Text)
     # This turn's model calls only (the conversation's columns hold the running total).
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # US dollars of the turn's model calls; NULL once any call had no known price.
+    cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(20, 10), default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(

@@ -87,6 +87,17 @@ MODEL_TOKENS = Counter(
     "chatworker_model_tokens", "Tokens the model read and wrote", ["model", "kind"]
 )
 
+MODEL_COST = Counter(
+    "chatworker_model_cost_usd",
+    "US dollars of model calls, by litellm's prices (calls of unpriced models not included)",
+    ["model"],
+)
+MODEL_UNPRICED_CALLS = Counter(
+    "chatworker_model_unpriced_calls",
+    "Model calls whose cost is unknown: litellm has no price for the model",
+    ["model"],
+)
+
 # --- tools ------------------------------------------------------------------------------------
 
 TOOL_CALLS = Counter(
@@ -177,9 +188,11 @@ __all__ = [
     "JANITOR_FAILED",
     "LEASES_LOST",
     "MODEL_CALL_SECONDS",
+    "MODEL_COST",
     "MODEL_FIRST_TOKEN_SECONDS",
     "MODEL_RETRIES",
     "MODEL_TOKENS",
+    "MODEL_UNPRICED_CALLS",
     "MULTIPROC_ENV",
     "RECOVERY_REENQUEUES",
     "TOOL_CALLS",

@@ -12,6 +12,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
@@ -380,9 +381,15 @@ class LiteLLMClient:
             raise
         finally:
             timed.observe(request.model, outcome)
-        metrics.MODEL_TOKENS.labels(request.model, "prompt").inc(reply.usage.prompt_tokens)
-        metrics.MODEL_TOKENS.labels(request.model, "completion").inc(reply.usage.completion_tokens)
-        return reply
+        usage = reply.usage
+        cost = price(request.model, usage.prompt_tokens, usage.completion_tokens)
+        metrics.MODEL_TOKENS.labels(request.model, "prompt").inc(usage.prompt_tokens)
+        metrics.MODEL_TOKENS.labels(request.model, "completion").inc(usage.completion_tokens)
+        if cost is None:
+            metrics.MODEL_UNPRICED_CALLS.labels(request.model).inc()
+        else:
+            metrics.MODEL_COST.labels(request.model).inc(cost)
+        return replace(reply, usage=replace(usage, cost_usd=cost))
 
     def _call_options(self, request: ModelRequest) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -402,6 +409,25 @@ class LiteLLMClient:
 
 
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
+
+_UNPRICED: set[str] = set()  # models litellm has no price for (asked once per process)
+
+
+def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """What a call cost in US dollars by litellm's price data (bundled with it: no network);
+    None when the model has no known price, never a guess of zero."""
+    if model in _UNPRICED:
+        return None
+    import litellm
+
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        )
+    except Exception:  # litellm: "This model isn't mapped yet"
+        _UNPRICED.add(model)
+        return None
+    return float(prompt) + float(completion)
 
 
 class _Timed:
@@ -544,6 +570,7 @@ __all__ = [
     "is_transient",
     "model_reply",
     "prepare_litellm",
+    "price",
     "redact",
     "retry_after",
     "retry_cause",

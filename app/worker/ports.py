@@ -30,6 +30,9 @@ class ModelRequest:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # What the call cost in US dollars, from litellm's price data; None when the model's price
+    # is unknown (stored as unknown, never as zero: a total with an unknown part is unknown).
+    cost_usd: float | None = 0.0
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,12 @@ def test_a_conversation_is_created_read_listed_by_pages_and_deleted(
     assert (created["instructions"], created["tools"]) == ("Answer briefly.", ["add"])
     assert created["context"] == {"ticket": 42, "tags": ["a"]}
     assert created["model"] == "openai/fake-model"
-    assert created["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert created["usage"] == {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+        "cost_usd": 0.0,
+    }
 
     read = http.get(f"/v1/conversations/{created['id']}")
     assert read.status_code == 200, read.text

@@ -216,6 +216,25 @@ def test_a_retry_after_beyond_the_cap_fails_at_once_with_the_provider_s_wait(
     assert sleep.waits == [] and len(server.requests()) == 1
 
 
+def test_a_call_s_cost_is_litellm_s_price_and_an_unpriced_model_s_is_unknown(
+    server: FakeLLMServer, sleep: RecordingSleep
+) -> None:
+    import litellm
+
+    server.script([{"text": "priced"}, {"text": "unpriced"}])
+    client = LiteLLMClient(timeout=10, api_base=server.api_base, api_key=API_KEY, sleep=sleep)
+    known = asyncio.run(client.complete(ModelRequest("openai/gpt-4o-mini", USER_HI, [], "auto")))
+    prompt, completion = litellm.cost_per_token(
+        model="openai/gpt-4o-mini",
+        prompt_tokens=known.usage.prompt_tokens,
+        completion_tokens=known.usage.completion_tokens,
+    )
+    assert known.usage.prompt_tokens > 0
+    assert known.usage.cost_usd == pytest.approx(prompt + completion) and prompt > 0
+    unknown = asyncio.run(client.complete(ModelRequest(MODEL, USER_HI, [], "auto")))
+    assert unknown.usage.prompt_tokens > 0 and unknown.usage.cost_usd is None
+
+
 def test_three_unavailable_answers_fail_after_exactly_three_requests(
     server: FakeLLMServer, sleep: RecordingSleep
 ) -> None:

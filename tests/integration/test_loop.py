@@ -10,7 +10,7 @@ import asyncio
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -530,3 +530,37 @@ def test_a_new_message_after_a_failed_turn_repairs_the_dangling_calls(world: Wor
     assert [m["tool_call_id"] for m in tool_messages] == ["c1", "c2", "c3"]
     assert [m["content"] for m in tool_messages] == ["done", INTERRUPTED_RESULT, INTERRUPTED_RESULT]
     assert world.tools.executed == []
+
+
+# --- cost -------------------------------------------------------------------------------------
+
+
+def priced(reply: ModelReply, cost: float | None) -> ModelReply:
+    return replace(reply, usage=replace(reply.usage, cost_usd=cost))
+
+
+def test_cost_adds_up_per_turn_and_conversation_and_an_unknown_price_stays_unknown(
+    world: World,
+) -> None:
+    conversation_id = world.conversation("1 + 2?", tools=["add"])
+    first = fakes.ScriptedModel(
+        fakes.by_iteration(
+            [
+                priced(fakes.calls(("c1", "add", {"a": 1, "b": 2})), 0.25),
+                priced(fakes.text("3"), 0.5),
+            ]
+        )
+    )
+    assert run(world.runner(first), conversation_id) is Outcome.IDLE
+    view = world.client.get_conversation(conversation_id)
+    turn_one = world.client.current_turn(conversation_id)
+    assert turn_one is not None
+    assert view.cost_usd == turn_one.cost_usd == 0.75
+
+    world.client.submit_message(conversation_id, "And with an unpriced model?")
+    unpriced = fakes.ScriptedModel(fakes.by_iteration([priced(fakes.text("4"), None)]))
+    assert run(world.runner(unpriced), conversation_id) is Outcome.IDLE
+    turn_two = world.client.current_turn(conversation_id)
+    assert turn_two is not None and turn_two.cost_usd is None  # unknown, not zero
+    assert world.client.get_conversation(conversation_id).cost_usd is None
+    assert world.client.get_turn(turn_one.id).cost_usd == 0.75  # the first turn's stays known

@@ -31,6 +31,7 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Integer,
+    Numeric,
     String,
     Table,
     Text,
@@ -81,9 +82,11 @@ CANCEL_ASKED = (
 _TOUCHED = {"heartbeat_at": NOW, "updated_at": NOW}  # every write is a sign of life
 ADD_PROMPT = bindparam("add_prompt_tokens", type_=Integer)
 ADD_COMPLETION = bindparam("add_completion_tokens", type_=Integer)
+ADD_COST = bindparam("add_cost_usd", type_=Numeric(20, 10))  # NULL: unknown, and so the total
 _COUNTED = {
     "prompt_tokens": c.prompt_tokens + ADD_PROMPT,
     "completion_tokens": c.completion_tokens + ADD_COMPLETION,
+    "cost_usd": c.cost_usd + ADD_COST,
 }
 
 #: What every fenced UPDATE returns; the statements that depend on it read these.
@@ -315,6 +318,7 @@ def fence_parameters(
 
 __all__ = [
     "ADD_COMPLETION",
+    "ADD_COST",
     "ADD_PROMPT",
     "CANCEL_ASKED",
     "CLAIM",

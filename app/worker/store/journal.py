@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from typing import cast as typed
 
@@ -69,6 +70,7 @@ from app.worker.plan import Entry
 from app.worker.ports import Usage
 from app.worker.store.fence import (
     ADD_COMPLETION,
+    ADD_COST,
     ADD_PROMPT,
     CLAIM,
     ERROR,
@@ -197,6 +199,7 @@ def _start_turn(fenced: FromClause) -> Update:
 _TURN_USAGE = {
     "prompt_tokens": turns.c.prompt_tokens + ADD_PROMPT,
     "completion_tokens": turns.c.completion_tokens + ADD_COMPLETION,
+    "cost_usd": turns.c.cost_usd + ADD_COST,
 }
 
 
@@ -392,11 +395,13 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
 # --- parameters -------------------------------------------------------------------------------
 
 
-def usage_parameters(usage: Usage | None) -> dict[str, int]:
+def usage_parameters(usage: Usage | None) -> dict[str, Any]:
     usage = usage or Usage()
+    cost = usage.cost_usd
     return {
         "add_prompt_tokens": usage.prompt_tokens,
         "add_completion_tokens": usage.completion_tokens,
+        "add_cost_usd": None if cost is None else Decimal(repr(cost)),
     }
 
 
