@@ -1,5 +1,5 @@
 """The `chatworker` command line: demo, serve, worker, migrate, submit, status, cancel, cleanup,
-keys, tools.
+keys, budgets, tools.
 
 Subcommands import what they need when they run, so `status` or `cleanup` never pay for litellm.
 """
@@ -141,6 +141,26 @@ def _add_api_commands(commands: Any) -> None:
     revoke.add_argument("key_id", help="the key's id (from keys list)")
     revoke.set_defaults(run=_keys_revoke)
 
+    budgets = commands.add_parser("budgets", help="cap what an owner or a conversation spends")
+    budget_commands = budgets.add_subparsers(
+        dest="budgets_command", required=True, metavar="ACTION"
+    )
+    for name, text in (("set", "set (or replace) a budget"), ("remove", "remove a budget")):
+        action = budget_commands.add_parser(name, help=text)
+        subject = action.add_mutually_exclusive_group(required=True)
+        subject.add_argument("--owner", help="an owner's (all their conversations)")
+        subject.add_argument("--conversation", help="one conversation's")
+        action.add_argument("--period", choices=("total", "day"), default="total")
+        if name == "set":
+            action.add_argument("--tokens", type=int, help="the most tokens (prompt + completion)")
+            action.add_argument("--usd", help="the most US dollars (litellm's prices)")
+            action.set_defaults(run=_budgets_set)
+        else:
+            action.set_defaults(run=_budgets_remove)
+    shown = budget_commands.add_parser("list", help="every budget (or an owner's)")
+    shown.add_argument("--owner", help="only this owner's")
+    shown.set_defaults(run=_budgets_list)
+
 
 # --- commands -----------------------------------------------------------------------------------
 
@@ -186,6 +206,50 @@ def _keys_create(args: argparse.Namespace) -> int:
         client.close()
     print(f"key {key.id} for owner {key.owner!r}; its secret is shown this once:", file=sys.stderr)
     print(text)
+    return 0
+
+
+def _budgets_set(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        client.set_budget(
+            owner=args.owner,
+            conversation_id=args.conversation,
+            period=args.period,
+            max_tokens=args.tokens,
+            max_cost_usd=args.usd,
+        )
+    finally:
+        client.close()
+    print(f"budget set: {args.owner or args.conversation}, {args.period}")
+    return 0
+
+
+def _budgets_remove(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        removed = client.remove_budget(
+            owner=args.owner, conversation_id=args.conversation, period=args.period
+        )
+    finally:
+        client.close()
+    print("budget removed" if removed else "no such budget")
+    return 0 if removed else 1
+
+
+def _budgets_list(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        found = client.list_budgets(args.owner)
+    finally:
+        client.close()
+    for budget in found:
+        subject = (
+            f"owner {budget.owner}" if budget.owner else f"conversation {budget.conversation_id}"
+        )
+        tokens = "-" if budget.max_tokens is None else f"{budget.max_tokens:,} tokens"
+        usd = "-" if budget.max_cost_usd is None else f"${budget.max_cost_usd:g}"
+        print(f"{subject}  {budget.period}  {tokens}  {usd}")
     return 0
 
 

@@ -14,6 +14,7 @@
         │   └── MessageTooLarge     over the configured limit
         ├── ConversationConflict    a caller-chosen id already names another conversation
         ├── KeyNotFound             no API key has that id
+        ├── BudgetExceeded          the conversation's or its owner's budget is used up
         └── UnknownTool             a tool name no worker offers
 
 Worker-side errors (a model call that failed for good, a lost lease) live beside the worker code:
@@ -51,6 +52,11 @@ class ConversationBusy(InvalidRequest):
     def __init__(self, message: str, turn_id: uuid.UUID | None = None) -> None:
         super().__init__(message)
         self.turn_id = turn_id
+
+
+class BudgetExceeded(InvalidRequest):
+    """A budget of the conversation or of its owner is used up: no new turn until it resets
+    (a daily one, at midnight UTC) or is raised."""
 
 
 class TurnNotFound(InvalidRequest):

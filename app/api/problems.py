@@ -26,6 +26,7 @@
     415     unsupported_media_type    a body that is not `application/json`
     422     validation_failed         wrong types, unknown fields, bad values: `errors` says where
     422     idempotency_key_reused    the `Idempotency-Key` was used with another message
+    429     budget_exceeded           the conversation's or its owner's budget is used up
     503     database_unavailable      the database did not answer; `Retry-After`
     503     too_many_streams          this process serves `CHATWORKER_API_MAX_STREAMS` streams
     500     internal_error            a bug: logged with its traceback, never shown
@@ -51,6 +52,7 @@ from starlette.routing import Match, Mount
 from app.errors import (
     ActionAlreadyAnswered,
     ActionNotFound,
+    BudgetExceeded,
     ConversationBusy,
     ConversationConflict,
     ConversationNotFound,
@@ -79,6 +81,7 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ActionAlreadyAnswered: (409, "action_already_answered"),
     KeyNotFound: (404, "key_not_found"),
     ConversationBusy: (409, "conversation_busy"),
+    BudgetExceeded: (429, "budget_exceeded"),
     ConversationConflict: (409, "conversation_conflict"),
     NotRetryable: (409, "not_retryable"),
     MessageTooLarge: (413, "message_too_large"),

@@ -18,11 +18,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import IntegrityError
 
+from app import budgets
+from app.client import budgets as client_budgets
 from app.client import commands, keys, reads
 from app.client.actions import answer_actions
+from app.client.budgets import BudgetView
 from app.client.cancel import CancelOutcome, cancel_turn
 from app.client.checks import (
     check_busy_policy,
@@ -60,7 +63,7 @@ from app.client.views import (
 )
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import InvalidRequest, KeyNotFound
+from app.errors import BudgetExceeded, InvalidRequest, KeyNotFound
 from app.live import CommitNotice, LiveChannel, open_channel
 from app.telemetry import tracing
 
@@ -230,6 +233,7 @@ class ChatClient:
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
+            _refuse_if_over_budget(connection, conversation_id)
             turn = commands.submit_turn(
                 connection, conversation_id, text, idempotency_key=key, on_busy=policy
             )
@@ -247,6 +251,7 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
+            _refuse_if_over_budget(connection, conversation_id)
             turn = commands.retry_turn(connection, conversation_id)
             _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
@@ -487,6 +492,48 @@ class ChatClient:
         with self.engine.begin() as connection:
             return keys.revoke_key(connection, parsed)
 
+    def set_budget(
+        self,
+        *,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+        period: str = "total",
+        max_tokens: int | None = None,
+        max_cost_usd: float | str | None = None,
+    ) -> None:
+        """Cap what an owner or one conversation may spend (`period`: `total` or `day`, UTC),
+        in tokens, US dollars or both; replaces the subject's budget of that period. Past it,
+        a turn fails before its next model call and a new message is `BudgetExceeded`."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        with self.engine.begin() as connection:
+            client_budgets.set_budget(
+                connection,
+                owner=owner,
+                conversation_id=parsed,
+                period=period,
+                max_tokens=max_tokens,
+                max_cost_usd=max_cost_usd,
+            )
+
+    def remove_budget(
+        self,
+        *,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+        period: str = "total",
+    ) -> bool:
+        """Remove a budget; whether there was one."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        with self.engine.begin() as connection:
+            return client_budgets.remove_budget(
+                connection, owner=owner, conversation_id=parsed, period=period
+            )
+
+    def list_budgets(self, owner: str | None = None) -> list[BudgetView]:
+        """Every budget, or an owner's (its own and its conversations')."""
+        with self.engine.connect() as connection:
+            return client_budgets.list_budgets(connection, owner)
+
     def owner_of_key(self, text: str) -> str:
         """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
         with self.engine.connect() as connection:
@@ -566,6 +613,14 @@ class ChatClient:
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
+
+
+def _refuse_if_over_budget(connection: Connection, conversation_id: uuid.UUID) -> None:
+    """`BudgetExceeded` (nothing written) when a budget of the conversation or its owner is
+    used up: a turn would fail at its first model call."""
+    used_up = budgets.check(connection, conversation_id)
+    if used_up is not None:
+        raise BudgetExceeded(used_up)
 
 
 def _describe(span: Any, conversation_id: uuid.UUID, turn_id: uuid.UUID) -> None:

@@ -3,6 +3,7 @@ session tool cache."""
 
 from app.models.api_key import MAX_OWNER_CHARS, ApiKey
 from app.models.base import Base
+from app.models.budget import DAY, PERIODS, TOTAL, Budget
 from app.models.conversation import (
     FAILED,
     IDLE,
@@ -79,6 +80,7 @@ __all__ = [
     "CLARIFY_TOOL",
     "CLIENT_TOOL",
     "COMPLETED",
+    "DAY",
     "DENIED",
     "EVENT_TYPES",
     "FAILED",
@@ -89,6 +91,7 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_OWNER_CHARS",
     "MESSAGE_COMMITTED",
+    "PERIODS",
     "PROCESSING",
     "QUEUED",
     "RELEASED_LEASE",
@@ -105,6 +108,7 @@ __all__ = [
     "TOOL",
     "TOOL_CHOICES",
     "TOOL_LOOP",
+    "TOTAL",
     "TURN_CANCELLED",
     "TURN_COMPLETED",
     "TURN_FAILED",
@@ -116,6 +120,7 @@ __all__ = [
     "USER",
     "ApiKey",
     "Base",
+    "Budget",
     "CatalogTool",
     "Conversation",
     "Event",

@@ -360,7 +360,13 @@ class _Turn:
 
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests.
-        Its reply is streamed to the live channel as it forms, and flushed before the commit."""
+        Its reply is streamed to the live channel as it forms, and flushed before the commit.
+        A used-up budget (checked against the committed totals) fails the turn instead."""
+        if self.snapshot.budgeted:
+            used_up = await self.db.run(self.store.budget_used_up, self.claim.conversation_id)
+            if used_up is not None:
+                await self._fail(used_up)
+                return Outcome.FAILED
         request = ModelRequest(
             model=self.snapshot.model,
             messages=self.transcript.provider_messages(),

@@ -16,6 +16,7 @@ from app.models import Base
 EXPECTED_TABLES = {
     "alembic_version",
     "api_keys",
+    "budgets",
     "conversations",
     "events",
     "messages",

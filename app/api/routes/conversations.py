@@ -130,6 +130,7 @@ def delete_conversation(
         413,
         415,
         422,
+        429,
         503,
         also={
             200: {"model": TurnResult, "description": "?wait=true: the turn ended"},
@@ -186,7 +187,7 @@ async def submit_message(
     "/{conversation_id}/retry",
     status_code=202,
     response_model=Submission,
-    responses=documented(401, 404, 409, 422, 503),
+    responses=documented(401, 404, 409, 422, 429, 503),
 )
 def retry_conversation(
     conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response

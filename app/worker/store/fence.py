@@ -43,6 +43,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    or_,
     select,
     update,
 )
@@ -54,6 +55,7 @@ from app.models import (
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
+    Budget,
     Conversation,
     Message,
     Turn,
@@ -71,6 +73,7 @@ OLD_STATUS = bindparam("old_status", type_=String)
 
 FENCE = and_(c.id == bindparam("fence_id"), c.lease_epoch == bindparam("fence_epoch"))
 PROGRESS = {"lease_expires_at": _EXPIRES, "attempts": 0}
+_budgets = typed(Table, Budget.__table__)
 TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
 NEXT_TURN = c.turn_count > c.turn_number
 CANCEL_ASKED = (
@@ -203,6 +206,20 @@ CLAIM = (
         c.in_flight,
         c.taken_over,
         _current("trace_context").label("trace_context"),
+        # whether a budget applies: then the worker checks it before each model call
+        # (by the claimed id and an alias: SQLite writes RETURNING's columns unqualified)
+        select(_budgets.c.id)
+        .where(
+            or_(
+                _budgets.c.conversation_id == bindparam("claim_id"),
+                _budgets.c.owner
+                == select(_snapshot.c.owner)
+                .where(_snapshot.c.id == bindparam("claim_id"))
+                .scalar_subquery(),
+            )
+        )
+        .exists()
+        .label("budgeted"),
     )
     .add_cte(CURRENT_TURN)
 )

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 
+from app import budgets
 from app.errors import ChatWorkerError
 from app.models import APPROVED, TOOL_LOOP
 from app.worker.plan import Entry, ToolCall
@@ -68,6 +69,7 @@ class Snapshot:
     in_flight: str | None = None  # a call started by an earlier owner that may not run twice
     taken_over: bool = False  # the lease was taken from a worker that stopped without releasing
     trace_context: dict[str, str] | None = None  # the submit's span, when the turn is traced
+    budgeted: bool = False  # a budget applies: check it before each model call
 
 
 class TurnStore:
@@ -117,6 +119,7 @@ class TurnStore:
             in_flight=row.in_flight,
             taken_over=bool(row.taken_over),
             trace_context=_json_object(row.trace_context),
+            budgeted=bool(row.budgeted),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -165,6 +168,11 @@ class TurnStore:
             return self._step(StepKind.TOOL_RESULT, claim, status, entry, ttl=ttl)
         extra = journal.output_parameters(kept.arguments, kept.content)
         return self._step(StepKind.TOOL_OUTPUT, claim, status, entry, ttl=ttl, extra=extra)
+
+    def budget_used_up(self, conversation_id: uuid.UUID) -> str | None:
+        """The error naming a used-up budget of the conversation or its owner, else None."""
+        with self.engine.connect() as connection:
+            return budgets.check(connection, conversation_id, self.clock())
 
     def cached_outputs(
         self, conversation_id: uuid.UUID, *, tool: str | None = None, limit: int = 50
@@ -306,6 +314,7 @@ class _ClaimRow(NamedTuple):
     in_flight: str | None
     taken_over: bool | None
     trace_context: dict[str, str] | str | None
+    budgeted: bool | None
 
 
 def _entry(row: Row) -> Entry:
