@@ -246,6 +246,12 @@ class Settings(BaseSettings):
         "read-only nor idempotent: ask the user to approve running it again, or give the "
         "model an 'outcome unknown' error result",
     )
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="`chatworker prune` deletes resting conversations untouched for this many "
+        "days when no --older-than is given (unset: it must be given)",
+    )
     log_format: Literal["text", "json"] = Field(
         "text",
         description="log lines as text, or one JSON object per line (with the conversation, "

@@ -40,6 +40,7 @@ from bench.overhead import (
 )
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
+from bench.retention import measure_retention
 from bench.stats import Row, median, p95, single
 from bench.storage import measure_storage
 from bench.throughput import measure_throughput
@@ -142,6 +143,11 @@ def janitor(ctx: Context) -> Measured:
         return measure_janitor(url, total, stale, repeats)
 
 
+def retention(ctx: Context) -> Measured:
+    with ctx.database() as url:
+        return measure_retention(url, 20_000 if ctx.quick else 1_000_000)
+
+
 def storage(ctx: Context) -> Measured:
     with ctx.database() as url:
         return measure_storage(url, 10 if ctx.quick else 100)
@@ -204,6 +210,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "throughput": throughput,
     "history": history,
     "janitor": janitor,
+    "retention": retention,
     "storage": storage,
     "capacity": capacity,
     "recovery": recovery,

@@ -63,6 +63,14 @@ class Conversation(Base):
             postgresql_where=sql_text(in_list("status", RUNNING_STATUSES)),
             sqlite_where=sql_text(in_list("status", RUNNING_STATUSES)),
         ),
+        # Resting conversations by when they were last touched (`chatworker prune`).
+        Index(
+            "ix_conversations_resting_updated",
+            "updated_at",
+            "id",
+            postgresql_where=sql_text(in_list("status", (IDLE, FAILED))),
+            sqlite_where=sql_text(in_list("status", (IDLE, FAILED))),
+        ),
         # An owner's conversations, newest first (`GET /v1/conversations`).
         Index("ix_conversations_owner_created", "owner", "created_at", "id"),
     )

@@ -11,7 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String
+from sqlalchemy import CheckConstraint, DateTime, ForeignKey, Integer, String, Uuid
 from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -54,7 +54,9 @@ class Event(Base):
     )
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     type: Mapped[str] = mapped_column(String(32))
-    turn_id: Mapped[uuid.UUID | None] = mapped_column(ForeignKey("turns.id", ondelete="CASCADE"))
+    # The turn it belongs to. No foreign key: events and turns only ever go together, with their
+    # conversation, and a key would make every turn's deletion scan the log (`chatworker prune`).
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     message_seq: Mapped[int | None] = mapped_column(Integer)  # message.committed
     status: Mapped[str | None] = mapped_column(String(16))  # status.changed
     attempt: Mapped[int | None] = mapped_column(Integer)  # turn.started / turn.resumed

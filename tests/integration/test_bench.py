@@ -17,11 +17,12 @@ REPO = Path(__file__).resolve().parents[2]
 # Each group's measures, and the row names that show each measure reported.
 GROUPS = {
     "in-process, TTFT": (
-        ("overhead", "history", "janitor", "storage", "llmcpu", "ttft"),
+        ("overhead", "history", "janitor", "retention", "storage", "llmcpu", "ttft"),
         (
             "durable loop (TurnRunner)",
             "history",
             "janitor:",
+            "retention:",
             "storage:",
             "CPU per litellm call",
             "ttft:",

@@ -72,6 +72,7 @@ def test_the_kubernetes_objects_are_all_there_and_run_real_commands() -> None:
         ("Service", "chatworker-api"),
         ("Deployment", "chatworker-worker"),
         ("CronJob", "chatworker-janitor"),
+        ("CronJob", "chatworker-prune"),
     }
     for manifest in manifests():
         if manifest["kind"] in ("Deployment", "Job", "CronJob"):
@@ -158,10 +159,19 @@ def test_every_unit_runs_a_real_command_and_systemd_accepts_it(path: Path, tmp_p
 def test_the_compose_file_runs_every_role_with_real_commands() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     services = compose["services"]
-    assert set(services) == {"postgres", "redis", "migrate", "api", "worker", "janitor"}
+    assert set(services) == {
+        "postgres",
+        "redis",
+        "migrate",
+        "api",
+        "worker",
+        "janitor",
+        "pruner",
+    }
     for name in ("migrate", "api", "worker"):
         parses(services[name]["command"])
     assert "chatworker cleanup" in " ".join(services["janitor"]["entrypoint"])
+    assert "chatworker prune" in " ".join(services["pruner"]["entrypoint"])
     assert services["api"]["depends_on"]["migrate"]["condition"] == (
         "service_completed_successfully"
     )

@@ -13,7 +13,7 @@ from app.worker.store.lifecycle import (
     TurnStore,
 )
 from app.worker.store.outputs import ListedOutput, OutputPage
-from app.worker.store.upkeep import StaleConversation, Upkeep
+from app.worker.store.upkeep import Pruned, StaleConversation, Upkeep
 
 __all__ = [
     "Claim",
@@ -23,6 +23,7 @@ __all__ = [
     "LeaseLost",
     "ListedOutput",
     "OutputPage",
+    "Pruned",
     "Snapshot",
     "StaleConversation",
     "TurnStore",

@@ -9,15 +9,37 @@ until it woke up: hours, for a connection nobody closes.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, and_, delete, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    text,
+    tuple_,
+    update,
+)
 
-from app.models import RUNNING_STATUSES, CatalogTool, Conversation, Turn
+from app.models import (
+    FAILED,
+    IDLE,
+    REQUIRES_ACTION,
+    RUNNING_STATUSES,
+    CatalogTool,
+    Conversation,
+    Turn,
+)
 from app.worker.ports import ToolDefinition
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Sequenced
@@ -41,13 +63,59 @@ class StaleConversation:
     heartbeat_at: datetime
 
 
+@dataclass(frozen=True)
+class Pruned:
+    conversations: int  # deleted (or, dry, found), with their turns, messages, events, outputs
+    batches: int
+    longest_batch_s: float  # the longest transaction: what a batch held its locks for
+
+
 class Upkeep:
-    """Recovery, janitor and catalogue queries, each one short transaction."""
+    """Recovery, janitor, retention and catalogue queries, each one short transaction."""
 
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
         self.clock = clock
         self.lock_holder_idle_limit = LOCK_HOLDER_IDLE_LIMIT_S
+
+    def prune(self, before: datetime, *, batch: int = 1000, dry_run: bool = False) -> Pruned:
+        """Delete resting conversations (`idle` or `failed`, no turn waiting behind or for the
+        user) last touched before `before`, with everything that is theirs (the foreign keys
+        cascade), `batch` at a time, each batch its own short transaction. A conversation a
+        submit touches meanwhile is skipped: the DELETE checks the conditions again on the row
+        it locks."""
+        resting = _resting_before(before)
+        if dry_run:
+            with self.engine.connect() as connection:
+                found = connection.execute(
+                    select(func.count()).select_from(conversations).where(resting)
+                ).scalar_one()
+            return Pruned(int(found), 0, 0.0)
+        total, batches, longest = 0, 0, 0.0
+        after: tuple[datetime, uuid.UUID] | None = None  # keyset: past the last batch's rows
+        while True:
+            started = time.perf_counter()
+            where = [resting]
+            if after is not None:  # (the index's dead entries of earlier batches are skipped)
+                where.append(tuple_(conversations.c.updated_at, conversations.c.id) > after)
+            chosen = (
+                select(conversations.c.id)
+                .where(*where)
+                .order_by(conversations.c.updated_at, conversations.c.id)
+                .limit(batch)
+            )
+            with self.engine.begin() as connection:
+                deleted = connection.execute(
+                    delete(conversations)
+                    .where(conversations.c.id.in_(chosen.scalar_subquery()), resting)
+                    .returning(conversations.c.updated_at, conversations.c.id)
+                ).all()
+            longest = max(longest, time.perf_counter() - started)
+            if not deleted:
+                return Pruned(total, batches, longest)
+            last = max((row.updated_at, row.id) for row in deleted)
+            after = (last[0], last[1])
+            total, batches = total + len(deleted), batches + 1
 
     def orphans(self, older_than: float, limit: int = 500) -> list[tuple[uuid.UUID, int]]:
         """Running conversations nobody has touched for `older_than` seconds, with their attempts.
@@ -185,8 +253,23 @@ def _milliseconds(seconds: float) -> str:
 
 __all__ = [
     "LOCK_HOLDER_IDLE_LIMIT_S",
+    "Pruned",
     "StaleConversation",
     "Upkeep",
     "limit_idle",
     "take_sweep_lock",
 ]
+
+
+def _resting_before(before: datetime) -> Any:
+    """At rest since before `before`: idle or failed, untouched since, and no turn of it waiting
+    (behind the last one, or for the user's answer)."""
+    waiting = exists().where(
+        turns.c.conversation_id == conversations.c.id,
+        (turns.c.number > conversations.c.turn_number) | (turns.c.status == REQUIRES_ACTION),
+    )
+    return and_(
+        conversations.c.status.in_([IDLE, FAILED]),
+        conversations.c.updated_at < before,
+        ~waiting,
+    )
