@@ -285,6 +285,50 @@ class Settings(BaseSettings):
         "(a safety net: every commit wakes its readers through the live channel)",
     )
 
+    webhook_timeout_seconds: float = Field(
+        10, gt=0, le=300, description="how long a webhook's receiver has to answer one POST"
+    )
+    webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = Field(
+        (5, 60, 300, 1800, 7200, 18000, 28800, 28800),
+        description="the waits (seconds, comma-separated) before each new attempt of a webhook "
+        "delivery that failed; after the last one fails it is given up (default: 9 attempts "
+        "over about a day)",
+    )
+    webhook_lease_seconds: float = Field(
+        60,
+        gt=0,
+        description="a worker that took a webhook delivery has it for this long; if it dies, "
+        "another sends it after (longer than the timeout)",
+    )
+    webhook_poll_seconds: float = Field(
+        1, gt=0, le=60, description="how often a worker looks for webhook deliveries that are due"
+    )
+    webhook_delivery: bool = Field(
+        True, description="this worker delivers webhooks (false: leave them to other workers)"
+    )
+
+    @field_validator("webhook_retry_schedule", mode="before")
+    @classmethod
+    def _parse_schedule(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = tuple(float(part) for part in _comma_list(value))
+            except ValueError:
+                raise ValueError("must be seconds separated by commas, e.g. 5,60,300") from None
+        if any(wait < 0 for wait in value):
+            raise ValueError("a wait cannot be negative")
+        return value
+
+    @model_validator(mode="after")
+    def _webhook_lease_past_timeout(self) -> Settings:
+        if self.webhook_lease_seconds <= self.webhook_timeout_seconds:
+            raise ValueError(
+                f"{env_name('webhook_lease_seconds')} ({self.webhook_lease_seconds}) must be "
+                f"longer than {env_name('webhook_timeout_seconds')} "
+                f"({self.webhook_timeout_seconds}), or a slow receiver gets every delivery twice"
+            )
+        return self
+
     @field_validator("database_url")
     @classmethod
     def _database_scheme(cls, value: str) -> str:

@@ -15,6 +15,8 @@
         ├── ConversationConflict    a caller-chosen id already names another conversation
         ├── KeyNotFound             no API key has that id
         ├── BudgetExceeded          the conversation's or its owner's budget is used up
+        ├── TooManyRunningTurns     the owner runs its limit of turns (`retry_after` seconds)
+        ├── WebhookNotFound         no webhook (or delivery) has that id
         └── UnknownTool             a tool name no worker offers
 
 Worker-side errors (a model call that failed for good, a lost lease) live beside the worker code:
@@ -57,6 +59,19 @@ class ConversationBusy(InvalidRequest):
 class BudgetExceeded(InvalidRequest):
     """A budget of the conversation or of its owner is used up: no new turn until it resets
     (a daily one, at midnight UTC) or is raised."""
+
+
+class TooManyRunningTurns(InvalidRequest):
+    """The owner already runs `CHATWORKER_OWNER_MAX_RUNNING_TURNS` turns and the owner limit
+    policy is `reject`: try again in `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class WebhookNotFound(InvalidRequest):
+    """No webhook, or no delivery of it, has that id (or it is another owner's)."""
 
 
 class TurnNotFound(InvalidRequest):

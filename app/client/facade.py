@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app import budgets
 from app.client import budgets as client_budgets
-from app.client import commands, keys, reads
+from app.client import commands, keys, reads, webhooks
 from app.client.actions import answer_actions
 from app.client.budgets import BudgetView
 from app.client.cancel import CancelOutcome, cancel_turn
@@ -61,9 +61,10 @@ from app.client.views import (
     ToolInfo,
     TurnView,
 )
+from app.client.webhooks import DeliveryView, WebhookView
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import BudgetExceeded, InvalidRequest, KeyNotFound
+from app.errors import BudgetExceeded, InvalidRequest, KeyNotFound, WebhookNotFound
 from app.live import CommitNotice, LiveChannel, open_channel
 from app.telemetry import tracing
 
@@ -534,6 +535,66 @@ class ChatClient:
         with self.engine.connect() as connection:
             return client_budgets.list_budgets(connection, owner)
 
+    def add_webhook(
+        self,
+        url: str,
+        *,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+        event_types: Sequence[str] | None = None,
+        description: str | None = None,
+    ) -> WebhookView:
+        """A webhook for the owner's conversations (or, with `conversation_id`, that one's):
+        `turn.completed`, `turn.failed`, `turn.cancelled` and `turn.requires_action` (or the
+        `event_types` given) are POSTed to `url`, signed by the Standard Webhooks scheme with
+        the returned view's `secret`, which is not shown again."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        with self.engine.begin() as connection:
+            return webhooks.add_webhook(
+                connection,
+                url=url,
+                owner=owner,
+                conversation_id=parsed,
+                event_types=event_types,
+                description=description,
+            )
+
+    def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:
+        with self.engine.connect() as connection:
+            return webhooks.list_webhooks(connection, owner)
+
+    def get_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> WebhookView:
+        with self.engine.connect() as connection:
+            return webhooks.get_webhook(connection, _webhook_id(webhook_id), owner=owner)
+
+    def remove_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> None:
+        """The webhook and its deliveries, pending ones included; `WebhookNotFound`."""
+        with self.engine.begin() as connection:
+            webhooks.remove_webhook(connection, _webhook_id(webhook_id), owner=owner)
+
+    def list_deliveries(
+        self,
+        webhook_id: uuid.UUID | str,
+        *,
+        owner: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+    ) -> list[DeliveryView]:
+        """The webhook's deliveries, newest first (`status='failed'`: the given-up ones)."""
+        with self.engine.connect() as connection:
+            return webhooks.list_deliveries(
+                connection, _webhook_id(webhook_id), owner=owner, status=status, limit=limit
+            )
+
+    def redeliver(
+        self, webhook_id: uuid.UUID | str, delivery_id: int, *, owner: str | None = None
+    ) -> DeliveryView:
+        """Send a given-up delivery again, from now, with a fresh schedule."""
+        if isinstance(delivery_id, bool) or not isinstance(delivery_id, int):
+            raise WebhookNotFound(f"no delivery {delivery_id!r} (a delivery id is a number)")
+        with self.engine.begin() as connection:
+            return webhooks.redeliver(connection, _webhook_id(webhook_id), delivery_id, owner=owner)
+
     def owner_of_key(self, text: str) -> str:
         """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
         with self.engine.connect() as connection:
@@ -613,6 +674,13 @@ class ChatClient:
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
+
+
+def _webhook_id(value: uuid.UUID | str) -> uuid.UUID:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except ValueError:
+        raise WebhookNotFound(f"no webhook {value!r} (a webhook id is a UUID)") from None
 
 
 def _refuse_if_over_budget(connection: Connection, conversation_id: uuid.UUID) -> None:

@@ -66,6 +66,16 @@ from app.models.turn import (
     TURN_STATUSES,
     Turn,
 )
+from app.models.webhook import (
+    DELIVERED,
+    DELIVERY_STATUSES,
+    GAVE_UP,
+    PENDING,
+    WEBHOOK_EVENT_TYPES,
+    Webhook,
+    WebhookDelivery,
+    message_id,
+)
 
 __all__ = [
     "ACTION_REQUIRED",
@@ -81,16 +91,20 @@ __all__ = [
     "CLIENT_TOOL",
     "COMPLETED",
     "DAY",
+    "DELIVERED",
+    "DELIVERY_STATUSES",
     "DENIED",
     "EVENT_TYPES",
     "FAILED",
     "FINISHED_TURN_STATUSES",
     "FOR_MESSAGE",
     "FOR_RETRY",
+    "GAVE_UP",
     "IDLE",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_OWNER_CHARS",
     "MESSAGE_COMMITTED",
+    "PENDING",
     "PERIODS",
     "PROCESSING",
     "QUEUED",
@@ -118,6 +132,7 @@ __all__ = [
     "TURN_STARTED",
     "TURN_STATUSES",
     "USER",
+    "WEBHOOK_EVENT_TYPES",
     "ApiKey",
     "Base",
     "Budget",
@@ -127,4 +142,7 @@ __all__ = [
     "Message",
     "ToolOutput",
     "Turn",
+    "Webhook",
+    "WebhookDelivery",
+    "message_id",
 ]

@@ -109,6 +109,18 @@ TOOL_CALL_SECONDS = Histogram(
     "chatworker_tool_call_seconds", "One MCP tool call", ["tool"], buckets=_TOOL_SECONDS
 )
 
+# --- webhooks -----------------------------------------------------------------------------------
+
+WEBHOOK_DELIVERIES = Counter(
+    "chatworker_webhook_deliveries",
+    "Webhook delivery attempts by outcome (delivered; retry: failed, another attempt is due; "
+    "failed: the last attempt failed, the delivery is given up)",
+    ["outcome"],
+)
+WEBHOOK_SECONDS = Histogram(
+    "chatworker_webhook_seconds", "One webhook POST, until its response (or its failure)"
+)
+
 # --- the worker host ----------------------------------------------------------------------------
 
 HEARTBEAT_METRIC = "chatworker_host_heartbeat_timestamp_seconds"
@@ -202,6 +214,8 @@ __all__ = [
     "TURNS_PAUSED",
     "TURNS_RESUMED",
     "TURNS_STARTED",
+    "WEBHOOK_DELIVERIES",
+    "WEBHOOK_SECONDS",
     "beat",
     "exposition",
     "multiprocess_dir",

@@ -28,9 +28,11 @@ POINTS = {
     "final_committed": "the final text and idle are committed",
     "before_ack": "the host has the doorbell; dramatiq has not acknowledged the message",
     "paused": "the turn's pause (requires_action, lease released) is committed",
+    "webhook_sent": "a webhook's receiver answered 2xx; its delivery is not recorded",
 }
-#: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one.
-MATRIX_POINTS = tuple(point for point in POINTS if point != "paused")
+#: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one,
+#: `webhook_sent` only a delivery.
+MATRIX_POINTS = tuple(point for point in POINTS if point not in ("paused", "webhook_sent"))
 
 
 @dataclass(frozen=True)

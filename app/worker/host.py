@@ -6,7 +6,8 @@ Because the queue message is acknowledged at once, recovery comes from the datab
 sweep re-enqueues running conversations whose lease expired (or whose doorbell was lost). The host
 owns what its turns share for the process's lifetime: the database threads, the tool provider, and
 the live channel (its turns' replies and commit notices go out through it, and the cancels it
-announces reach the turn running here at once).
+announces reach the turn running here at once). Its chores: the recovery sweep, the liveness
+heartbeat, and the webhook dispatcher (`webhooks.py`).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from app.telemetry import logs, metrics
 from app.worker.broadcast import Broadcaster
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
-from app.worker.store import TurnStore, Upkeep
+from app.worker.store import DeliveryStore, TurnStore, Upkeep
 from app.worker.threads import DatabaseThreads
 from app.worker.turn import TurnRunner
+from app.worker.webhooks import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,11 @@ class WorkerHost:
             db=self.db,
             broadcaster=self.broadcaster,
         )
+        self.webhooks = (
+            WebhookDispatcher(settings, DeliveryStore(database), self.db)
+            if settings.webhook_delivery
+            else None
+        )
         self._stop_listening: Callable[[], None] | None = None
         # A lease's length without a sign of life: its worker is gone (or its doorbell was lost).
         self.orphan_after = settings.lease_ttl_seconds if orphan_after is None else orphan_after
@@ -98,6 +105,7 @@ class WorkerHost:
         self._start_error: BaseException | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
+        self._delivering: asyncio.Task[None] | None = None
 
     # --- thread-safe API -------------------------------------------------------------------------
 
@@ -174,6 +182,8 @@ class WorkerHost:
         loop = asyncio.get_running_loop()
         self._sweeper = loop.create_task(self._sweep_forever())
         self._beating = loop.create_task(self._beat_forever())
+        if self.webhooks is not None:
+            self._delivering = loop.create_task(self.webhooks.run_forever())
 
     def _admit(self, conversation_id: uuid.UUID) -> None:
         if not self._accepting:
@@ -202,6 +212,8 @@ class WorkerHost:
             log.exception("conversation %s: run crashed", conversation_id)
         finally:
             self._running.pop(conversation_id, None)
+            if self.webhooks is not None:
+                self.webhooks.poke()  # a turn that ended here may have deliveries due
             if conversation_id in self._again:
                 self._again.discard(conversation_id)
                 self._admit(conversation_id)
@@ -255,7 +267,7 @@ class WorkerHost:
         self._accepting = False
         if self._stop_listening is not None:
             self._stop_listening()
-        for chore in (self._sweeper, self._beating):
+        for chore in (self._sweeper, self._beating, self._delivering):
             if chore is not None:
                 chore.cancel()
         pending = list(self._running.values())

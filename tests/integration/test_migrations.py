@@ -23,6 +23,8 @@ EXPECTED_TABLES = {
     "tool_catalog",
     "tool_outputs",
     "turns",
+    "webhook_deliveries",
+    "webhooks",
 }
 
 

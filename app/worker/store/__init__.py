@@ -1,9 +1,10 @@
 """All SQL of the worker, by concept: a turn's lifecycle (`TurnStore`), the fenced statements it
 runs (`fence`), the driver that runs them (`driver`: psycopg's fast path or SQLAlchemy Core, chosen
-once), the session tool cache's reads (`outputs`), and housekeeping (`Upkeep`: orphans, the
-janitor, the tool catalogue)."""
+once), the session tool cache's reads (`outputs`), webhook deliveries (`DeliveryStore`), and
+housekeeping (`Upkeep`: orphans, the janitor, retention, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now
+from app.worker.store.deliveries import DeliveryStore, DueDelivery
 from app.worker.store.lifecycle import (
     Claim,
     Committed,
@@ -19,6 +20,8 @@ __all__ = [
     "Claim",
     "Clock",
     "Committed",
+    "DeliveryStore",
+    "DueDelivery",
     "KeptOutput",
     "LeaseLost",
     "ListedOutput",

@@ -1,0 +1,87 @@
+"""**Pure**: what a webhook delivery sends and what happens after an attempt.
+
+The body follows the Standard Webhooks payload shape (`type`, `timestamp`, `data`), built only
+from the delivery's own fields, which never change: every attempt sends the same bytes under the
+same `webhook-id`. `data` names the turn; a receiver that wants more reads it
+(`GET /v1/turns/{turn_id}`).
+
+    attempt outcome                     next
+    ----------------------------------  ---------------------------------------------------------
+    2xx                                 delivered
+    any other status, timeout, refused  again after the schedule's wait for this attempt
+    connection, TLS or redirect
+    the same, schedule spent            given up (`failed`), listed by the API with its last error
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.models.webhook import (
+    WEBHOOK_CANCELLED,
+    WEBHOOK_COMPLETED,
+    WEBHOOK_FAILED,
+    WEBHOOK_REQUIRES_ACTION,
+)
+from app.worker.store import DueDelivery
+
+TURN_STATUS = {
+    WEBHOOK_COMPLETED: "completed",
+    WEBHOOK_FAILED: "failed",
+    WEBHOOK_CANCELLED: "cancelled",
+    WEBHOOK_REQUIRES_ACTION: "requires_action",
+}
+MAX_ERROR_CHARS = 500  # of a receiver's answer, kept as the delivery's last error
+
+
+def body(delivery: DueDelivery) -> str:
+    """The JSON the receiver gets (the signed string: sent byte for byte)."""
+    return json.dumps(
+        {
+            "type": delivery.type,
+            "timestamp": _iso(delivery.occurred_at),
+            "data": {
+                "conversation_id": str(delivery.conversation_id),
+                "turn_id": None if delivery.turn_id is None else str(delivery.turn_id),
+                "status": TURN_STATUS[delivery.type],
+                "error": delivery.error,
+                "event_seq": delivery.event_seq,
+            },
+        },
+        separators=(",", ":"),
+    )
+
+
+@dataclass(frozen=True)
+class Next:
+    delivered: bool
+    retry_in: float | None = None  # not delivered: the wait before the next attempt; None: give up
+
+
+def after_attempt(attempts: int, status_code: int | None, schedule: Sequence[float]) -> Next:
+    """`attempts` counts the one that just ended; `status_code` None: no answer at all."""
+    if status_code is not None and 200 <= status_code < 300:
+        return Next(delivered=True)
+    if attempts - 1 < len(schedule):
+        return Next(delivered=False, retry_in=schedule[attempts - 1])
+    return Next(delivered=False)
+
+
+def describe(status_code: int, text: str) -> str:
+    """A receiver's refusal as the delivery's last error."""
+    shown = " ".join(text.split())
+    if len(shown) > MAX_ERROR_CHARS:
+        shown = shown[:MAX_ERROR_CHARS] + "..."
+    return f"HTTP {status_code}" + (f": {shown}" if shown else "")
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:  # SQLite keeps no zone: the store's times are UTC
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+__all__ = ["TURN_STATUS", "Next", "after_attempt", "body", "describe"]
