@@ -1,5 +1,5 @@
 """The `chatworker` command line: demo, serve, worker, migrate, submit, status, cancel, cleanup,
-prune, keys, budgets, tools.
+prune, keys, budgets, webhooks, tools.
 
 Subcommands import what they need when they run, so `status` or `cleanup` never pay for litellm.
 """
@@ -122,10 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.set_defaults(run=_prune)
 
     _add_api_commands(commands)
-
-    tools = commands.add_parser("tools", help="list the tool catalogue")
-    tools.add_argument("--refresh", action="store_true", help="ask the MCP servers and publish")
-    tools.set_defaults(run=_tools)
+    _add_webhook_commands(commands)
     return parser
 
 
@@ -170,6 +167,43 @@ def _add_api_commands(commands: Any) -> None:
     shown = budget_commands.add_parser("list", help="every budget (or an owner's)")
     shown.add_argument("--owner", help="only this owner's")
     shown.set_defaults(run=_budgets_list)
+
+
+def _add_webhook_commands(commands: Any) -> None:
+    """`webhooks` and `tools`."""
+    tools = commands.add_parser("tools", help="list the tool catalogue")
+    tools.add_argument("--refresh", action="store_true", help="ask the MCP servers and publish")
+    tools.set_defaults(run=_tools)
+
+    hooks = commands.add_parser("webhooks", help="be told when turns end: add, list, remove")
+    hook_commands = hooks.add_subparsers(dest="webhooks_command", required=True, metavar="ACTION")
+    add = hook_commands.add_parser("add", help="a new webhook (its signing secret shown once)")
+    add.add_argument("url", help="where to POST (http or https)")
+    add_subject = add.add_mutually_exclusive_group()
+    add_subject.add_argument("--owner", help="every conversation of this owner")
+    add_subject.add_argument("--conversation", help="only this conversation")
+    add.add_argument(
+        "--events",
+        help="comma-separated: turn.completed, turn.failed, turn.cancelled, "
+        "turn.requires_action (default: all)",
+    )
+    add.add_argument("--description", help="a note: what it is for")
+    add.set_defaults(run=_webhooks_add)
+    hook_list = hook_commands.add_parser("list", help="every webhook (never its secret)")
+    hook_list.add_argument("--owner", help="only this owner's")
+    hook_list.set_defaults(run=_webhooks_list)
+    hook_remove = hook_commands.add_parser("remove", help="remove a webhook and its deliveries")
+    hook_remove.add_argument("webhook_id")
+    hook_remove.set_defaults(run=_webhooks_remove)
+    sent = hook_commands.add_parser("deliveries", help="a webhook's deliveries, newest first")
+    sent.add_argument("webhook_id")
+    sent.add_argument("--status", choices=("pending", "delivered", "failed"))
+    sent.add_argument("--limit", type=int, default=50)
+    sent.set_defaults(run=_webhooks_deliveries)
+    again = hook_commands.add_parser("redeliver", help="send a given-up delivery again")
+    again.add_argument("webhook_id")
+    again.add_argument("delivery_id", type=int)
+    again.set_defaults(run=_webhooks_redeliver)
 
 
 # --- commands -----------------------------------------------------------------------------------
@@ -260,6 +294,81 @@ def _budgets_list(args: argparse.Namespace) -> int:
         tokens = "-" if budget.max_tokens is None else f"{budget.max_tokens:,} tokens"
         usd = "-" if budget.max_cost_usd is None else f"${budget.max_cost_usd:g}"
         print(f"{subject}  {budget.period}  {tokens}  {usd}")
+    return 0
+
+
+def _webhooks_add(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    events = None if args.events is None else [e.strip() for e in args.events.split(",")]
+    try:
+        hook = client.add_webhook(
+            args.url,
+            owner=args.owner,
+            conversation_id=args.conversation,
+            event_types=events,
+            description=args.description,
+        )
+    finally:
+        client.close()
+    print(
+        f"webhook {hook.id} -> {hook.url}; its signing secret is shown this once:", file=sys.stderr
+    )
+    print(hook.secret)
+    return 0
+
+
+def _webhooks_list(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        found = client.list_webhooks(owner=args.owner)
+    finally:
+        client.close()
+    for hook in found:
+        subject = (
+            f"conversation {hook.conversation_id}"
+            if hook.conversation_id
+            else f"owner {hook.owner}"
+            if hook.owner
+            else "conversations without an owner"
+        )
+        print(f"{hook.id}  {hook.url}  {subject}  {','.join(hook.event_types)}")
+    return 0
+
+
+def _webhooks_remove(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        client.remove_webhook(args.webhook_id)
+    finally:
+        client.close()
+    print(f"webhook {args.webhook_id} removed")
+    return 0
+
+
+def _webhooks_deliveries(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        found = client.list_deliveries(args.webhook_id, status=args.status, limit=args.limit)
+    finally:
+        client.close()
+    for delivery in found:
+        last = delivery.last_error or (
+            "" if delivery.last_status_code is None else f"HTTP {delivery.last_status_code}"
+        )
+        print(
+            f"{delivery.id}  {delivery.status}  {delivery.type}  turn {delivery.turn_id}  "
+            f"attempts {delivery.attempts}  {last}"
+        )
+    return 0
+
+
+def _webhooks_redeliver(args: argparse.Namespace) -> int:
+    client = _keys_client()
+    try:
+        delivery = client.redeliver(args.webhook_id, args.delivery_id)
+    finally:
+        client.close()
+    print(f"delivery {delivery.id}: {delivery.status}")
     return 0
 
 

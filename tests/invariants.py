@@ -17,6 +17,9 @@
   calls of the last assistant message, whose open calls are all actions;
 - every kept tool output (the session tool cache) answers its own tool message, which holds it
   whole or its start and a marker;
+- the webhook outbox: every terminal event (and `action.required`) of a conversation a webhook
+  hears of, appended after the webhook was made, has exactly its one delivery, of its type; and
+  every delivery tells of such an event (while the conversation is there);
 - with `at_rest`: every conversation is `idle` or `failed` (a running one must have a live
   heartbeat otherwise);
 - no session of the database is left "idle in transaction";
@@ -56,6 +59,7 @@ def violations(
         ).fetchall()
         problems += event_log_violations(conn)
         problems += tool_cache_violations(conn)
+        problems += outbox_violations(conn)
         rows = conn.execute(
             "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
             "FROM messages ORDER BY conversation_id, seq"
@@ -110,6 +114,38 @@ def tool_cache_violations(conn: psycopg.Connection[Any]) -> list[str]:
     ):
         if why is not None:
             problems.append(f"conversation {cid}: kept output of {call_id} has {why}")
+    return problems
+
+
+TOLD = "('turn.completed', 'turn.failed', 'turn.cancelled', 'action.required')"
+
+
+def outbox_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """The trigger's work, checked from the other side: events that should have a delivery and
+    have none, and deliveries that name no such event (a webhook made within a second of an
+    event is left out: which came first is a matter of clocks)."""
+    problems: list[str] = []
+    for webhook, cid, seq in conn.execute(
+        "SELECT w.id, e.conversation_id, e.seq FROM events e"
+        " JOIN conversations c ON c.id = e.conversation_id"
+        " JOIN webhooks w ON (w.conversation_id = c.id OR (w.conversation_id IS NULL"
+        "  AND w.owner IS NOT DISTINCT FROM c.owner))"
+        f" WHERE e.type IN {TOLD} AND e.created_at > w.created_at + interval '1 second'"
+        "  AND w.event_types LIKE '% ' || CASE e.type WHEN 'action.required'"
+        "   THEN 'turn.requires_action' ELSE e.type END || ' %'"
+        "  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.webhook_id = w.id"
+        "   AND d.conversation_id = e.conversation_id AND d.event_seq = e.seq)"
+    ):
+        problems.append(f"conversation {cid}: event {seq} has no delivery to webhook {webhook}")
+    for delivery, cid, seq in conn.execute(
+        "SELECT d.id, d.conversation_id, d.event_seq FROM webhook_deliveries d"
+        " JOIN conversations c ON c.id = d.conversation_id"
+        " LEFT JOIN events e ON e.conversation_id = d.conversation_id AND e.seq = d.event_seq"
+        " WHERE e.seq IS NULL OR e.type NOT IN " + TOLD + " OR e.turn_id IS DISTINCT FROM d.turn_id"
+        "  OR d.type <> CASE e.type WHEN 'action.required'"
+        "   THEN 'turn.requires_action' ELSE e.type END"
+    ):
+        problems.append(f"conversation {cid}: delivery {delivery} names event {seq} wrongly")
     return problems
 
 

@@ -15,6 +15,7 @@
     404     conversation_not_found    no such conversation, or another owner's
     404     turn_not_found            no such turn, or another owner's
     404     action_not_found          the turn never waited for that call id
+    404     webhook_not_found         no such webhook or delivery, or another owner's
     404     not_found                 no such route
     405     method_not_allowed        a route that does not take that method
     409     conversation_busy         a turn runs (`on_busy=reject`, delete): `turn_id` names it
@@ -27,6 +28,8 @@
     422     validation_failed         wrong types, unknown fields, bad values: `errors` says where
     422     idempotency_key_reused    the `Idempotency-Key` was used with another message
     429     budget_exceeded           the conversation's or its owner's budget is used up
+    429     too_many_running_turns    the owner runs its limit of turns; `Retry-After`
+    429     rate_limited              this key's request rate is spent; `Retry-After`
     503     database_unavailable      the database did not answer; `Retry-After`
     503     too_many_streams          this process serves `CHATWORKER_API_MAX_STREAMS` streams
     500     internal_error            a bug: logged with its traceback, never shown
@@ -64,8 +67,10 @@ from app.errors import (
     KeyNotFound,
     MessageTooLarge,
     NotRetryable,
+    TooManyRunningTurns,
     TurnNotFound,
     UnknownTool,
+    WebhookNotFound,
 )
 
 log = logging.getLogger(__name__)
@@ -80,6 +85,8 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ActionNotFound: (404, "action_not_found"),
     ActionAlreadyAnswered: (409, "action_already_answered"),
     KeyNotFound: (404, "key_not_found"),
+    WebhookNotFound: (404, "webhook_not_found"),
+    TooManyRunningTurns: (429, "too_many_running_turns"),
     ConversationBusy: (409, "conversation_busy"),
     BudgetExceeded: (429, "budget_exceeded"),
     ConversationConflict: (409, "conversation_conflict"),
@@ -217,9 +224,12 @@ def install_handlers(app: FastAPI) -> None:
         assert isinstance(exc, InvalidRequest)
         status, code = refusal(exc)
         extra: dict[str, Any] = {}
+        headers: dict[str, str] = {}
         if isinstance(exc, ConversationBusy) and exc.turn_id is not None:
             extra["turn_id"] = str(exc.turn_id)
-        return problem_response(request, status, code, str(exc), **extra)
+        if isinstance(exc, TooManyRunningTurns):
+            headers["Retry-After"] = str(exc.retry_after)
+        return problem_response(request, status, code, str(exc), headers, **extra)
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ApiProblem)

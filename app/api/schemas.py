@@ -24,6 +24,7 @@ from app.client.views import (
     ToolInfo,
     TurnView,
 )
+from app.client.webhooks import DeliveryView, WebhookView
 from app.live import Delta, Discarded
 
 BusyPolicy = Literal["reject", "enqueue", "interrupt"]
@@ -370,3 +371,79 @@ def _usage(prompt: int, completion: int, cost: float | None) -> Usage:
         total_tokens=prompt + completion,
         cost_usd=cost,
     )
+
+
+# --- webhooks --------------------------------------------------------------------------------
+
+WebhookEventType = Literal[
+    "turn.completed", "turn.failed", "turn.cancelled", "turn.requires_action"
+]
+
+
+class WebhookCreate(_Request):
+    url: str = Field(description="where to POST (http or https)", max_length=2000)
+    conversation_id: uuid.UUID | None = Field(
+        None, description="only this conversation (yours); omitted: every one of yours"
+    )
+    event_types: list[WebhookEventType] | None = Field(
+        None, description="what to be told of; omitted: all four", min_length=1
+    )
+    description: str | None = Field(None, max_length=500)
+
+
+class WebhookOut(BaseModel):
+    id: uuid.UUID
+    url: str
+    conversation_id: uuid.UUID | None
+    event_types: list[str]
+    description: str | None
+    created_at: datetime
+    secret: str | None = Field(
+        None,
+        description="only in the answer to its creation: the Standard Webhooks signing secret "
+        "(whsec_...) that verifies each delivery; store it, it is not shown again",
+    )
+
+    @classmethod
+    def of(cls, view: WebhookView) -> WebhookOut:
+        return cls(
+            id=view.id,
+            url=view.url,
+            conversation_id=view.conversation_id,
+            event_types=list(view.event_types),
+            description=view.description,
+            created_at=view.created_at,
+            secret=view.secret,
+        )
+
+
+class WebhookList(BaseModel):
+    data: list[WebhookOut]
+
+
+class DeliveryOut(BaseModel):
+    id: int
+    message_id: str = Field(description="the `webhook-id` header: the same on every attempt")
+    type: str
+    conversation_id: uuid.UUID
+    turn_id: uuid.UUID | None
+    event_seq: int
+    status: Literal["pending", "delivered", "failed"] = Field(
+        description="failed: every attempt of the schedule failed; it is not sent again "
+        "unless you ask (POST .../redeliver)"
+    )
+    attempts: int
+    next_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    last_status_code: int | None = Field(description="the receiver's last answer (None: none)")
+    last_error: str | None
+    delivered_at: datetime | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, view: DeliveryView) -> DeliveryOut:
+        return cls(**{name: getattr(view, name) for name in cls.model_fields})
+
+
+class DeliveryList(BaseModel):
+    data: list[DeliveryOut]

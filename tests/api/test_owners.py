@@ -44,6 +44,8 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/turns/{turn_id}/actions"): lambda _: {
         "outputs": [{"call_id": "call_1", "output": "bob's answer"}]
     },
+    # (naming her conversation gets him its 404, tested in tests/api/test_webhooks_api.py)
+    ("post", "/v1/webhooks"): lambda _: {"url": "https://bob.example/hooks"},
 }
 # Query parameters that keep a wrongly answered request short.
 QUERIES: dict[tuple[str, str], dict[str, str]] = {
@@ -51,13 +53,19 @@ QUERIES: dict[tuple[str, str], dict[str, str]] = {
     ("get", "/v1/conversations/{conversation_id}/events"): {"wait": "0"},
     ("post", "/v1/conversations/{conversation_id}/messages"): {"wait": "false"},
 }
-NOT_FOUND = {"conversation_id": "conversation_not_found", "turn_id": "turn_not_found"}
+NOT_FOUND = {
+    "conversation_id": "conversation_not_found",
+    "turn_id": "turn_not_found",
+    "webhook_id": "webhook_not_found",
+}
 # Routes with no id in their path, and what bob may get from them.
 WITHOUT_ID = {
     ("get", "/v1/health"): 200,
     ("get", "/v1/ready"): 200,
     ("get", "/v1/tools"): 200,
     ("get", "/v1/conversations"): 200,
+    ("get", "/v1/webhooks"): 200,
+    ("post", "/v1/webhooks"): 201,  # his own
     # Bob choosing alice's conversation id: taken, by whom is never said.
     ("post", "/v1/conversations"): 409,
 }
@@ -70,6 +78,7 @@ class Alice:
     conversation: str
     turn: str
     secret: str  # in her instructions, context and message: must never reach bob
+    webhook: str  # on her conversation, with her secret in its URL and description
 
 
 def jwt_for(owner: str) -> str:
@@ -99,7 +108,15 @@ def alice(shared_api: Deployment, fake_llm_server: FakeLLMServer) -> Iterator[Al
             assert time.monotonic() < deadline, "alice's turn never called the model"
             time.sleep(0.05)
         assert http.get(f"/v1/turns/{turn}").json()["status"] == "running"
-        yield Alice(name, key, conversation, turn, secret)
+        webhook = http.post(
+            "/v1/webhooks",
+            json={
+                "url": f"https://alice.example/{secret}",
+                "conversation_id": conversation,
+                "description": secret,
+            },
+        ).json()["id"]
+        yield Alice(name, key, conversation, turn, secret, webhook)
         http.post(f"/v1/turns/{turn}/cancel")
         assert finished_turn(http, turn)["status"] == "cancelled"
 
@@ -145,7 +162,8 @@ def alice_state(shared_api: Deployment, alice: Alice) -> tuple[Any, ...]:
         conversation.pop("updated_at")  # the worker's heartbeat touches it while the turn runs
         turn = http.get(f"/v1/turns/{alice.turn}").json()
         events = http.get(f"/v1/conversations/{alice.conversation}/events").json()
-    return conversation, turn, events, owner_rows(shared_api.database_url, alice.name)
+        webhooks = http.get("/v1/webhooks").json()
+    return conversation, turn, events, webhooks, owner_rows(shared_api.database_url, alice.name)
 
 
 def test_every_route_hides_alices_conversation_and_turn_from_bob(
@@ -161,8 +179,18 @@ def test_every_route_hides_alices_conversation_and_turn_from_bob(
 def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> None:
     before = alice_state(shared_api, alice)
     assert before[1]["status"] == "running"
-    hers = {"conversation_id": alice.conversation, "turn_id": alice.turn}
-    nobodys = {"conversation_id": str(uuid.uuid4()), "turn_id": str(uuid.uuid4())}
+    hers = {
+        "conversation_id": alice.conversation,
+        "turn_id": alice.turn,
+        "webhook_id": alice.webhook,
+        "delivery_id": "424242",
+    }
+    nobodys = {
+        "conversation_id": str(uuid.uuid4()),
+        "turn_id": str(uuid.uuid4()),
+        "webhook_id": str(uuid.uuid4()),
+        "delivery_id": "424242",
+    }
     checked = []
     with shared_api.http(token=token) as http:
         # Bob's own conversation, and the conflict he gets choosing its id with other fields:

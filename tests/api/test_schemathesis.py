@@ -60,6 +60,7 @@ def test_the_error_code_table_is_read() -> None:
         "conversation_not_found",
         "turn_not_found",
         "action_not_found",
+        "webhook_not_found",
         "not_found",
     }
     assert "unsupported_media_type" in CODES[415]

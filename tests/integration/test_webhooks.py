@@ -7,27 +7,31 @@ the HTTP routes in `tests/api/test_webhooks_api.py`.
 
 What each bad call gets (`InvalidRequest`, nothing written):
 
-| call                                                        | refusal                               |
-|-------------------------------------------------------------|---------------------------------------|
-| url not http(s), no host, with user:password, a #fragment   | "url must ..."                        |
-| url over 2,000 characters, or not text                      | "url is over" / "url must be"         |
-| event_types empty, a string, or naming an unknown type      | "event_types must" / "unknown event"  |
-| description over 500 characters                             | "description must be text"            |
-| a conversation that is not there, or another owner's        | `ConversationNotFound`                |
-| a webhook id that is not a UUID, unknown, another owner's   | `WebhookNotFound`                     |
-| deliveries with an unknown status, or a limit outside 1-200 | "status must be" / "limit must be"    |
-| redeliver an unknown delivery, or a non-numeric id          | `WebhookNotFound`                     |
+| call                                                        | refusal                      |
+|-------------------------------------------------------------|------------------------------|
+| url not http(s), no host, with user:password, a #fragment   | "url must ..."               |
+| url over 2,000 characters, or not text                      | "url is over" / "url must"   |
+| event_types empty, a string, or naming an unknown type      | "event_types" / "unknown"    |
+| description over 500 characters                             | "description must be text"   |
+| a conversation that is not there, or another owner's        | `ConversationNotFound`       |
+| a webhook id that is not a UUID, unknown, another owner's   | `WebhookNotFound`            |
+| deliveries with an unknown status, or a limit outside 1-200 | "status" / "limit must be"   |
+| redeliver an unknown delivery, or a non-numeric id          | `WebhookNotFound`            |
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import select
 
@@ -35,6 +39,7 @@ from app.config import load_settings
 from app.errors import ConversationNotFound, InvalidRequest, WebhookNotFound
 from app.models import Webhook, WebhookDelivery, message_id
 from app.testing import fakes
+from app.testing.services import libpq_dsn
 from app.worker.janitor import clean_up
 from app.worker.store import DeliveryStore
 from app.worker.threads import DatabaseThreads
@@ -42,7 +47,9 @@ from app.worker.turn import Outcome
 from app.worker.webhooks import WebhookDispatcher
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of
+from tests.invariants import outbox_violations
 from tests.servers.webhook_receiver import Receiver, receiving
+from tests.worker_process import REPO
 
 FAST = {"webhook_retry_schedule": "0,0", "webhook_timeout_seconds": 0.5}
 
@@ -329,7 +336,7 @@ def test_a_taken_delivery_is_no_one_else_s_until_its_lease_ends(world: World) ->
     assert outbox(world)[0].status == "delivered"
 
 
-# --- bad input --------------------------------------------------------------------------------------
+# --- bad input ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -396,3 +403,62 @@ def test_the_secret_is_a_standard_webhooks_secret_and_stays_in_the_database(worl
     assert stored == hook.secret
     assert all(h.secret is None for h in world.client.list_webhooks())
     assert "whsec_" not in json.dumps([str(h) for h in world.client.list_webhooks()])
+
+
+def test_the_invariant_checker_catches_a_missing_or_wrong_delivery(database_url: str) -> None:
+    for world in world_of(database_url, make_tools()):
+        hook = world.client.add_webhook("https://alice.example/hooks", owner="alice")
+        with world.engine.begin() as connection:  # made well before the turn
+            connection.execute(
+                Webhook.__table__.update().values(
+                    created_at=Webhook.created_at - timedelta(hours=1)
+                )  # type: ignore[attr-defined]
+            )
+        conversation_id = chat(world)
+        assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
+        with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
+            assert outbox_violations(conn) == []
+            conn.execute("UPDATE webhook_deliveries SET type = 'turn.failed'")
+            assert [p for p in outbox_violations(conn) if "names event" in p] != []
+            conn.execute("DELETE FROM webhook_deliveries")
+            [problem] = outbox_violations(conn)
+            assert f"has no delivery to webhook {hook.id}" in problem
+            # (put back, so the invariants hold after the test)
+            conn.execute(
+                "INSERT INTO webhook_deliveries (webhook_id, conversation_id, event_seq, turn_id,"
+                " type, occurred_at) SELECT %s, conversation_id, seq, turn_id, type, created_at"
+                " FROM events WHERE type = 'turn.completed'",
+                (hook.id,),
+            )
+            assert outbox_violations(conn) == []
+
+
+def webhooks_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": os.environ.get("PATH", ""), "DATABASE_URL": database_url}
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "webhooks", *args],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_webhooks_from_the_command_line(database_url: str, receiver: Receiver) -> None:
+    added = webhooks_cli(
+        database_url, "add", receiver.url, "--owner", "alice", "--events", "turn.failed"
+    )
+    assert added.returncode == 0, added.stderr
+    secret = added.stdout.strip()
+    assert secret.startswith("whsec_") and "shown this once" in added.stderr
+    listed = webhooks_cli(database_url, "list")
+    assert "owner alice  turn.failed" in listed.stdout and secret not in listed.stdout
+    webhook_id = listed.stdout.split()[0]
+    assert webhooks_cli(database_url, "deliveries", webhook_id).stdout == ""
+    refused = webhooks_cli(database_url, "add", "ftp://x.example/")
+    assert refused.returncode != 0 and "url must be an http or https URL" in refused.stderr
+    unknown = webhooks_cli(database_url, "remove", str(uuid.uuid4()))
+    assert unknown.returncode != 0 and "no webhook" in unknown.stderr
+    assert webhooks_cli(database_url, "remove", webhook_id).returncode == 0
+    assert webhooks_cli(database_url, "list").stdout == ""

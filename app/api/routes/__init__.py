@@ -3,12 +3,13 @@ health checks)."""
 
 from fastapi import APIRouter
 
-from app.api.routes import conversations, events, system, turns
+from app.api.routes import conversations, events, system, turns, webhooks
 
 router = APIRouter(prefix="/v1")
 router.include_router(system.router)
 router.include_router(conversations.router)
 router.include_router(turns.router)
 router.include_router(events.router)
+router.include_router(webhooks.router)
 
 __all__ = ["router"]

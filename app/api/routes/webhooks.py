@@ -1,0 +1,98 @@
+"""Webhooks: add one (its secret is in this answer only), list, read, remove; a webhook's
+deliveries (what failed and why) and sending a given-up one again. Each caller sees its own."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, Response
+
+from app.api.auth import Authenticated
+from app.api.context import Context
+from app.api.problems import documented
+from app.api.schemas import (
+    DeliveryList,
+    DeliveryOut,
+    WebhookCreate,
+    WebhookList,
+    WebhookOut,
+)
+
+router = APIRouter(prefix="/webhooks", tags=["webhooks"])
+
+
+@router.post(
+    "", response_model=WebhookOut, status_code=201, responses=documented(400, 401, 404, 422, 503)
+)
+def add_webhook(body: WebhookCreate, caller: Authenticated, context: Context) -> WebhookOut:
+    """Be told when a turn of yours ends (`turn.completed`, `turn.failed`, `turn.cancelled`)
+    or waits for you (`turn.requires_action`): a POST to `url`, at least once, signed by the
+    Standard Webhooks scheme (`webhook-id`, `webhook-timestamp`, `webhook-signature`) with the
+    `secret` of this answer. Body: `{"type", "timestamp", "data": {"conversation_id",
+    "turn_id", "status", "error", "event_seq"}}`. A receiver answers 2xx within the timeout, or
+    it is tried again with growing waits for about a day; deduplicate by `webhook-id`."""
+    view = context.client.add_webhook(
+        body.url,
+        owner=caller.owner,
+        conversation_id=body.conversation_id,
+        event_types=body.event_types,
+        description=body.description,
+    )
+    return WebhookOut.of(view)
+
+
+@router.get("", response_model=WebhookList, responses=documented(401, 503))
+def list_webhooks(caller: Authenticated, context: Context) -> WebhookList:
+    """Your webhooks (never their secrets)."""
+    return WebhookList(
+        data=[WebhookOut.of(view) for view in context.client.list_webhooks(owner=caller.owner)]
+    )
+
+
+@router.get("/{webhook_id}", response_model=WebhookOut, responses=documented(401, 404, 422, 503))
+def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> WebhookOut:
+    return WebhookOut.of(context.client.get_webhook(webhook_id, owner=caller.owner))
+
+
+@router.delete("/{webhook_id}", status_code=204, responses=documented(401, 404, 422, 503))
+def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> Response:
+    """The webhook and its deliveries, pending ones included: nothing more is sent."""
+    context.client.remove_webhook(webhook_id, owner=caller.owner)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{webhook_id}/deliveries",
+    response_model=DeliveryList,
+    responses=documented(400, 401, 404, 422, 503),
+)
+def list_deliveries(
+    webhook_id: uuid.UUID,
+    caller: Authenticated,
+    context: Context,
+    status: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> DeliveryList:
+    """The webhook's deliveries, newest first: each attempt's count, the receiver's last
+    status and error; `status=failed` lists the ones given up."""
+    views = context.client.list_deliveries(
+        webhook_id, owner=caller.owner, status=status, limit=limit
+    )
+    return DeliveryList(data=[DeliveryOut.of(view) for view in views])
+
+
+@router.post(
+    "/{webhook_id}/deliveries/{delivery_id}/redeliver",
+    response_model=DeliveryOut,
+    responses=documented(401, 404, 422, 503),
+)
+def redeliver(
+    webhook_id: uuid.UUID,
+    delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
+    caller: Authenticated,
+    context: Context,
+) -> DeliveryOut:
+    """Send a given-up delivery again from now, with a fresh schedule (a pending or delivered
+    one comes back unchanged)."""
+    return DeliveryOut.of(context.client.redeliver(webhook_id, delivery_id, owner=caller.owner))
