@@ -285,6 +285,23 @@ class Settings(BaseSettings):
         "(a safety net: every commit wakes its readers through the live channel)",
     )
 
+    owner_max_running_turns: int | None = Field(
+        None,
+        ge=1,
+        description="the most turns one owner's conversations run at once (unset: no limit); "
+        "a worker claims another of its turns only when one ends",
+    )
+    owner_limit_policy: Literal["queue", "reject"] = Field(
+        "queue",
+        description="past the owner's limit, a new turn is accepted and waits for one of its "
+        "owner's turns to end (`queue`), or refused with 429 too_many_running_turns and "
+        "Retry-After (`reject`)",
+    )
+    api_rate_limit: str | None = Field(
+        None,
+        description="requests each API key (or JWT subject) may make: N/second, N/minute or "
+        "N/hour, up to N at once (unset: no limit); shared through Redis by every API process",
+    )
     webhook_timeout_seconds: float = Field(
         10, gt=0, le=300, description="how long a webhook's receiver has to answer one POST"
     )
@@ -306,6 +323,14 @@ class Settings(BaseSettings):
     webhook_delivery: bool = Field(
         True, description="this worker delivers webhooks (false: leave them to other workers)"
     )
+
+    @field_validator("api_rate_limit")
+    @classmethod
+    def _rate_limit(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        parse_rate(value)
+        return value.strip()
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod
@@ -397,6 +422,21 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+RATE_PERIODS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """`N/second`, `N/minute` or `N/hour` as (N, the period in seconds); ValueError if not."""
+    count, _, period = text.strip().partition("/")
+    try:
+        allowed = int(count)
+    except ValueError:
+        allowed = 0
+    if allowed < 1 or period.strip() not in RATE_PERIODS:
+        raise ValueError(f"must be N/second, N/minute or N/hour with N >= 1, not {text!r}")
+    return allowed, RATE_PERIODS[period.strip()]
 
 
 def _comma_list(value: Any) -> tuple[str, ...]:

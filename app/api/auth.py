@@ -10,7 +10,9 @@
                                                            ones created (set it explicitly)
 
 Several modes may be on at once (`api_key,jwt`): a bearer starting `cwk_` is a key, any other a
-token. Every refusal is a 401 problem with `WWW-Authenticate: Bearer`.
+token. Every refusal is a 401 problem with `WWW-Authenticate: Bearer`. With
+`CHATWORKER_API_RATE_LIMIT`, each key (and each token subject) has a request rate (`rate.py`);
+auth mode `none` has none.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import jwt
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.context import Context
 from app.api.problems import ApiProblem
+from app.api.rate import caller_of_key
 from app.client.keys import PREFIX, KeyRefused
 from app.config import API_KEY_AUTH, JWT_AUTH, NO_AUTH
 from app.models import MAX_OWNER_CHARS
@@ -45,13 +48,37 @@ def refused(code: str, detail: str) -> ApiProblem:
 
 def authenticate(
     request: Request,
+    response: Response,
     context: Context,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     key_header: Annotated[str | None, Depends(_key_header)],
 ) -> Caller:
+    """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`."""
+    caller, identity = _identify(request, context, bearer, key_header)
+    if context.limiter is not None and identity is not None:
+        verdict = context.limiter.check(identity)
+        if not verdict.allowed:
+            raise ApiProblem(
+                429,
+                "rate_limited",
+                f"this credential's request rate is {context.settings.api_rate_limit}; retry in "
+                f"{verdict.headers()['Retry-After']} s",
+                verdict.headers(),
+            )
+        response.headers.update(verdict.headers())
+    return caller
+
+
+def _identify(
+    request: Request,
+    context: Context,
+    bearer: HTTPAuthorizationCredentials | None,
+    key_header: str | None,
+) -> tuple[Caller, str | None]:
+    """The caller and whom its rate is counted for (a key's digest, a token's subject)."""
     modes = context.settings.api_auth
     if modes == (NO_AUTH,):
-        return Caller(None)
+        return Caller(None), None
     presented = key_header if key_header else (bearer.credentials if bearer else None)
     if not presented:
         if request.headers.get("authorization"):
@@ -64,12 +91,13 @@ def authenticate(
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
-            return Caller(context.client.owner_of_key(presented))
+            return Caller(context.client.owner_of_key(presented)), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None
     if JWT_AUTH not in modes:
         raise refused("invalid_api_key", f"an API key starts with {PREFIX!r}")
-    return Caller(_owner_of_token(context, presented))
+    subject = _owner_of_token(context, presented)
+    return Caller(subject), "sub:" + subject
 
 
 def _owner_of_token(context: Context, token: str) -> str:

@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 from fastapi import Depends, Request
 
 from app.api.problems import ApiProblem
+from app.api.rate import RateLimiter, make_limiter
 from app.client import ChatClient
 from app.config import Settings
 from app.telemetry import metrics
@@ -33,8 +34,10 @@ class ApiContext:
     followers: ThreadPoolExecutor = field(init=False)
     _streams: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    limiter: RateLimiter | None = field(init=False)
 
     def __post_init__(self) -> None:
+        self.limiter = make_limiter(self.settings)
         # Twice the streams: a closed stream's thread may still wait out its read (up to
         # STREAM_WAKE_SECONDS) while its reader is already following again.
         self.followers = ThreadPoolExecutor(

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app import budgets
 from app.client import budgets as client_budgets
-from app.client import commands, keys, reads, webhooks
+from app.client import commands, keys, limits, reads, webhooks
 from app.client.actions import answer_actions
 from app.client.budgets import BudgetView
 from app.client.cancel import CancelOutcome, cancel_turn
@@ -235,9 +235,12 @@ class ChatClient:
         ):
             reads.check_owner(connection, conversation_id, owner)
             _refuse_if_over_budget(connection, conversation_id)
+            limited = self._lock_owner_limit(connection, conversation_id)
             turn = commands.submit_turn(
                 connection, conversation_id, text, idempotency_key=key, on_busy=policy
             )
+            if limited is not None and _starts_running(turn):
+                limits.refuse_past_limit(connection, *limited)
             _describe(span, conversation_id, turn.id)
         if not turn.repeated:
             self._notify(conversation_id)
@@ -253,7 +256,10 @@ class ChatClient:
         with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
             _refuse_if_over_budget(connection, conversation_id)
+            limited = self._lock_owner_limit(connection, conversation_id)
             turn = commands.retry_turn(connection, conversation_id)
+            if limited is not None:
+                limits.refuse_past_limit(connection, *limited)
             _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
         return self._ring(conversation_id, turn)
@@ -660,6 +666,17 @@ class ChatClient:
                 log.warning("live channel unavailable (%s); readers fall back to polling", exc)
             self._live_warned = True
 
+    def _lock_owner_limit(
+        self, connection: Connection, conversation_id: uuid.UUID
+    ) -> tuple[str, int] | None:
+        """With the `reject` owner limit policy: the owner (its limit lock taken) and the limit,
+        for `limits.refuse_past_limit` once the command has run."""
+        limit = self.settings.owner_max_running_turns
+        if limit is None or self.settings.owner_limit_policy != "reject":
+            return None
+        owner = limits.lock_owner(connection, conversation_id)
+        return None if owner is None else (owner, limit)
+
     def _ring(self, conversation_id: uuid.UUID, turn: NewTurn) -> Submitted:
         submitted = Submitted(
             conversation_id,
@@ -674,6 +691,11 @@ class ChatClient:
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
+
+
+def _starts_running(turn: NewTurn) -> bool:
+    """The submit started a turn at once (not queued behind, repeated, or an answer)."""
+    return not (turn.waits or turn.repeated or turn.resumes) and turn.message_seq is not None
 
 
 def _webhook_id(value: uuid.UUID | str) -> uuid.UUID:

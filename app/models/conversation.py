@@ -73,6 +73,15 @@ class Conversation(Base):
         ),
         # An owner's conversations, newest first (`GET /v1/conversations`).
         Index("ix_conversations_owner_created", "owner", "created_at", "id"),
+        # An owner's running conversations, oldest first (per-owner limits: the claim's count,
+        # the web side's, the next one to ring when a turn ends).
+        Index(
+            "ix_conversations_owner_running",
+            "owner",
+            "updated_at",
+            postgresql_where=sql_text(in_list("status", RUNNING_STATUSES)),
+            sqlite_where=sql_text(in_list("status", RUNNING_STATUSES)),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)

@@ -55,6 +55,10 @@ TURNS_IN_FLIGHT = Gauge(
     "Turns running in the worker processes now",
     multiprocess_mode="livesum",
 )
+TURNS_DEFERRED = Counter(
+    "chatworker_turns_deferred",
+    "Claims refused because the owner runs its limit of turns (the turn waits for one to end)",
+)
 LEASES_LOST = Counter(
     "chatworker_leases_lost", "Runs stopped because another worker took the conversation over"
 )
@@ -209,6 +213,7 @@ __all__ = [
     "RECOVERY_REENQUEUES",
     "TOOL_CALLS",
     "TOOL_CALL_SECONDS",
+    "TURNS_DEFERRED",
     "TURNS_ENDED",
     "TURNS_IN_FLIGHT",
     "TURNS_PAUSED",

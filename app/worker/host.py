@@ -33,7 +33,7 @@ from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.store import DeliveryStore, TurnStore, Upkeep
 from app.worker.threads import DatabaseThreads
-from app.worker.turn import TurnRunner
+from app.worker.turn import Outcome, TurnRunner
 from app.worker.webhooks import WebhookDispatcher
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ START_FAILED = 5
 #: Threads for database calls (and the size of the connection pool they share).
 DB_THREADS = 8
 HEARTBEAT_SECONDS = 5.0  # how often the loop beats for the liveness probe
+#: Outcomes after which this worker released a lease it held: its owner may run another turn.
+FREED_A_SLOT = frozenset({Outcome.IDLE, Outcome.FAILED, Outcome.CANCELLED, Outcome.WAITING})
 
 
 def worker_id() -> str:
@@ -204,6 +206,8 @@ class WorkerHost:
                 ):
                     outcome = await self.runner.run(conversation_id)
             log.info("conversation %s: %s", conversation_id, outcome.value)
+            if outcome in FREED_A_SLOT and self.settings.owner_max_running_turns is not None:
+                await self._ring_owner_waiting(conversation_id)
         except asyncio.CancelledError:
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
             self._requeue(conversation_id)  # let another worker go on now
@@ -217,6 +221,18 @@ class WorkerHost:
             if conversation_id in self._again:
                 self._again.discard(conversation_id)
                 self._admit(conversation_id)
+
+    async def _ring_owner_waiting(self, conversation_id: uuid.UUID) -> None:
+        """A turn of this owner ended here: ring its oldest waiting conversations (as many as
+        its limit: the ones that still find it full wait again, for the next end or sweep)."""
+        limit = self.settings.owner_max_running_turns or 0
+        try:
+            waiting = await self.db.run(self.upkeep.owner_waiting, conversation_id, limit)
+        except Exception:  # the sweep rings them later
+            log.exception("cannot read the owner's waiting conversations")
+            return
+        for waiter in waiting:
+            self._requeue(waiter)
 
     async def _beat_forever(self) -> None:
         """The liveness probe's signal (`/healthz`): this loop still runs its tasks."""

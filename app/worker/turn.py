@@ -52,7 +52,15 @@ from app.worker.ports import (
     ToolResult,
     Usage,
 )
-from app.worker.store import Claim, Committed, KeptOutput, LeaseLost, Snapshot, TurnStore
+from app.worker.store import (
+    Claim,
+    Committed,
+    Deferred,
+    KeptOutput,
+    LeaseLost,
+    Snapshot,
+    TurnStore,
+)
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
@@ -66,6 +74,7 @@ class Outcome(enum.Enum):
     CANCELLED = "cancelled"
     WAITING = "requires_action"  # the turn waits for the user or their client
     NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
+    DEFERRED = "deferred"  # its owner runs its limit of turns: it waits (per-owner limits)
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
 
 
@@ -114,10 +123,17 @@ class TurnRunner:
 
     async def _run_turn(self, conversation_id: uuid.UUID) -> tuple[Outcome, bool]:
         snapshot = await self.db.run(
-            self.store.claim, conversation_id, self.owner, self.settings.lease_ttl_seconds
+            self.store.claim,
+            conversation_id,
+            self.owner,
+            self.settings.lease_ttl_seconds,
+            self.settings.owner_max_running_turns,
         )
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
+        if isinstance(snapshot, Deferred):
+            metrics.TURNS_DEFERRED.inc()
+            return Outcome.DEFERRED, False
         logs.note_turn(snapshot.claim.turn_id)
         _count_claim(snapshot)
         attributes = {

@@ -5,6 +5,7 @@ housekeeping (`Upkeep`: orphans, the janitor, retention, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.deliveries import DeliveryStore, DueDelivery
+from app.worker.store.driver import DEFERRED_CLAIM, Deferred
 from app.worker.store.lifecycle import (
     Claim,
     Committed,
@@ -17,9 +18,11 @@ from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.store.upkeep import Pruned, StaleConversation, Upkeep
 
 __all__ = [
+    "DEFERRED_CLAIM",
     "Claim",
     "Clock",
     "Committed",
+    "Deferred",
     "DeliveryStore",
     "DueDelivery",
     "KeptOutput",

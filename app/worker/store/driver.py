@@ -21,8 +21,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from app.worker.store.fence import TRANSCRIPT, StepKind, Write
-from app.worker.store.journal import CLAIM_COMPOSITE, COMPOSITES, JSON_PARAMETERS, Composite
+from app.worker.store.fence import DEFERRED, OWNER_LOCK, TRANSCRIPT, StepKind, Write
+from app.worker.store.journal import (
+    CLAIM_COMPOSITE,
+    CLAIM_LIMITED_COMPOSITE,
+    COMPOSITES,
+    JSON_PARAMETERS,
+    Composite,
+)
 
 Row = tuple[Any, ...]
 
@@ -40,6 +46,13 @@ class Driver(Protocol):
         after it."""
         ...
 
+    def claim_limited(
+        self, claim: Mapping[str, Any], transcript: Mapping[str, Any]
+    ) -> ClaimRows | Deferred | None:
+        """The claim under the owner's limit (`claim["owner_limit"]`): as `claim`, or
+        `DEFERRED_CLAIM` when only the limit stood in the way (its heartbeat touched)."""
+        ...
+
     def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
         """A fenced UPDATE and its parts, atomically: the UPDATE's row, or None if the fence did
         not match (nothing was written). Raises `StepConflict` when the fence matched but a part
@@ -48,6 +61,16 @@ class Driver(Protocol):
 
 
 ClaimRows = tuple[Row, list[Row]]
+
+
+class Deferred:
+    """A claim the owner's limit refused: the conversation waits for one of its owner's turns."""
+
+    def __repr__(self) -> str:
+        return "DEFERRED_CLAIM"
+
+
+DEFERRED_CLAIM = Deferred()
 
 
 def make_driver(engine: Engine) -> Driver:
@@ -64,6 +87,9 @@ class PsycopgDriver:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._claim = self._prepare(CLAIM_COMPOSITE)
+        self._claim_limited = self._prepare(CLAIM_LIMITED_COMPOSITE)
+        self._owner_lock = DriverStatement(OWNER_LOCK, engine)
+        self._deferred = DriverStatement(DEFERRED, engine)
         self._transcript = DriverStatement(TRANSCRIPT, engine)
         self._ops = {op: self._prepare(composite) for op, composite in COMPOSITES.items()}
 
@@ -77,6 +103,20 @@ class PsycopgDriver:
             rows = self._claim.rows(connection, claim)
             if not rows:
                 return None
+            return rows[0], self._transcript.rows(connection, transcript)
+
+    def claim_limited(
+        self, claim: Mapping[str, Any], transcript: Mapping[str, Any]
+    ) -> ClaimRows | Deferred | None:
+        # The owner's lock first, then the claim as a statement of its own: it starts after
+        # any other claim of the owner committed, so its count sees that lease.
+        with autocommit_connection(self.engine) as connection:
+            with connection.transaction():
+                self._owner_lock.rows(connection, claim)
+                rows = self._claim_limited.rows(connection, claim)
+                if not rows:
+                    touched = self._deferred.rows(connection, claim)
+                    return DEFERRED_CLAIM if touched else None
             return rows[0], self._transcript.rows(connection, transcript)
 
     def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
@@ -148,6 +188,7 @@ class CoreDriver:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._claim = Sequenced(CLAIM_COMPOSITE)
+        self._claim_limited = Sequenced(CLAIM_LIMITED_COMPOSITE)
         self._ops = {op: Sequenced(composite) for op, composite in COMPOSITES.items()}
 
     def claim(self, claim: Mapping[str, Any], transcript: Mapping[str, Any]) -> ClaimRows | None:
@@ -155,6 +196,16 @@ class CoreDriver:
             found = self._claim.run(connection, claim)
             if found is None:
                 return None
+            return found, [tuple(m) for m in connection.execute(TRANSCRIPT, dict(transcript))]
+
+    def claim_limited(
+        self, claim: Mapping[str, Any], transcript: Mapping[str, Any]
+    ) -> ClaimRows | Deferred | None:
+        with self.engine.begin() as connection:  # (one writer at a time: the count is exact)
+            found = self._claim_limited.run(connection, claim)
+            if found is None:
+                touched = connection.execute(DEFERRED, dict(claim)).first()
+                return DEFERRED_CLAIM if touched is not None else None
             return found, [tuple(m) for m in connection.execute(TRANSCRIPT, dict(transcript))]
 
     def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
@@ -183,7 +234,9 @@ class Sequenced:
 
 
 __all__ = [
+    "DEFERRED_CLAIM",
     "CoreDriver",
+    "Deferred",
     "Driver",
     "DriverStatement",
     "PsycopgDriver",

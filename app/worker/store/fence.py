@@ -224,6 +224,43 @@ CLAIM = (
     .add_cte(CURRENT_TURN)
 )
 
+# Per-owner limits (`CHATWORKER_OWNER_MAX_RUNNING_TURNS`): the claim also needs fewer than
+# `owner_limit` of the owner's other conversations to hold a live lease. On PostgreSQL the claim
+# runs after OWNER_LOCK in one transaction, so two claims for one owner see each other's lease
+# (the second statement starts after the first commits); SQLite has one writer at a time.
+_others = conversations.alias("others")
+UNDER_OWNER_LIMIT = or_(
+    c.owner.is_(None),
+    select(func.count())
+    .select_from(_others)
+    .where(
+        _others.c.owner == c.owner,
+        _others.c.id != c.id,
+        _others.c.status.in_([literal(status) for status in RUNNING_STATUSES]),
+        _others.c.lease_owner.is_not(None),
+        _others.c.lease_expires_at >= NOW,
+    )
+    .scalar_subquery()
+    < bindparam("owner_limit", type_=Integer),
+)
+CLAIM_LIMITED = CLAIM.where(UNDER_OWNER_LIMIT)
+OWNER_LOCK_KEY = 7  # the seed of the owner's advisory lock key (`hashtextextended`)
+OWNER_LOCK = select(
+    func.pg_advisory_xact_lock(func.hashtextextended(c.owner, OWNER_LOCK_KEY))
+).where(c.id == bindparam("claim_id"), c.owner.is_not(None))
+# A claim the limit refused: the conversation waits for its owner's turn. Touching its
+# heartbeat says a worker saw it (the janitor leaves it alone; the sweep rings it again later).
+DEFERRED = (
+    update(conversations)
+    .where(
+        c.id == bindparam("claim_id"),
+        c.status.in_([literal(status) for status in RUNNING_STATUSES]),
+        (c.lease_owner.is_(None)) | (c.lease_expires_at < NOW),
+    )
+    .values(heartbeat_at=NOW)
+    .returning(c.id)
+)
+
 # tool_calls comes back as text, parsed by the caller: a driver's JSON loader costs ~4 us a value.
 TRANSCRIPT = (
     select(
@@ -339,7 +376,9 @@ __all__ = [
     "ADD_PROMPT",
     "CANCEL_ASKED",
     "CLAIM",
+    "CLAIM_LIMITED",
     "CURRENT_TURN",
+    "DEFERRED",
     "ENTERING",
     "ERROR",
     "FENCE",
@@ -347,6 +386,8 @@ __all__ = [
     "NEXT_TURN",
     "NOW",
     "OLD_STATUS",
+    "OWNER_LOCK",
+    "OWNER_LOCK_KEY",
     "PROGRESS",
     "SOURCE",
     "TRANSCRIPT",

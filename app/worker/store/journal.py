@@ -73,6 +73,7 @@ from app.worker.store.fence import (
     ADD_COST,
     ADD_PROMPT,
     CLAIM,
+    CLAIM_LIMITED,
     ERROR,
     HEADS,
     NOW,
@@ -322,10 +323,9 @@ def _claim_events(fenced: FromClause) -> list[Logged]:
 
 # --- the statements ---------------------------------------------------------------------------
 
-CLAIM_COMPOSITE = Composite(
-    CLAIM,
-    (_promote_message, _start_turn, _log(_claim_events, turn=lambda f: f.c.turn_id)),
-)
+_CLAIM_PARTS = (_promote_message, _start_turn, _log(_claim_events, turn=lambda f: f.c.turn_id))
+CLAIM_COMPOSITE = Composite(CLAIM, _CLAIM_PARTS)
+CLAIM_LIMITED_COMPOSITE = Composite(CLAIM_LIMITED, _CLAIM_PARTS)
 
 COMPOSITES: dict[Write | StepKind, Composite] = {
     Write.HEARTBEAT: Composite(HEADS[Write.HEARTBEAT]),
@@ -424,6 +424,7 @@ def message_parameters(entry: Entry) -> dict[str, Any]:
 
 __all__ = [
     "CLAIM_COMPOSITE",
+    "CLAIM_LIMITED_COMPOSITE",
     "COMPOSITES",
     "JSON_PARAMETERS",
     "TURN_ID",

@@ -26,7 +26,14 @@ from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
 from app.worker.store import fence, journal, outputs
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.driver import Op, Row, StepConflict, make_driver
+from app.worker.store.driver import (
+    ClaimRows,
+    Deferred,
+    Op,
+    Row,
+    StepConflict,
+    make_driver,
+)
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
@@ -81,22 +88,36 @@ class TurnStore:
         self.clock = clock
         self._driver = make_driver(engine)
 
-    def claim(self, conversation_id: uuid.UUID, owner: str, ttl: float) -> Snapshot | None:
-        """Take the lease if the conversation is running and nobody holds a live lease.
+    def claim(
+        self,
+        conversation_id: uuid.UUID,
+        owner: str,
+        ttl: float,
+        owner_limit: int | None = None,
+    ) -> Snapshot | Deferred | None:
+        """Take the lease if the conversation is running and nobody holds a live lease (and,
+        with `owner_limit`, fewer than that many of its owner's other conversations do).
 
-        Returns None when there is nothing to do or another worker owns it. The transcript is
-        read after the claim committed, so every step an earlier owner committed is in it.
+        Returns None when there is nothing to do or another worker owns it, `DEFERRED_CLAIM`
+        when only the owner's limit stood in the way. The transcript is read after the claim
+        committed, so every step an earlier owner committed is in it.
         """
         now = self.clock()
-        parameters = {
+        parameters: dict[str, Any] = {
             "claim_id": conversation_id,
             "claim_owner": owner,
             "now": now,
             "expires": now + timedelta(seconds=ttl),
         }
-        claimed = self._driver.claim(parameters, {"transcript_id": conversation_id})
-        if claimed is None:
-            return None
+        reading = {"transcript_id": conversation_id}
+        claimed: ClaimRows | Deferred | None
+        if owner_limit is None:
+            claimed = self._driver.claim(parameters, reading)
+        else:
+            parameters["owner_limit"] = owner_limit
+            claimed = self._driver.claim_limited(parameters, reading)
+        if claimed is None or isinstance(claimed, Deferred):
+            return claimed
         found, transcript = claimed
         row = _ClaimRow(*found)
         actions = _actions(row.turn_actions)

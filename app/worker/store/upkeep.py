@@ -117,6 +117,28 @@ class Upkeep:
             after = (last[0], last[1])
             total, batches = total + len(deleted), batches + 1
 
+    def owner_waiting(self, conversation_id: uuid.UUID, limit: int) -> list[uuid.UUID]:
+        """The oldest running conversations of this conversation's owner that no worker holds
+        (waiting for one of the owner's turns to end, under a per-owner limit)."""
+        owner = (
+            select(conversations.c.owner)
+            .where(conversations.c.id == conversation_id)
+            .scalar_subquery()
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(conversations.c.id)
+                .where(
+                    conversations.c.owner == owner,
+                    conversations.c.status.in_(RUNNING_STATUSES),
+                    conversations.c.lease_owner.is_(None),
+                    conversations.c.id != conversation_id,
+                )
+                .order_by(conversations.c.updated_at)
+                .limit(limit)
+            ).all()
+        return [row.id for row in rows]
+
     def orphans(self, older_than: float, limit: int = 500) -> list[tuple[uuid.UUID, int]]:
         """Running conversations nobody has touched for `older_than` seconds, with their attempts.
 
