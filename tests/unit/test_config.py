@@ -91,6 +91,14 @@ def test_empty_redis_url_means_in_process_broker(monkeypatch: pytest.MonkeyPatch
         ("CHATWORKER_MCP_SERVERS", '{"servers": {}}', "mcpServers"),
         ("CHATWORKER_MCP_SERVERS", '{"mcpServers": {"a": {}}}', "exactly one of"),
         ("CHATWORKER_MCP_SERVERS", "/no/such/file.json", "cannot read MCP servers file"),
+        ("CHATWORKER_API_RATE_LIMIT", "lots", "must be N/second, N/minute or N/hour"),
+        ("CHATWORKER_API_RATE_LIMIT", "0/minute", "must be N/second, N/minute or N/hour"),
+        ("CHATWORKER_API_RATE_LIMIT", "5/day", "must be N/second, N/minute or N/hour"),
+        ("CHATWORKER_OWNER_MAX_RUNNING_TURNS", "0", "greater than or equal to 1"),
+        ("CHATWORKER_OWNER_LIMIT_POLICY", "drop", "'queue' or 'reject'"),
+        ("CHATWORKER_WEBHOOK_RETRY_SCHEDULE", "5,soon", "seconds separated by commas"),
+        ("CHATWORKER_WEBHOOK_RETRY_SCHEDULE", "5,-1", "cannot be negative"),
+        ("CHATWORKER_WEBHOOK_TIMEOUT_SECONDS", "0", "greater than 0"),
     ],
 )
 def test_invalid_value_fails_naming_the_variable(
@@ -189,6 +197,10 @@ def test_the_api_auth_mode_is_api_keys_unless_set() -> None:
         ({"api_auth": "jwt"}, "CHATWORKER_JWT_SECRET must be set"),
         ({"api_auth": "jwt", "jwt_secret": "short"}, "at least 32 bytes"),
         ({"api_max_streams": 0}, "CHATWORKER_API_MAX_STREAMS"),
+        (
+            {"webhook_timeout_seconds": 30, "webhook_lease_seconds": 20},
+            "CHATWORKER_WEBHOOK_LEASE_SECONDS (20.0) must be longer than",
+        ),
     ],
 )
 def test_bad_api_settings_name_the_variable(overrides: dict[str, object], says: str) -> None:

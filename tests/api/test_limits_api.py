@@ -1,0 +1,103 @@
+"""Limits over HTTP (the app in process on SQLite, Redis from the test's services):
+
+| request                                              | answer                                   |
+|------------------------------------------------------|------------------------------------------|
+| a key's requests past `CHATWORKER_API_RATE_LIMIT`     | 429 rate_limited, `Retry-After`          |
+| any request of a limited key                          | `RateLimit-Limit/-Remaining/-Reset`      |
+| another key, another JWT subject                      | its own rate                             |
+| a message past the owner's running turns (`reject`)   | 429 too_many_running_turns, `Retry-After: 5` |
+
+The Redis limiter is shared by every API process (two limiters here, one limit), and lets a
+request through when Redis cannot be reached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import jwt
+import pytest
+from fastapi.testclient import TestClient
+
+from app.api import create_app
+from app.api.rate import RedisRateLimiter
+from app.client import ChatClient
+from app.config import load_settings
+from app.migrate import upgrade
+from tests.api.conftest import JWT_SECRET, assert_problem
+
+
+@pytest.fixture
+def limited(sqlite_url: str, redis_url: str) -> Iterator[tuple[TestClient, ChatClient]]:
+    upgrade(sqlite_url)
+    settings = load_settings(
+        database_url=sqlite_url,
+        redis_url=redis_url,
+        api_auth="api_key,jwt",
+        jwt_secret=JWT_SECRET,
+        api_rate_limit="3/minute",
+        owner_max_running_turns=1,
+        owner_limit_policy="reject",
+    )
+    client = ChatClient(settings, enqueue=lambda _cid: None)
+    with TestClient(create_app(settings)) as http:
+        yield http, client
+    client.close()
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_each_key_has_its_rate_and_is_told_where_it_stands(
+    limited: tuple[TestClient, ChatClient],
+) -> None:
+    http, client = limited
+    alice = bearer(client.create_key("alice")[1])
+    bob = bearer(client.create_key("bob")[1])
+    answers = [http.get("/v1/conversations", headers=alice) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert [a.headers["RateLimit-Remaining"] for a in answers] == ["2", "1", "0", "0"]
+    assert answers[0].headers["RateLimit-Limit"] == "3"
+    problem = assert_problem(answers[3], 429, "rate_limited")
+    assert "3/minute" in problem["detail"]
+    assert 15 <= int(answers[3].headers["Retry-After"]) <= 20  # one request per 20 s
+    assert http.get("/v1/conversations", headers=bob).status_code == 200
+    token = jwt.encode({"sub": "alice", "exp": int(time.time()) + 60}, JWT_SECRET, "HS256")
+    assert http.get("/v1/conversations", headers=bearer(token)).status_code == 200  # its own
+    assert http.get("/v1/health").status_code == 200  # not a caller's route
+
+
+def test_a_message_past_the_owner_s_running_turns_is_429_with_retry_after(
+    limited: tuple[TestClient, ChatClient],
+) -> None:
+    http, client = limited
+    alice = bearer(client.create_key("carol")[1])
+    first = http.post("/v1/conversations", json={}, headers=alice).json()["id"]
+    second = http.post("/v1/conversations", json={}, headers=alice).json()["id"]
+    assert (
+        http.post(f"/v1/conversations/{first}/messages", json={"text": "a"}, headers=alice)
+    ).status_code == 202
+    # (the rate: 3 a minute; a fresh key for the last request)
+    again = bearer(client.create_key("carol")[1])
+    refused = http.post(f"/v1/conversations/{second}/messages", json={"text": "b"}, headers=again)
+    problem = assert_problem(refused, 429, "too_many_running_turns")
+    assert refused.headers["Retry-After"] == "5"
+    assert "already runs 1 turns" in problem["detail"]
+    assert client.get_conversation(second).messages == []
+
+
+def test_the_redis_limit_is_shared_by_every_api_process(redis_url: str) -> None:
+    one, other = RedisRateLimiter("4/second", redis_url), RedisRateLimiter("4/second", redis_url)
+    verdicts = [limiter.check("key:shared") for limiter in (one, other, one, other, one)]
+    assert [v.allowed for v in verdicts] == [True, True, True, True, False]
+    assert [v.remaining for v in verdicts[:4]] == [3, 2, 1, 0]
+    assert 0.2 < verdicts[4].retry_after <= 0.25
+    time.sleep(0.26)
+    assert other.check("key:shared").allowed
+
+
+def test_without_redis_a_request_is_let_through() -> None:
+    down = RedisRateLimiter("1/hour", "redis://127.0.0.1:1/0")
+    assert all(down.check("key:x").allowed for _ in range(3))
