@@ -1,11 +1,11 @@
 """Limits over HTTP (the app in process on SQLite, Redis from the test's services):
 
-| request                                              | answer                                   |
-|------------------------------------------------------|------------------------------------------|
-| a key's requests past `CHATWORKER_API_RATE_LIMIT`     | 429 rate_limited, `Retry-After`          |
-| any request of a limited key                          | `RateLimit-Limit/-Remaining/-Reset`      |
-| another key, another JWT subject                      | its own rate                             |
-| a message past the owner's running turns (`reject`)   | 429 too_many_running_turns, `Retry-After: 5` |
+| request                                             | answer                                  |
+|-----------------------------------------------------|-----------------------------------------|
+| a key's requests past `CHATWORKER_API_RATE_LIMIT`    | 429 rate_limited, `Retry-After`         |
+| any request of a limited key                         | `RateLimit-Limit/-Remaining/-Reset`     |
+| another key, another JWT subject                     | its own rate                            |
+| a message past the owner's running turns (`reject`)  | 429 too_many_running_turns, Retry-After |
 
 The Redis limiter is shared by every API process (two limiters here, one limit), and lets a
 request through when Redis cannot be reached.

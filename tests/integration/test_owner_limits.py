@@ -6,12 +6,12 @@ heartbeat is touched, and it is rung again when one of the owner's turns ends, o
 other owners and ownerless conversations are never held back. With `reject` the web side refuses
 a turn that would be one too many:
 
-| call, the owner at its limit                             | answer                            |
-|----------------------------------------------------------|-----------------------------------|
-| a message to a resting conversation, or a retry          | `TooManyRunningTurns` (5 s), nothing written |
-| a message queued behind its own running turn (`enqueue`) | accepted (no more turns run)      |
-| the same idempotency key again                           | the first turn, as always         |
-| another owner's message                                  | accepted                          |
+| call, the owner at its limit                             | answer                              |
+|----------------------------------------------------------|-------------------------------------|
+| a message to a resting conversation, or a retry          | `TooManyRunningTurns`, nothing kept |
+| a message queued behind its own running turn (`enqueue`) | accepted (no more turns run)        |
+| the same idempotency key again                           | the first turn, as always           |
+| another owner's message                                  | accepted                            |
 
 The two-owner fairness figures are in the benchmark (`python -m bench --only fairness`).
 """
@@ -130,11 +130,15 @@ def test_claims_racing_for_one_owner_never_pass_its_limit(database_url: str, rou
         start = threading.Barrier(len(ids))
         results: list[object] = [None] * len(ids)
 
-        def claim(index: int) -> None:
+        def claim(
+            index: int, start: threading.Barrier, stores: list[TurnStore], ids: list[uuid.UUID]
+        ) -> None:
             start.wait()
             results[index] = stores[index].claim(ids[index], f"w{index}", 30, owner_limit=3)
 
-        threads = [threading.Thread(target=claim, args=(i,)) for i in range(len(ids))]
+        threads = [
+            threading.Thread(target=claim, args=(i, start, stores, ids)) for i in range(len(ids))
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
