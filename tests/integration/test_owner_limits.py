@@ -131,13 +131,18 @@ def test_claims_racing_for_one_owner_never_pass_its_limit(database_url: str, rou
         results: list[object] = [None] * len(ids)
 
         def claim(
-            index: int, start: threading.Barrier, stores: list[TurnStore], ids: list[uuid.UUID]
+            index: int,
+            start: threading.Barrier,
+            stores: list[TurnStore],
+            ids: list[uuid.UUID],
+            results: list[object],
         ) -> None:
             start.wait()
             results[index] = stores[index].claim(ids[index], f"w{index}", 30, owner_limit=3)
 
         threads = [
-            threading.Thread(target=claim, args=(i, start, stores, ids)) for i in range(len(ids))
+            threading.Thread(target=claim, args=(i, start, stores, ids, results))
+            for i in range(len(ids))
         ]
         for thread in threads:
             thread.start()
