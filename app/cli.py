@@ -606,13 +606,15 @@ def _prune(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(
             f"would delete {pruned.conversations} conversation(s) untouched since "
-            f"{before:%Y-%m-%d %H:%M} UTC"
+            f"{before:%Y-%m-%d %H:%M} UTC, and {pruned.deliveries} finished webhook "
+            "deliveries made before then"
         )
     else:
         print(
             f"deleted {pruned.conversations} conversation(s) untouched since "
             f"{before:%Y-%m-%d %H:%M} UTC in {pruned.batches} batch(es); the longest took "
-            f"{pruned.longest_batch_s * 1000:.0f} ms"
+            f"{pruned.longest_batch_s * 1000:.0f} ms; and {pruned.deliveries} finished webhook "
+            "deliveries"
         )
     return 0
 

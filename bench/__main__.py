@@ -25,6 +25,7 @@ from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
+from bench.fairness import measure_fairness
 from bench.followers import measure_followers
 from bench.footprint import measure_footprint
 from bench.history import measure_history
@@ -122,6 +123,10 @@ def pickup(ctx: Context) -> Measured:
     return rows, {"idle_ms": idle, "busy_ms": busy, "busy_with": busy_with}
 
 
+def fairness(ctx: Context) -> Measured:
+    return measure_fairness(ctx.processes, 2 if ctx.quick else 8)
+
+
 def throughput(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
         return measure_throughput(url, redis_db, workdir, 20 if ctx.quick else 300)
@@ -207,6 +212,7 @@ def ttft(ctx: Context) -> Measured:
 MEASURES: dict[str, Callable[[Context], Measured]] = {
     "overhead": overhead,
     "pickup": pickup,
+    "fairness": fairness,
     "throughput": throughput,
     "history": history,
     "janitor": janitor,
@@ -285,6 +291,14 @@ def _notes(extras: dict[str, Any]) -> None:
             f"metrics on (always), tracing on: {o['ratio_traced_to_best_floor']:.2f}x; tracing "
             f"costs {o['tracing_cost_ms']:+.3f} ms/iteration"
         )
+    if "fairness" in extras:
+        f = extras["fairness"]
+        for label, figures in f.items():
+            print(
+                f"fairness, {label}: bob's pickup p50 {median(figures['alone_ms']):.0f} ms alone, "
+                f"{median(figures['flooded_ms']):.0f} ms while alice floods "
+                f"({figures['flood_turns']} of her turns submitted)"
+            )
     if "history" in extras:
         h = extras["history"]
         print(

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select, update
 
-from app.models import Conversation, Event, Message, ToolOutput, Turn
+from app.models import Conversation, Event, Message, ToolOutput, Turn, WebhookDelivery
 from app.testing import fakes
 from app.worker.turn import Outcome
 from tests.integration.test_loop import World, make_tools, run
@@ -158,3 +158,28 @@ def test_a_bad_age_is_refused_and_deletes_nothing(
     refused = prune(database_url, *arguments)
     assert refused.returncode == 2
     assert refusal in refused.stderr
+
+
+def test_finished_webhook_deliveries_go_by_age_and_pending_ones_stay(world: World) -> None:
+    world.client.add_webhook("https://example.com/hooks")
+    ids = [world.conversation("hello", tools=[]) for _ in range(3)]
+    for conversation_id in ids:
+        replies = fakes.ScriptedModel(lambda _: fakes.text("hi"))
+        assert run(world.runner(replies), conversation_id) is Outcome.IDLE
+    table = WebhookDelivery.__table__
+    with world.engine.begin() as connection:
+        made = [row.id for row in connection.execute(select(table.c.id).order_by(table.c.id))]  # type: ignore[attr-defined]
+        assert len(made) == 3
+        for delivery_id, status in zip(made, ("delivered", "failed", "pending"), strict=True):
+            connection.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.id == delivery_id)
+                .values(status=status, created_at=LONG_AGO)
+            )
+    dry = world.upkeep.prune(datetime(2021, 1, 1, tzinfo=UTC), dry_run=True)
+    assert dry.deliveries == 2
+    pruned = world.upkeep.prune(datetime(2021, 1, 1, tzinfo=UTC), batch=1)
+    assert (pruned.conversations, pruned.deliveries) == (0, 2)
+    with world.engine.connect() as connection:
+        left = connection.execute(select(table.c.status)).scalars().all()  # type: ignore[attr-defined]
+    assert left == ["pending"]

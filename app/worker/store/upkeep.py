@@ -34,11 +34,13 @@ from sqlalchemy import (
 from app.models import (
     FAILED,
     IDLE,
+    PENDING,
     REQUIRES_ACTION,
     RUNNING_STATUSES,
     CatalogTool,
     Conversation,
     Turn,
+    WebhookDelivery,
 )
 from app.worker.ports import ToolDefinition
 from app.worker.store.clock import Clock, utc_now
@@ -47,6 +49,7 @@ from app.worker.store.fence import Write, fence_parameters
 from app.worker.store.journal import COMPOSITES, usage_parameters
 
 conversations = cast(Table, Conversation.__table__)
+deliveries = cast(Table, WebhookDelivery.__table__)
 catalog = cast(Table, CatalogTool.__table__)
 turns = cast(Table, Turn.__table__)
 JANITOR = "janitor"  # the lease owner for the moment the janitor fails a turn
@@ -68,6 +71,7 @@ class Pruned:
     conversations: int  # deleted (or, dry, found), with their turns, messages, events, outputs
     batches: int
     longest_batch_s: float  # the longest transaction: what a batch held its locks for
+    deliveries: int = 0  # finished webhook deliveries older than the cutoff (or, dry, found)
 
 
 class Upkeep:
@@ -85,12 +89,16 @@ class Upkeep:
         submit touches meanwhile is skipped: the DELETE checks the conditions again on the row
         it locks."""
         resting = _resting_before(before)
+        finished = and_(deliveries.c.status != PENDING, deliveries.c.created_at < before)
         if dry_run:
             with self.engine.connect() as connection:
                 found = connection.execute(
                     select(func.count()).select_from(conversations).where(resting)
                 ).scalar_one()
-            return Pruned(int(found), 0, 0.0)
+                sent = connection.execute(
+                    select(func.count()).select_from(deliveries).where(finished)
+                ).scalar_one()
+            return Pruned(int(found), 0, 0.0, int(sent))
         total, batches, longest = 0, 0, 0.0
         after: tuple[datetime, uuid.UUID] | None = None  # keyset: past the last batch's rows
         while True:
@@ -112,7 +120,7 @@ class Upkeep:
                 ).all()
             longest = max(longest, time.perf_counter() - started)
             if not deleted:
-                return Pruned(total, batches, longest)
+                return Pruned(total, batches, longest, self._prune_deliveries(finished, batch))
             last = max((row.updated_at, row.id) for row in deleted)
             after = (last[0], last[1])
             total, batches = total + len(deleted), batches + 1
@@ -138,6 +146,20 @@ class Upkeep:
                 .limit(limit)
             ).all()
         return [row.id for row in rows]
+
+    def _prune_deliveries(self, finished: Any, batch: int) -> int:
+        """Delivered and given-up webhook deliveries past the cutoff (they outlive their
+        conversation, so they go by age), `batch` at a time; a pending one is never deleted."""
+        total = 0
+        while True:
+            chosen = select(deliveries.c.id).where(finished).limit(batch)
+            with self.engine.begin() as connection:
+                deleted = connection.execute(
+                    delete(deliveries).where(deliveries.c.id.in_(chosen.scalar_subquery()))
+                ).rowcount
+            total += deleted
+            if deleted < batch:
+                return total
 
     def orphans(self, older_than: float, limit: int = 500) -> list[tuple[uuid.UUID, int]]:
         """Running conversations nobody has touched for `older_than` seconds, with their attempts.
