@@ -257,6 +257,11 @@ class Settings(BaseSettings):
         description="log lines as text, or one JSON object per line (with the conversation, "
         "turn and worker ids on every line of a turn)",
     )
+    metrics: bool = Field(
+        True,
+        description="record Prometheus metrics (false: nothing is recorded; the liveness "
+        "heartbeat still is)",
+    )
     metrics_port: int | None = Field(
         None,
         ge=1,

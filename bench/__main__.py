@@ -34,6 +34,7 @@ from bench.llmcpu import measure_llm_cpu
 from bench.overhead import (
     LOOP_TRACED,
     LOOP_WITHOUT_CACHE,
+    LOOP_WITHOUT_METRICS,
     Floor,
     enable_tracing,
     measure_floor,
@@ -88,11 +89,12 @@ def overhead(ctx: Context) -> Measured:
     with ctx.database() as url:
         floors = [measure_floor(url, conversations, floor) for floor in Floor]
         loop = measure_loop(url, conversations)
+        unmetered = measure_loop(url, conversations, LOOP_WITHOUT_METRICS, metrics=False)
         # Every echo result is also kept whole (tool_outputs): what that costs, same run.
         uncached = measure_loop(url, conversations, LOOP_WITHOUT_CACHE, session_cache=False)
         enable_tracing()  # (last: it stays on in this process)
         traced = measure_loop(url, conversations, LOOP_TRACED)
-    results = (*floors, loop, uncached, traced)
+    results = (*floors, loop, unmetered, uncached, traced)
     best = min(floors, key=lambda floor: floor.median)
     rows: list[Row] = [(r.name, r.median, r.p95, "ms/iteration") for r in results]
     rows += [
@@ -105,6 +107,8 @@ def overhead(ctx: Context) -> Measured:
         "best_floor": best.name,
         "session_cache_cost_ms": loop.median - uncached.median,
         "tracing_cost_ms": traced.median - loop.median,
+        "metrics_cost_ms": loop.median - unmetered.median,
+        "ratio_without_metrics_to_best_floor": unmetered.median / best.median,
         "ratio_traced_to_best_floor": traced.median / best.median,
         "ratio_without_cache_to_best_floor": uncached.median / best.median,
         "round_trips_per_iteration": {r.name: r.round_trips_per_iteration for r in results},
@@ -288,8 +292,10 @@ def _notes(extras: dict[str, Any]) -> None:
             f"keeping every output costs {o['session_cache_cost_ms']:+.3f} ms/iteration"
         )
         print(
-            f"metrics on (always), tracing on: {o['ratio_traced_to_best_floor']:.2f}x; tracing "
-            f"costs {o['tracing_cost_ms']:+.3f} ms/iteration"
+            f"metrics off: {o['ratio_without_metrics_to_best_floor']:.2f}x; metrics cost "
+            f"{o['metrics_cost_ms']:+.3f} ms/iteration. Metrics and tracing on: "
+            f"{o['ratio_traced_to_best_floor']:.2f}x; tracing costs "
+            f"{o['tracing_cost_ms']:+.3f} ms/iteration (goal: each <= 2)"
         )
     if "fairness" in extras:
         f = extras["fairness"]

@@ -3,10 +3,11 @@
 A real worker process (20 turns in flight) on Redis and PostgreSQL, the fake LLM answering
 alice's turns after `FLOOD_DELAY` seconds. Bob submits one turn at a time and we time each from
 its submit to his model request reaching the fake LLM: first alone (the floor), then while alice
-submits a turn every `FLOOD_INTERVAL` seconds, twice her share of the worker. Without a limit
-her turns take every slot and bob waits behind her backlog; with
-`CHATWORKER_OWNER_MAX_RUNNING_TURNS` her extra claims are deferred in a few milliseconds each
-and bob's turn gets a slot at once. Each setting runs in a fresh database.
+floods: she keeps `FLOOD_OUTSTANDING` turns submitted and unfinished at all times (five times
+what the worker runs at once), submitting a new one as each ends. Without a limit her turns
+take every slot and bob waits behind her backlog; with `CHATWORKER_OWNER_MAX_RUNNING_TURNS` her
+extra claims are deferred in a few milliseconds each and bob's turn gets a slot at once. Each
+setting runs in a fresh database.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import func, select
+
+from app.models import RUNNING_STATUSES
+from app.worker.store.upkeep import conversations
 from bench.stats import Row, median, p95
 from bench.workers import Rig, rig
 
 FLOOD = "flood-of-alice"
 FLOOD_DELAY = 1.0  # seconds each of alice's turns waits on the model
-FLOOD_INTERVAL = 0.025  # 40 turns a second, against a capacity of 20 a second
+FLOOD_OUTSTANDING = 100  # alice's turns submitted and not finished, at all times
 IN_FLIGHT = "20"
 LIMIT = "4"
 
@@ -60,7 +65,7 @@ def _phase(
             submitted = [0]
             flooder = threading.Thread(target=_flood, args=(bench, stop, submitted), daemon=True)
             flooder.start()
-            time.sleep(3.0)  # the backlog builds
+            time.sleep(2.0)  # the backlog builds
             try:
                 flooded = [_probe(bench, f"[bob flooded {n:03d}]") for n in range(probes)]
             finally:
@@ -72,13 +77,19 @@ def _phase(
 
 
 def _flood(bench: Rig, stop: threading.Event, submitted: list[int]) -> None:
-    next_at = time.monotonic()
+    outstanding = (
+        select(func.count())
+        .select_from(conversations)
+        .where(conversations.c.owner == "alice", conversations.c.status.in_(RUNNING_STATUSES))
+    )
     while not stop.is_set():
-        conversation_id = bench.client.create_conversation(owner="alice")
-        bench.client.submit_message(conversation_id, f"{FLOOD} {submitted[0]}")
-        submitted[0] += 1
-        next_at += FLOOD_INTERVAL
-        time.sleep(max(0.0, next_at - time.monotonic()))
+        with bench.client.engine.connect() as connection:
+            running = connection.execute(outstanding).scalar_one()
+        for _ in range(FLOOD_OUTSTANDING - running):
+            conversation_id = bench.client.create_conversation(owner="alice")
+            bench.client.submit_message(conversation_id, f"{FLOOD} {submitted[0]}")
+            submitted[0] += 1
+        time.sleep(0.05)
 
 
 def _probe(bench: Rig, text: str, timeout: float = 120) -> float:

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
+from app.telemetry import metrics
 from app.testing import fakes
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
@@ -80,6 +81,7 @@ WARM_UP_TURNS = 10
 LOOP = "durable loop (TurnRunner)"
 LOOP_WITHOUT_CACHE = "durable loop, session tool cache off"
 LOOP_TRACED = "durable loop, tracing on"
+LOOP_WITHOUT_METRICS = "durable loop, metrics off"
 
 
 def enable_tracing() -> None:
@@ -106,6 +108,7 @@ def measure_loop(
     engine = make_engine(database_url)
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     settings = load_settings(database_url=database_url, **overrides)
+    metrics.enable(settings.metrics)  # (as a worker host does; on again at the end)
     client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
     warm_up = _prepare(client, WARM_UP_TURNS)
     ids = _prepare(client, conversations)
@@ -136,6 +139,7 @@ def measure_loop(
         asyncio.run(run_all(traced_ids))
         trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
     engine.dispose()
+    metrics.enable(True)
     return Result(name, timed, trips)
 
 

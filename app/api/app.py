@@ -25,7 +25,7 @@ from app.api.routes import router
 from app.client import ChatClient
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.telemetry import tracing
+from app.telemetry import metrics, tracing
 
 PAGE = Path(__file__).parent / "page"
 # Beyond the largest message, its JSON escaping and the other fields: no valid request is larger.
@@ -37,6 +37,7 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
     database and Redis (closed with the app)."""
     settings = settings or get_settings()
     tracing.setup("chatworker-api")  # (only if the OTEL_* variables ask for traces)
+    metrics.enable(settings.metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -11,8 +11,10 @@ registry. Gauges say how processes combine (`livesum`: only live processes count
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -24,6 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.metrics import MetricWrapperBase
 
 from app.telemetry import MULTIPROC_ENV
 
@@ -152,6 +155,39 @@ EVENT_FOLLOWERS = Gauge(
 )
 
 
+class _Off:
+    """A metric that records nothing (`CHATWORKER_METRICS=false`)."""
+
+    def labels(self, *_values: Any, **_named: Any) -> _Off:
+        return self
+
+    def inc(self, *_args: Any, **_named: Any) -> None:
+        pass
+
+    dec = set = observe = inc
+
+    def track_inprogress(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    time = track_inprogress
+
+
+# Every metric but the hosts' heartbeat (the liveness probe reads it), by its module name.
+_RECORDING: dict[str, Any] = {
+    name: value
+    for name, value in globals().items()
+    if isinstance(value, MetricWrapperBase) and value is not HOST_HEARTBEAT
+}
+
+
+def enable(on: bool = True) -> None:
+    """Record (the default) or not: off, every metric here is a no-op in this process (the
+    callers read `metrics.NAME` when they record, so the switch reaches them)."""
+    off = _Off()
+    for name, metric in _RECORDING.items():
+        globals()[name] = metric if on else off
+
+
 def multiprocess_dir() -> str | None:
     return os.environ.get(MULTIPROC_ENV) or None
 
@@ -222,6 +258,7 @@ __all__ = [
     "WEBHOOK_DELIVERIES",
     "WEBHOOK_SECONDS",
     "beat",
+    "enable",
     "exposition",
     "multiprocess_dir",
     "oldest_heartbeat",

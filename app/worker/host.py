@@ -71,6 +71,7 @@ class WorkerHost:
         live: LiveChannel | None = None,
     ) -> None:
         self.settings = settings
+        metrics.enable(settings.metrics)
         self.tools = tools
         self.db = DatabaseThreads(DB_THREADS)
         self.upkeep = Upkeep(database)

@@ -155,6 +155,24 @@ def test_a_turn_that_waits_for_the_user_and_a_cancelled_one_are_counted(world: W
     assert here("chatworker_turns_ended_total", model=model, status="cancelled") == cancelled + 1
 
 
+def test_with_metrics_off_nothing_is_recorded_but_the_liveness_beat(world: World) -> None:
+    conversation_id = world.conversation()
+    model = world.client.get_conversation(conversation_id).model
+    ended = here("chatworker_turns_ended_total", model=model, status="completed")
+    metrics.enable(False)
+    try:
+        scripted = fakes.ScriptedModel(fakes.by_iteration([fakes.text("3")]))
+        assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
+        assert here("chatworker_turns_ended_total", model=model, status="completed") == ended
+        assert metrics.HOST_HEARTBEAT is not None
+        metrics.beat()  # still real: /healthz reads it
+    finally:
+        metrics.enable(True)
+    world.client.submit_message(conversation_id, "again")
+    assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
+    assert here("chatworker_turns_ended_total", model=model, status="completed") == ended + 1
+
+
 def test_a_lost_lease_and_the_janitor_s_failures_are_counted(world: World) -> None:
     conversation_id = world.conversation()
     lost = here("chatworker_leases_lost_total")
