@@ -32,6 +32,7 @@ from bench.history import measure_history
 from bench.janitor import measure_janitor
 from bench.llmcpu import measure_llm_cpu
 from bench.overhead import (
+    LOOP,
     LOOP_TRACED,
     LOOP_WITHOUT_CACHE,
     LOOP_WITHOUT_METRICS,
@@ -39,6 +40,7 @@ from bench.overhead import (
     enable_tracing,
     measure_floor,
     measure_loop,
+    measure_loops,
 )
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
@@ -88,10 +90,17 @@ def overhead(ctx: Context) -> Measured:
     conversations = 10 if ctx.quick else 200
     with ctx.database() as url:
         floors = [measure_floor(url, conversations, floor) for floor in Floor]
-        loop = measure_loop(url, conversations)
-        unmetered = measure_loop(url, conversations, LOOP_WITHOUT_METRICS, metrics=False)
-        # Every echo result is also kept whole (tool_outputs): what that costs, same run.
-        uncached = measure_loop(url, conversations, LOOP_WITHOUT_CACHE, session_cache=False)
+        # Turn by turn in turns: the default, metrics off, and every echo result not kept
+        # whole (the session tool cache off).
+        loop, unmetered, uncached = measure_loops(
+            url,
+            conversations,
+            {
+                LOOP: {},
+                LOOP_WITHOUT_METRICS: {"metrics": False},
+                LOOP_WITHOUT_CACHE: {"session_cache": False},
+            },
+        )
         enable_tracing()  # (last: it stays on in this process)
         traced = measure_loop(url, conversations, LOOP_TRACED)
     results = (*floors, loop, unmetered, uncached, traced)
@@ -128,7 +137,7 @@ def pickup(ctx: Context) -> Measured:
 
 
 def fairness(ctx: Context) -> Measured:
-    return measure_fairness(ctx.processes, 2 if ctx.quick else 8)
+    return measure_fairness(ctx.processes, 1 if ctx.quick else 8)
 
 
 def throughput(ctx: Context) -> Measured:

@@ -15,7 +15,7 @@ from app.config import load_settings
 from app.db import make_engine
 from app.testing import fakes
 from app.worker.ports import ModelReply, ModelRequest
-from app.worker.store import Snapshot, TurnStore, Upkeep
+from app.worker.store import Deferred, Snapshot, TurnStore, Upkeep
 from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.stats import Row, median, p95
@@ -72,10 +72,16 @@ class _TimedStore(TurnStore):
 
     claims: list[float]
 
-    def claim(self, conversation_id: uuid.UUID, owner: str, ttl: float) -> Snapshot | None:
+    def claim(
+        self,
+        conversation_id: uuid.UUID,
+        owner: str,
+        ttl: float,
+        owner_limit: int | None = None,
+    ) -> Snapshot | Deferred | None:
         started = time.perf_counter()
         try:
-            return super().claim(conversation_id, owner, ttl)
+            return super().claim(conversation_id, owner, ttl, owner_limit)
         finally:
             self.claims.append((time.perf_counter() - started) * 1000)
 

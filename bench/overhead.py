@@ -105,42 +105,72 @@ def measure_loop(
     database_url: str, conversations: int, name: str = LOOP, **overrides: Any
 ) -> Result:
     """The loop with the default settings, or with `overrides` (a variant's cost, same run)."""
+    return measure_loops(database_url, conversations, {name: overrides})[0]
+
+
+def measure_loops(
+    database_url: str, conversations: int, variants: dict[str, dict[str, Any]]
+) -> list[Result]:
+    """Each variant (its setting overrides) of the loop, measured turn by turn in turns: the
+    first turn of each, then the second of each, ..., so the machine's drift over the run
+    (another process, a warmer cache) falls on all of them alike."""
     engine = make_engine(database_url)
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
-    settings = load_settings(database_url=database_url, **overrides)
-    metrics.enable(settings.metrics)  # (as a worker host does; on again at the end)
-    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
-    warm_up = _prepare(client, WARM_UP_TURNS)
-    ids = _prepare(client, conversations)
-    traced_ids = _prepare(client, TRACED_TURNS)
-    runner = TurnRunner(
-        TurnStore(engine),
-        model=fakes.ScriptedModel(_model, record=False),
-        tools=tools,
-        settings=settings,
-        owner="bench",
-    )
-    samples = []
+    runs = []
+    for overrides in variants.values():
+        settings = load_settings(database_url=database_url, **overrides)
+        client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
+        runner = TurnRunner(
+            TurnStore(engine),
+            model=fakes.ScriptedModel(_model, record=False),
+            tools=tools,
+            settings=settings,
+            owner="bench",
+        )
+        runs.append(
+            (
+                settings,
+                runner,
+                _prepare(client, WARM_UP_TURNS),
+                _prepare(client, conversations),
+                _prepare(client, TRACED_TURNS),
+            )
+        )
+    samples: list[list[float]] = [[] for _ in runs]
 
-    async def run_all(ids: list[uuid.UUID]) -> None:
-        for conversation_id in ids:
-            started = time.perf_counter()
-            outcome = await runner.run(conversation_id)
-            elapsed = time.perf_counter() - started
-            assert outcome is Outcome.IDLE, outcome
-            samples.append(elapsed * 1000 / ITERATIONS_PER_TURN)
+    async def one(index: int, conversation_id: uuid.UUID) -> None:
+        settings, runner = runs[index][0], runs[index][1]
+        metrics.enable(settings.metrics)  # (as a worker host does)
+        started = time.perf_counter()
+        outcome = await runner.run(conversation_id)
+        elapsed = time.perf_counter() - started
+        assert outcome is Outcome.IDLE, outcome
+        samples[index].append(elapsed * 1000 / ITERATIONS_PER_TURN)
 
-    asyncio.run(run_all(warm_up))  # caches, prepared statements, pools: not what is measured
-    samples.clear()
-    asyncio.run(run_all(ids))
-    timed = list(samples)
+    async def interleaved(pick: int) -> None:
+        for turn in range(len(runs[0][pick])):
+            for index, run in enumerate(runs):
+                await one(index, run[pick][turn])
+
+    asyncio.run(interleaved(2))  # caches, prepared statements, pools: not what is measured
+    samples = [[] for _ in runs]
+    asyncio.run(interleaved(3))
+    timed = [list(each) for each in samples]
     engine.dispose()
-    with traced_engine(engine) as tracer:
-        asyncio.run(run_all(traced_ids))
-        trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
-    engine.dispose()
+    results = []
+    for index, name in enumerate(variants):
+        with traced_engine(engine) as tracer:
+            asyncio.run(interleaved_one(runs[index], one, index))
+            trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+        engine.dispose()
+        results.append(Result(name, timed[index], trips))
     metrics.enable(True)
-    return Result(name, timed, trips)
+    return results
+
+
+async def interleaved_one(run: tuple[Any, ...], one: Any, index: int) -> None:
+    for conversation_id in run[4]:
+        await one(index, conversation_id)
 
 
 class Floor(enum.Enum):

@@ -1,6 +1,6 @@
 """The benchmark runs (a smoke test of `python -m bench --quick`; its times are not checked).
 
-The measures run in four groups, as four tests, so the test processes share them out."""
+The measures run in five groups, as five tests, so the test processes share them out."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ GROUPS = {
             "CPU per litellm call",
             "ttft:",
         ),
+    ),
+    "owner fairness": (
+        ("fairness",),
+        ("fairness, no limit: bob alone", "fairness, owner limit 4: bob while alice floods"),
     ),
     "worker processes": (
         ("pickup", "capacity", "throughput"),
