@@ -21,6 +21,7 @@ from app.errors import (
     MessageTooLarge,
     TurnNotFound,
     UnknownTool,
+    WebhookNotFound,
 )
 from app.models import BUILTIN_TOOL_NAMES, MAX_IDEMPOTENCY_KEY_CHARS, TOOL_CHOICES
 
@@ -39,6 +40,11 @@ def parse_conversation_id(value: uuid.UUID | str) -> uuid.UUID:
 def parse_turn_id(value: uuid.UUID | str) -> uuid.UUID:
     """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
     return _parse_id(value, TurnNotFound, "turn")
+
+
+def parse_webhook_id(value: uuid.UUID | str) -> uuid.UUID:
+    """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
+    return _parse_id(value, WebhookNotFound, "webhook")
 
 
 def _parse_id(value: uuid.UUID | str, not_found: type[InvalidRequest], noun: str) -> uuid.UUID:

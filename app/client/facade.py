@@ -43,6 +43,7 @@ from app.client.checks import (
     check_tools_offered,
     parse_conversation_id,
     parse_turn_id,
+    parse_webhook_id,
 )
 from app.client.commands import REJECT, NewTurn
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
@@ -571,12 +572,12 @@ class ChatClient:
 
     def get_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> WebhookView:
         with self.engine.connect() as connection:
-            return webhooks.get_webhook(connection, _webhook_id(webhook_id), owner=owner)
+            return webhooks.get_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
 
     def remove_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> None:
         """The webhook and its deliveries, pending ones included; `WebhookNotFound`."""
         with self.engine.begin() as connection:
-            webhooks.remove_webhook(connection, _webhook_id(webhook_id), owner=owner)
+            webhooks.remove_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
 
     def list_deliveries(
         self,
@@ -589,7 +590,7 @@ class ChatClient:
         """The webhook's deliveries, newest first (`status='failed'`: the given-up ones)."""
         with self.engine.connect() as connection:
             return webhooks.list_deliveries(
-                connection, _webhook_id(webhook_id), owner=owner, status=status, limit=limit
+                connection, parse_webhook_id(webhook_id), owner=owner, status=status, limit=limit
             )
 
     def redeliver(
@@ -599,7 +600,9 @@ class ChatClient:
         if isinstance(delivery_id, bool) or not isinstance(delivery_id, int):
             raise WebhookNotFound(f"no delivery {delivery_id!r} (a delivery id is a number)")
         with self.engine.begin() as connection:
-            return webhooks.redeliver(connection, _webhook_id(webhook_id), delivery_id, owner=owner)
+            return webhooks.redeliver(
+                connection, parse_webhook_id(webhook_id), delivery_id, owner=owner
+            )
 
     def owner_of_key(self, text: str) -> str:
         """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
@@ -696,13 +699,6 @@ class ChatClient:
 def _starts_running(turn: NewTurn) -> bool:
     """The submit started a turn at once (not queued behind, repeated, or an answer)."""
     return not (turn.waits or turn.repeated or turn.resumes) and turn.message_seq is not None
-
-
-def _webhook_id(value: uuid.UUID | str) -> uuid.UUID:
-    try:
-        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
-    except ValueError:
-        raise WebhookNotFound(f"no webhook {value!r} (a webhook id is a UUID)") from None
 
 
 def _refuse_if_over_budget(connection: Connection, conversation_id: uuid.UUID) -> None:

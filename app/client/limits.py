@@ -17,11 +17,10 @@ from typing import cast as typed
 from sqlalchemy import Connection, Table, func, select
 
 from app.errors import TooManyRunningTurns
-from app.models import RUNNING_STATUSES, Conversation
+from app.models import OWNER_LOCK_SEED, RUNNING_STATUSES, Conversation
 
 conversations = typed(Table, Conversation.__table__)
 
-OWNER_LOCK_KEY = 7  # the same key as the worker's claim (fence.OWNER_LOCK_KEY)
 RETRY_AFTER_SECONDS = 5
 
 
@@ -32,7 +31,7 @@ def lock_owner(connection: Connection, conversation_id: uuid.UUID) -> str | None
     ).scalar_one_or_none()
     if owner is not None and connection.dialect.name == "postgresql":
         connection.execute(
-            select(func.pg_advisory_xact_lock(func.hashtextextended(owner, OWNER_LOCK_KEY)))
+            select(func.pg_advisory_xact_lock(func.hashtextextended(owner, OWNER_LOCK_SEED)))
         )
     return typed(str | None, owner)
 
@@ -53,4 +52,4 @@ def refuse_past_limit(connection: Connection, owner: str, limit: int) -> None:
         )
 
 
-__all__ = ["OWNER_LOCK_KEY", "RETRY_AFTER_SECONDS", "lock_owner", "refuse_past_limit"]
+__all__ = ["RETRY_AFTER_SECONDS", "lock_owner", "refuse_past_limit"]

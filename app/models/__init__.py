@@ -7,6 +7,7 @@ from app.models.budget import DAY, PERIODS, TOTAL, Budget
 from app.models.conversation import (
     FAILED,
     IDLE,
+    OWNER_LOCK_SEED,
     PROCESSING,
     RELEASED_LEASE,
     RUNNING_STATUSES,
@@ -104,6 +105,7 @@ __all__ = [
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_OWNER_CHARS",
     "MESSAGE_COMMITTED",
+    "OWNER_LOCK_SEED",
     "PENDING",
     "PERIODS",
     "PROCESSING",

@@ -43,6 +43,10 @@ TOOL_CHOICES = ("auto", "none", "required")
 
 #: The columns of a conversation that no worker holds: what every end of a lease writes (an answer,
 #: a failure, a release at shutdown, the janitor, a new turn from the web app). Defined once.
+#: The seed of an owner's advisory lock key (`hashtextextended(owner, seed)`), taken by the
+#: worker's limited claim and the web side's `reject` check alike (per-owner limits).
+OWNER_LOCK_SEED = 7
+
 RELEASED_LEASE: Mapping[str, None] = MappingProxyType(
     {"lease_owner": None, "lease_expires_at": None}
 )

@@ -45,7 +45,8 @@ START_FAILED = 5
 #: Threads for database calls (and the size of the connection pool they share).
 DB_THREADS = 8
 HEARTBEAT_SECONDS = 5.0  # how often the loop beats for the liveness probe
-#: Outcomes after which this worker released a lease it held: its owner may run another turn.
+#: Outcomes after which this worker released a lease it held (a turn ended or paused here): its
+#: webhook deliveries may be due, and its owner may run another turn.
 FREED_A_SLOT = frozenset({Outcome.IDLE, Outcome.FAILED, Outcome.CANCELLED, Outcome.WAITING})
 
 
@@ -207,8 +208,11 @@ class WorkerHost:
                 ):
                     outcome = await self.runner.run(conversation_id)
             log.info("conversation %s: %s", conversation_id, outcome.value)
-            if outcome in FREED_A_SLOT and self.settings.owner_max_running_turns is not None:
-                await self._ring_owner_waiting(conversation_id)
+            if outcome in FREED_A_SLOT:
+                if self.webhooks is not None:
+                    self.webhooks.poke()
+                if self.settings.owner_max_running_turns is not None:
+                    await self._ring_owner_waiting(conversation_id)
         except asyncio.CancelledError:
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
             self._requeue(conversation_id)  # let another worker go on now
@@ -217,8 +221,6 @@ class WorkerHost:
             log.exception("conversation %s: run crashed", conversation_id)
         finally:
             self._running.pop(conversation_id, None)
-            if self.webhooks is not None:
-                self.webhooks.poke()  # a turn that ended here may have deliveries due
             if conversation_id in self._again:
                 self._again.discard(conversation_id)
                 self._admit(conversation_id)

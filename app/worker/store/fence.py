@@ -51,6 +51,7 @@ from sqlalchemy import (
 from app.models import (
     FAILED,
     IDLE,
+    OWNER_LOCK_SEED,
     PROCESSING,
     RELEASED_LEASE,
     RUNNING_STATUSES,
@@ -244,9 +245,8 @@ UNDER_OWNER_LIMIT = or_(
     < bindparam("owner_limit", type_=Integer),
 )
 CLAIM_LIMITED = CLAIM.where(UNDER_OWNER_LIMIT)
-OWNER_LOCK_KEY = 7  # the seed of the owner's advisory lock key (`hashtextextended`)
 OWNER_LOCK = select(
-    func.pg_advisory_xact_lock(func.hashtextextended(c.owner, OWNER_LOCK_KEY))
+    func.pg_advisory_xact_lock(func.hashtextextended(c.owner, OWNER_LOCK_SEED))
 ).where(c.id == bindparam("claim_id"), c.owner.is_not(None))
 # A claim the limit refused: the conversation waits for its owner's turn. Touching its
 # heartbeat says a worker saw it (the janitor leaves it alone; the sweep rings it again later).
@@ -387,7 +387,6 @@ __all__ = [
     "NOW",
     "OLD_STATUS",
     "OWNER_LOCK",
-    "OWNER_LOCK_KEY",
     "PROGRESS",
     "SOURCE",
     "TRANSCRIPT",
