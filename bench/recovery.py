@@ -13,7 +13,7 @@ from bench.workers import Rig, rig
 
 SLOW_STEP = {"delay": 3, "text": "ok"}
 GOAL_SECONDS = 60.0
-# The production defaults (app/config.py) instead of the tests' short lease.
+# The production defaults (app/config/worker_settings.py) instead of the tests' short lease.
 PRODUCTION_LEASE = {
     "CHATWORKER_LEASE_TTL_SECONDS": "30",
     "CHATWORKER_HEARTBEAT_SECONDS": "10",

@@ -1,0 +1,63 @@
+"""The model section: which model a turn calls, how, and how its reply reaches the readers.
+
+Any litellm model string works; the default is the built-in offline demo model.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, SecretStr
+
+from app.config.section import Section
+
+DEMO_MODEL = "demo/offline"
+
+
+class ModelSettings(Section):
+    """The model, its endpoint and key, timeouts and retries, and the live stream of its reply."""
+
+    title: ClassVar[str] = "Model"
+
+    model: str = Field(
+        DEMO_MODEL,
+        min_length=1,
+        description="default litellm model string of new conversations, e.g. "
+        "`openai/gpt-4o-mini` (the default is the built-in offline demo model)",
+    )
+    llm_api_base: str | None = Field(
+        None, description="base URL of an OpenAI-compatible API (a local server, a gateway)"
+    )
+    llm_api_key: SecretStr | None = Field(
+        None,
+        description="API key for the model (unset: litellm reads the provider's own variable, "
+        "`OPENAI_API_KEY`, ...); never written to the database, logs or errors",
+    )
+    max_iterations: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        description='LLM calls allowed in one turn; the next one fails the turn with "Max tool '
+        'iterations reached"',
+    )
+    llm_timeout_seconds: float = Field(120, gt=0, description="timeout of one LLM request")
+    llm_max_retry_after_seconds: float = Field(
+        60,
+        ge=0,
+        le=3600,
+        description='a transient error (429, 503, "rate", "overloaded") is retried after max(3 s '
+        "then 6 s, the provider's `Retry-After` / `retry-after-ms`), 3 attempts in all; a "
+        "provider asking for a longer wait than this fails the turn at once, its wait in the error",
+    )
+    llm_stream: bool = Field(
+        True,
+        description="ask the model for a stream and show its reply live as it forms (the "
+        "committed reply is the same either way)",
+    )
+    live_flush_seconds: float = Field(
+        0.05,
+        ge=0.001,
+        le=5,
+        description="a streamed reply's fragments are sent to readers at most this often (one "
+        "Redis write per interval, not per token; the first at once)",
+    )
