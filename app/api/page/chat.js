@@ -3,13 +3,14 @@
 // controls, the URL (#c=<id>), the credentials, and the wiring of the user's actions.
 //
 // The modules: api.js (the /v1 calls), sse.js (the resumable stream), transcript.js (events to
-// the view model, pure), render.js and markdown.js (the view model as elements), view.js (the open
-// conversation), actions.js (send, cancel, retry, answer), conversations.js (the list), tools.js.
+// the view model, pure), render.js and markdown.js (the view model as elements; dom.js builds
+// them), view.js (the open conversation), actions.js (send, cancel, retry, answer),
+// conversations.js (the list), tools.js (the tool choice and the browser's own tools).
 
 import { cancel, retry, send } from "./actions.js";
 import { ApiError, createApi } from "./api.js";
 import { ConversationList, titleOf } from "./conversations.js";
-import { h } from "./render.js";
+import { h } from "./dom.js";
 import { toolChoices } from "./tools.js";
 import { isBusy, statusOf } from "./transcript.js";
 import { View } from "./view.js";

@@ -3,7 +3,7 @@
 // older"), refreshed a little after the open conversation's status changes.
 
 import { ApiError } from "./api.js";
-import { h } from "./render.js";
+import { h } from "./dom.js";
 
 /**
  * @typedef {import("./api.js").Api} Api

@@ -2,6 +2,7 @@
 // Rendering: the transcript's view model as DOM elements, redrawn by key only where an item
 // changed (so a focused button or a selection survives the next event).
 
+import { h } from "./dom.js";
 import { markdown } from "./markdown.js";
 
 /**
@@ -15,26 +16,6 @@ import { markdown } from "./markdown.js";
  * @typedef {{onAnswer: (item: ActionItem, answer: Answer, element: HTMLElement) => void,
  *   runsHere: (name: string) => boolean}} ActionHandlers
  */
-
-/**
- * An element: `class`, `text` (its text content) and attributes (null, undefined and false are
- * left out; true is an empty attribute), then its children.
- * @param {string} tag
- * @param {Record<string, string | number | boolean | null | undefined>} [attributes]
- * @param {...(Node | string | null | undefined)} children
- * @returns {HTMLElement}
- */
-export function h(tag, attributes = {}, ...children) {
-  const element = document.createElement(tag);
-  for (const [name, value] of Object.entries(attributes)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name === "class") element.className = String(value);
-    else if (name === "text") element.textContent = String(value);
-    else element.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children) if (child !== null && child !== undefined) element.append(child);
-  return element;
-}
 
 /** Words for a screen reader only. @param {string} text */
 const spoken = (text) => h("span", { class: "visually-hidden", text });

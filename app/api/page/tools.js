@@ -2,7 +2,7 @@
 // Tools: the checkboxes of the workers' tools for a new conversation, and the tools this page
 // runs itself when the model calls them (client tools: the turn waits for their output).
 
-import { h } from "./render.js";
+import { h } from "./dom.js";
 
 /**
  * @typedef {import("./api.js").Tool} Tool
