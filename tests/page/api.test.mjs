@@ -82,7 +82,10 @@ test("a refusal without a problem body gets a code and detail from its status", 
 });
 
 test("a 503 is retried after its Retry-After, then the answer is returned", async () => {
-  const { api, sent, slept } = fake([reply(503, {}, { "Retry-After": "2" }), reply(200, { id: "t1" })]);
+  const { api, sent, slept } = fake([
+    reply(503, {}, { "Retry-After": "2" }),
+    reply(200, { id: "t1" }),
+  ]);
   assert.deepEqual(await api.turn("t1"), { id: "t1" });
   assert.equal(sent.length, 2);
   assert.deepEqual(slept, [2000]);

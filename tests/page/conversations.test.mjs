@@ -38,14 +38,23 @@ test("a conversation without a title of ours is called Conversation", () => {
 test("the first page replaces the list, an older page is appended to it", () => {
   const shown = [conversation("b"), conversation("a")];
   const newest = { data: [conversation("c"), conversation("b")], next_before: "b" };
-  assert.deepEqual(merged(shown, newest, false).map((c) => c.id), ["c", "b"]);
+  assert.deepEqual(
+    merged(shown, newest, false).map((c) => c.id),
+    ["c", "b"],
+  );
   const older = { data: [conversation("z")], next_before: null };
-  assert.deepEqual(merged(shown, older, true).map((c) => c.id), ["b", "a", "z"]);
+  assert.deepEqual(
+    merged(shown, older, true).map((c) => c.id),
+    ["b", "a", "z"],
+  );
 });
 
 test("a new conversation declares the browser's tools, which this page runs", () => {
   const tools = browserToolDefinitions();
-  assert.deepEqual(tools.map((tool) => tool.name), ["browser_locale"]);
+  assert.deepEqual(
+    tools.map((tool) => tool.name),
+    ["browser_locale"],
+  );
   assert.deepEqual(tools[0].parameters, { type: "object", properties: {} });
   assert.equal(runsHere("browser_locale"), true);
   assert.equal(runsHere("add"), false);

@@ -111,7 +111,9 @@ describe("deltas", () => {
 
   test("tool call arguments form by call index, with the call's id and name", () => {
     const t = walk([
-      delta(2, "s", 0, [{ part: "call", index: 1, offset: 0, text: '{"b"', call_id: "c1", name: "add" }]),
+      delta(2, "s", 0, [
+        { part: "call", index: 1, offset: 0, text: '{"b"', call_id: "c1", name: "add" },
+      ]),
       delta(2, "s", 1, [
         { part: "call", index: 0, offset: 0, text: "{}", call_id: "c0", name: "now" },
         { part: "call", index: 1, offset: 4, text: ":3}" },
@@ -128,7 +130,10 @@ describe("deltas", () => {
 
   test("partial replies of two messages are kept in message order", () => {
     const t = walk([delta(6, "s", 0, [text(0, "later")]), delta(4, "s", 0, [text(0, "first")])]);
-    assert.deepEqual(t.partials.map((p) => p.messageSeq), [4, 6]);
+    assert.deepEqual(
+      t.partials.map((p) => p.messageSeq),
+      [4, 6],
+    );
   });
 
   test("a new stream (a retried model call) replaces the old attempt's words", () => {
@@ -156,7 +161,10 @@ describe("discards and commits", () => {
   });
 
   test("the committed message replaces its preview", () => {
-    const t = walk([delta(4, "s", 0, [text(0, "Two plus")]), message(9, 4, "assistant", "Two plus three.")]);
+    const t = walk([
+      delta(4, "s", 0, [text(0, "Two plus")]),
+      message(9, 4, "assistant", "Two plus three."),
+    ]);
     assert.deepEqual(t.partials, []);
     assert.deepEqual(shown(t), ["assistant:Two plus three."]);
   });
@@ -170,7 +178,12 @@ describe("discards and commits", () => {
 describe("committed events", () => {
   test("a whole turn: the user's message, the call, its result, the answer, in order", () => {
     const t = walk(TURN_EVENTS);
-    assert.deepEqual(shown(t), ["user:What is 2 plus 3?", "assistant:null", "tool:5", "assistant:Two plus three is five."]);
+    assert.deepEqual(shown(t), [
+      "user:What is 2 plus 3?",
+      "assistant:null",
+      "tool:5",
+      "assistant:Two plus three is five.",
+    ]);
     assert.deepEqual(t.partials, []);
     assert.equal(t.lastSeq, 11);
     assert.equal(t.status, "idle");
@@ -237,7 +250,13 @@ describe("requires_action", () => {
     message_seq: 1,
     actions: [
       { call_id: "erase", kind: "approval", name: "erase_notes", arguments: {}, answered: false },
-      { call_id: "where", kind: "client_tool", name: "browser_locale", arguments: {}, answered: false },
+      {
+        call_id: "where",
+        kind: "client_tool",
+        name: "browser_locale",
+        arguments: {},
+        answered: false,
+      },
     ],
   });
   const waiting = walk([
@@ -258,9 +277,13 @@ describe("requires_action", () => {
   });
 
   test("an answer from this page marks the action answered, an approval with its decision", () => {
-    const t = withAnswer(withAnswer(withActions(waiting, turn), "erase", { approve: true }), "where", {
-      output: "{}",
-    });
+    const t = withAnswer(
+      withAnswer(withActions(waiting, turn), "erase", { approve: true }),
+      "where",
+      {
+        output: "{}",
+      },
+    );
     const actions = t.items.flatMap((item) => (item.kind === "action" ? [item.action] : []));
     assert.deepEqual(
       actions.map((a) => [a.call_id, a.answered, a.decision]),
@@ -274,17 +297,20 @@ describe("requires_action", () => {
 
   test("the turn started again (the answers are in) no longer waits", () => {
     const t = apply(waiting, committed(4, "turn.started"));
-    assert.deepEqual(statusOf(apply(t, committed(5, "status.changed", { status: "processing" })), "open"), [
-      "processing",
-      "Thinking…",
-    ]);
+    assert.deepEqual(
+      statusOf(apply(t, committed(5, "status.changed", { status: "processing" })), "open"),
+      ["processing", "Thinking…"],
+    );
     assert.equal(t.turns[0].waiting, false);
   });
 });
 
 describe("cancel, errors and queued messages", () => {
   test("cancel: cancelling while it runs, then a note and a ready page", () => {
-    const running = walk([committed(1, "turn.started"), committed(2, "status.changed", { status: "tool_loop" })]);
+    const running = walk([
+      committed(1, "turn.started"),
+      committed(2, "status.changed", { status: "tool_loop" }),
+    ]);
     const cancelling = apply(running, committed(3, "turn.cancel_requested"));
     assert.deepEqual(statusOf(cancelling, "open"), ["cancelling", "Cancelling…"]);
     const done = walk(
@@ -310,14 +336,20 @@ describe("cancel, errors and queued messages", () => {
     ]);
     assert.deepEqual(shown(t), ["note:Turn 1 failed: the model refused"]);
     assert.deepEqual(statusOf(t, "open"), ["failed", "Failed: the model refused"]);
-    const retried = walk([committed(4, "turn.started"), committed(5, "status.changed", { status: "processing" })], t);
+    const retried = walk(
+      [committed(4, "turn.started"), committed(5, "status.changed", { status: "processing" })],
+      t,
+    );
     assert.equal(retried.error, null);
   });
 
   test("a message queued behind a turn shows as waiting until its own turn begins", () => {
     const queued = { id: NEXT_TURN, number: 2, message_seq: null };
     const t = withWaiting(empty(), queued, "And then?");
-    assert.deepEqual(t.waiting.map((w) => w.text), ["And then?"]);
+    assert.deepEqual(
+      t.waiting.map((w) => w.text),
+      ["And then?"],
+    );
     assert.equal(withWaiting(t, queued, "And then?"), t);
     const stillQueued = apply(t, committed(1, "turn.queued", { turn_id: NEXT_TURN }));
     assert.equal(stillQueued.waiting.length, 1);

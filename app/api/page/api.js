@@ -43,7 +43,11 @@ const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  * @param {{token: () => string, fetch?: typeof fetch, sleep?: (ms: number) => Promise<unknown>}}
  *   options
  */
-export function createApi({ token, fetch: send = (input, init) => fetch(input, init), sleep = pause }) {
+export function createApi({
+  token,
+  fetch: send = (input, init) => fetch(input, init),
+  sleep = pause,
+}) {
   /** @returns {Record<string, string>} */
   const authHeaders = () => {
     const current = token();

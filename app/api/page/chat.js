@@ -189,8 +189,12 @@ function render() {
   els.retry.hidden = !view || view.transcript.status !== "failed" || busy;
   const connection = view ? view.connection : "closed";
   els.connection.dataset.state = connection;
-  els.connection.textContent =
-    { connecting: "Connecting…", reconnecting: "Reconnecting…", open: "", closed: "" }[connection];
+  els.connection.textContent = {
+    connecting: "Connecting…",
+    reconnecting: "Reconnecting…",
+    open: "",
+    closed: "",
+  }[connection];
   els.send.disabled = state.sending;
   els.send.setAttribute("aria-busy", state.sending ? "true" : "false");
 }

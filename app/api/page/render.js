@@ -210,8 +210,12 @@ function actionElement(item, { onAnswer, runsHere }) {
       attributes,
       h("div", { class: "tool-head" }, "Approve running ", h("b", { text: action.name }), "?"),
       h("pre", { class: "tool-output", text: shownArguments(JSON.stringify(action.arguments)) }),
-      action.reason ? h("p", { class: "reason", text: `Why you are asked: ${action.reason}.` }) : null,
-      action.decision ? h("small", { class: "hint decision", text: `You ${action.decision} it.` }) : null,
+      action.reason
+        ? h("p", { class: "reason", text: `Why you are asked: ${action.reason}.` })
+        : null,
+      action.decision
+        ? h("small", { class: "hint decision", text: `You ${action.decision} it.` })
+        : null,
     );
     if (!action.answered) {
       /** @param {boolean} approve */

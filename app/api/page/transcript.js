@@ -108,7 +108,8 @@ function applyCommitted(t, type, event) {
   const number = turn ? turn.number : undefined;
   const current = next.turns.find((state) => state.id === turnId);
   /** @param {string} text */
-  const note = (text) => withItem(next, { kind: "note", key: `note-${event.seq}`, seq: event.seq, event: type, text });
+  const note = (text) =>
+    withItem(next, { kind: "note", key: `note-${event.seq}`, seq: event.seq, event: type, text });
   switch (type) {
     case "message.committed":
       return event.message ? commitMessage(next, event.message) : next;
@@ -121,9 +122,7 @@ function applyCommitted(t, type, event) {
     case "turn.started":
     case "turn.resumed":
       next = withTurn(next, turnId, { number, cancelling: false, ...current, waiting: false });
-      return type === "turn.resumed"
-        ? note(`Turn ${number} resumed after an interruption.`)
-        : next;
+      return type === "turn.resumed" ? note(`Turn ${number} resumed after an interruption.`) : next;
     case "turn.cancel_requested":
       return current ? withTurn(next, turnId, { ...current, cancelling: true }) : next;
     case "turn.completed":
@@ -258,7 +257,12 @@ export function withActions(t, turn) {
   let next = t;
   for (const action of turn.actions || []) {
     if (hasAction(next, action.call_id)) continue; // drawn already (a replayed event)
-    next = withItem(next, { kind: "action", key: `action-${action.call_id}`, turnId: turn.id, action });
+    next = withItem(next, {
+      kind: "action",
+      key: `action-${action.call_id}`,
+      turnId: turn.id,
+      action,
+    });
   }
   return next;
 }

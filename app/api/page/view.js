@@ -139,11 +139,18 @@ export class View {
       return;
     }
     if (this.closed) return;
-    const fresh = (turn.actions || []).filter((action) => !hasAction(this.transcript, action.call_id));
+    const fresh = (turn.actions || []).filter(
+      (action) => !hasAction(this.transcript, action.call_id),
+    );
     this.update((t) => withActions(t, turn));
     for (const action of fresh) {
       if (action.kind !== "client_tool" || action.answered || !runsHere(action.name)) continue;
-      const item = { kind: /** @type {const} */ ("action"), key: `action-${action.call_id}`, turnId, action };
+      const item = {
+        kind: /** @type {const} */ ("action"),
+        key: `action-${action.call_id}`,
+        turnId,
+        action,
+      };
       answerAction(this, item, { output: runBrowserTool(action.name, action.arguments || {}) });
     }
   }
