@@ -6,6 +6,9 @@ What a user sees must be what the API recorded: the words as they stream, each t
 result, a cancelled turn, and, after a dropped connection and a reload mid-turn, the same
 transcript as `GET /v1/conversations/{id}`, nothing missing and nothing twice.
 
+A reply in Markdown is drawn as such (code, lists, tables, links), and what it holds that would
+run (a script, an event handler, a `javascript:` link) never reaches the page.
+
 `CHATWORKER_SCREENSHOT=1` saves the page mid-turn to docs/chat-page.png.
 """
 
@@ -346,6 +349,50 @@ def test_a_dropped_connection_and_a_reload_mid_turn_miss_nothing_and_repeat_noth
     expect(page).to_have_url(re.compile(f"#c={conversation_id}$"))
     expect(answer).to_have_text(STORY, timeout=WAIT_MS)
     _assert_page_shows(page, messages)
+
+
+MARKDOWN = """Here is the fix:
+
+```python
+print("<b>hi</b>")
+```
+
+- first
+- second
+
+| name | value |
+|------|-------|
+| a    | 1     |
+
+See [the docs](https://example.com/docs).
+
+<script>window.pwned = "script"</script>
+<img src="data:," onerror="window.pwned = 'img'">
+<a href="javascript:window.pwned = 'link'">a trap</a>"""
+
+
+def test_a_reply_in_markdown_shows_its_code_list_table_and_link_and_runs_no_script(
+    page: Any, server: ApiProcess, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.script([{"text": MARKDOWN}], match="Show me Markdown")
+    _send(page, "Show me Markdown")
+
+    reply = page.locator("#transcript [data-role=assistant] > .text")
+    code = reply.locator("pre > code")
+    expect(code).to_have_text('print("<b>hi</b>")\n', timeout=WAIT_MS)  # as text, not a tag
+    expect(reply.locator("ul > li")).to_have_text(["first", "second"])
+    expect(reply.locator("table td")).to_have_text(["a", "1"])
+    link = reply.locator("a[href='https://example.com/docs']")
+    expect(link).to_have_text("the docs")
+    expect(link).to_have_attribute("rel", "noopener noreferrer")
+    expect(reply).to_contain_text("a trap")
+
+    # What would run is gone from the page, and nothing ran.
+    expect(page.locator("#transcript script")).to_have_count(0)
+    expect(page.locator("#transcript [onerror]")).to_have_count(0)
+    expect(page.locator("#transcript a[href^='javascript:']")).to_have_count(0)
+    expect(code.locator("b")).to_have_count(0)
+    assert page.evaluate("window.pwned") is None
 
 
 def test_a_refusal_shows_the_problem_detail(page: Any, server: ApiProcess) -> None:

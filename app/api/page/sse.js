@@ -1,22 +1,38 @@
+// @ts-check
 // Server-sent events over fetch(): unlike EventSource it can send `Authorization`, and the
 // reconnection is ours, so it resumes exactly where it stopped (`Last-Event-ID`).
 
+/**
+ * @typedef {{type: string, data: string, id: string | null}} SSEEvent
+ * @typedef {import("./transcript.js").Problem} Problem
+ * @typedef {"connecting" | "open" | "reconnecting" | "closed"} StreamState
+ * @typedef {{url: string, headers: () => Record<string, string>,
+ *   onEvent: (event: SSEEvent) => void, onState?: (state: StreamState) => void,
+ *   onProblem?: (problem: Problem, response: Response) => "retry" | "restart" | "stop",
+ *   lastEventId?: string | null}} StreamOptions
+ */
+
 /** Splits a text/event-stream into events (the WHATWG parsing rules, minus `retry`). */
 export class SSEParser {
-  /** @param {(event: {type: string, data: string, id: string|null}) => void} onEvent */
+  /** @param {(event: SSEEvent) => void} onEvent */
   constructor(onEvent) {
     this.onEvent = onEvent;
     this.buffer = "";
-    this.reset();
+    this.type = "";
+    /** @type {string[]} */
+    this.data = [];
+    /** @type {string | null} this event's own `id:` (null: it had none, e.g. stream.end) */
+    this.id = null;
   }
 
   reset() {
     this.type = "";
     this.data = [];
-    this.id = null; // this event's own `id:` (null: it had none, e.g. stream.end)
+    this.id = null;
   }
 
-  /** Feed decoded text; complete lines are processed, the rest waits for more. */
+  /** Feed decoded text; complete lines are processed, the rest waits for more.
+   * @param {string} text */
   push(text) {
     this.buffer += text;
     const newline = /\r\n|\r|\n/g;
@@ -31,6 +47,7 @@ export class SSEParser {
     this.buffer = this.buffer.slice(start);
   }
 
+  /** @param {string} line */
   line(line) {
     if (line === "") {
       if (this.data.length > 0) {
@@ -50,6 +67,7 @@ export class SSEParser {
   }
 }
 
+/** @param {number} ms */
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -64,14 +82,17 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
  *               the cursor is unknown) or "stop"
  */
 export class ResumableStream {
+  /** @param {StreamOptions} options */
   constructor({ url, headers, onEvent, onState, onProblem, lastEventId = null }) {
     this.url = url;
     this.headers = headers;
     this.onEvent = onEvent;
     this.onState = onState || (() => {});
     this.onProblem = onProblem || (() => "stop");
+    /** @type {string | null} */
     this.lastEventId = lastEventId;
     this.stopped = false;
+    /** @type {AbortController | null} */
     this.controller = null;
   }
 
@@ -100,6 +121,7 @@ export class ResumableStream {
       first = false;
       const controller = new AbortController();
       this.controller = controller;
+      /** @type {Record<string, string>} */
       const headers = { Accept: "text/event-stream", ...this.headers() };
       if (this.lastEventId !== null) headers["Last-Event-ID"] = this.lastEventId;
       let response;
@@ -134,6 +156,7 @@ export class ResumableStream {
     }
   }
 
+  /** @param {Response} response @param {AbortController} controller */
   async read(response, controller) {
     const parser = new SSEParser((event) => {
       if (this.stopped || controller.signal.aborted) return;
@@ -144,6 +167,7 @@ export class ResumableStream {
         console.error("chatworker: could not show an event", event, error);
       }
     });
+    if (!response.body) return;
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     try {
@@ -160,7 +184,9 @@ export class ResumableStream {
   }
 }
 
-/** The RFC 9457 body of a refused request, or one made up from the status. */
+/** The RFC 9457 body of a refused request, or one made up from the status.
+ * @param {Response} response
+ * @returns {Promise<Problem>} */
 export async function readProblem(response) {
   let body = null;
   try {
