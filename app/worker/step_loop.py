@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from app.config import Settings
 from app.models import BUILTIN_TOOL_NAMES
 from app.telemetry import metrics, tracing
-from app.worker import builtin, failpoints, plan, session_cache
+from app.worker import builtin, failpoints, offer, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
@@ -28,9 +28,8 @@ from app.worker.plan import (
     Fail,
     Finish,
     Pause,
-    RecordAnswer,
-    RecordCalls,
     RejectCall,
+    RunOwnTool,
     RunTool,
     ToolCall,
 )
@@ -45,13 +44,9 @@ from app.worker.ports import (
     ToolResult,
     Usage,
 )
-from app.worker.store import (
-    Committed,
-    KeptOutput,
-    Snapshot,
-    TurnStore,
-)
+from app.worker.store import Committed, KeptOutput, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
+from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +100,7 @@ class StepLoop:
         self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
-        self.toolbox = plan.NO_TOOLS
+        self.toolbox = offer.NO_TOOLS
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
@@ -134,11 +129,11 @@ class StepLoop:
                     outcome = await self._call_model()
                     if outcome is not None:
                         return outcome
-                case RunTool(call, arguments) if call.name in session_cache.TOOLS:
+                case RunOwnTool(call, arguments):
                     result = await self._read_cache(call.name, arguments)
                     await self._record_result(call, result.content, result.is_error)
-                case RunTool(call, arguments):
-                    await self._run_tool(call, arguments)
+                case RunTool(call, arguments, mark_in_flight):
+                    await self._run_tool(call, arguments, mark_in_flight)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Pause(actions):
@@ -185,28 +180,30 @@ class StepLoop:
         snapshot, settings = self.snapshot, self.runner.settings
         allowed = snapshot.allowed_tools
         names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
-        if not plan.uses_tools(names, snapshot.tool_choice):
+        if not offer.uses_tools(names, snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
-        # Its own tools (agent_clarify, the client's, the cache's) shadow a server's.
         own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify and settings.clarify)
-        shadowed = BUILTIN_TOOL_NAMES | waits.keys()
-        served = [d for d in await self.runner.tools.definitions() if d.name not in shadowed]
-        offered = [d for d in served if d.name in allowed]
-        runs = []  # the worker's own tools it runs itself
-        if offered and settings.session_cache:
-            runs = builtin.cache_definitions(settings.tool_context_chars)
-        offered += own + runs
-        self.toolbox = plan.toolbox(
+        readers = builtin.cache_definitions(settings.tool_context_chars)
+        servers = await self.runner.tools.definitions()
+        box = offer.toolbox(
             allowed,
-            (d.name for d in served),
-            ArgumentCheck({d.name: d.input_schema for d in offered}),
+            (d.name for d in servers),
+            None,
             waits,
-            own=(d.name for d in runs),
-            approval=(d.name for d in offered if d.requires_approval),
+            cache=(d.name for d in readers),
+            session_cache=settings.session_cache,
+            reserved=BUILTIN_TOOL_NAMES,
             approved=snapshot.approved,
-            guarded=(d.name for d in served if not d.may_rerun),
             in_flight=snapshot.in_flight,
             in_flight_policy=settings.in_flight_recovery,
+        )
+        served = [d for d in servers if d.name in box.served]
+        offered = [*served, *own, *(d for d in readers if d.name in box.own)]
+        # What the tools the planner offers say of themselves: schemas and annotations.
+        self.toolbox = box._replace(
+            check=ArgumentCheck({d.name: d.input_schema for d in offered}),
+            approval=frozenset(d.name for d in offered if d.requires_approval),
+            guarded=frozenset(d.name for d in served if not d.may_rerun),
         )
         self.function_tools = [d.as_function_tool() for d in offered]
         self.tool_servers = {d.name: d.server for d in offered}
@@ -217,8 +214,9 @@ class StepLoop:
         A used-up budget (checked against the committed totals) fails the turn instead."""
         if self.snapshot.budgeted:
             used_up = await self.db.run(self.store.budget_used_up, self.claim.conversation_id)
-            if used_up is not None:
-                await self._fail(used_up)
+            over = plan.over_budget(used_up)
+            if over is not None:
+                await self._fail(over.error)
                 return Outcome.FAILED
         request = ModelRequest(
             model=self.snapshot.model,
@@ -250,7 +248,7 @@ class StepLoop:
             except ModelError as exc:
                 tracing.failed(span, str(exc), "ModelError")
                 sink.abandon(FAILED_CALL)
-                await self._fail(plan.model_failed(str(exc)).error)
+                await self._fail(model_failed(str(exc)).error)
                 return Outcome.FAILED
             usage = reply.usage
             tracing.model_answered(
@@ -258,7 +256,7 @@ class StepLoop:
             )
         sink.flush()
         failpoints.hit("llm_answered")
-        verdict = plan.judge_reply(
+        verdict = judge_reply(
             reply.content,
             reply.tool_calls,
             reply.finish_reason,
@@ -298,10 +296,12 @@ class StepLoop:
                 await self._fail(error, reply.usage)
                 return Outcome.FAILED
 
-    async def _run_tool(self, call: ToolCall, arguments: dict[str, Any]) -> None:
+    async def _run_tool(
+        self, call: ToolCall, arguments: dict[str, Any], mark_in_flight: bool
+    ) -> None:
         """Run an MCP call and commit its result; a call that may not simply run again is
         marked in flight first. A user's cancel aborts it, and commits nothing."""
-        if call.name in self.toolbox.guarded:
+        if mark_in_flight:
             ttl = self.runner.settings.lease_ttl_seconds
             await self._commit(self.store.starting, self.claim, call.id, ttl)
         started = time.monotonic()
