@@ -14,9 +14,9 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.testing import fakes
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import Deferred, Snapshot, TurnStore, Upkeep
-from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.stats import Row, median, p95
 

@@ -24,10 +24,10 @@ from app.db import make_engine
 from app.testing import fakes
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.worker_process import FAKE_KEY, FAKE_MODEL
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.llm import LiteLLMClient, prepare_litellm
 from app.worker.ports import ModelClient
 from app.worker.store import TurnStore, Upkeep
-from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import ITERATIONS_PER_TURN, _echo
 from bench.overhead import _model as instant_reply
 from bench.stats import Row, single

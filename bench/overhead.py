@@ -24,9 +24,9 @@ from app.config import load_settings
 from app.db import make_engine
 from app.telemetry import metrics
 from app.testing import fakes
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
-from app.worker.turn import Outcome, TurnRunner
 from bench.roundtrips import traced_connection, traced_engine
 from bench.stats import median, p95
 

@@ -13,8 +13,8 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.testing import fakes
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.store import TurnStore
-from app.worker.turn import Outcome, TurnRunner
 from bench.overhead import _echo, _model, _prepare
 from bench.stats import Row, median, p95, single
 

@@ -17,7 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-PURE = ("app.worker.plan", "app.worker.transcript")
+PURE = (
+    "app.worker.plan",
+    "app.worker.transcript",
+    "app.worker.entry",
+    "app.worker.offer",
+    "app.worker.verdict",
+)
 CLIENT = ("app.client", "app.api")
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
 APP_FORBIDDEN = ("tests", "bench")

@@ -7,8 +7,8 @@ the event types it wants (`turn.completed`, `turn.failed`, `turn.cancelled`,
 it itself, by a trigger on `events` (migration 0014), in the same transaction as the terminal
 event it tells of, whoever appends that event (the worker's fenced statement, the web side's
 cancel, the janitor). So a committed end always has its deliveries and a rolled-back one never
-does. The workers deliver them (`app/worker/webhooks.py`) at least once: a `pending` row is
-claimed for a while (`next_attempt_at` moved past the attempt), sent, then `delivered`, or
+does. The workers deliver them (`app/worker/webhook_dispatcher.py`) at least once: a `pending`
+row is claimed for a while (`next_attempt_at` moved past the attempt), sent, then `delivered`, or
 scheduled again with a growing wait, or `failed` after the last one.
 
 A delivery's fields are copied from the event and its turn when the trigger runs and never

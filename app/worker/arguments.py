@@ -4,7 +4,7 @@ by the `jsonschema` library: the draft the schema names, Draft 2020-12 when it n
 A violation becomes the call's error result, naming the failing field, and the tool never sees
 the call: the model reads what to fix. A schema that is itself invalid, or that cannot be used
 here (a `$ref` to another document), checks nothing: the tool decides, as it did before; that is
-logged once per tool. Pure computation, no I/O: the planner calls it (`plan.Toolbox.check`).
+logged once per tool. Pure computation, no I/O: the planner calls it (`offer.Toolbox.check`).
 
     check = ArgumentCheck({"add": {"type": "object", "required": ["a", "b"], ...}})
     check("add", {"a": 1})   # -> "Invalid arguments for add: 'b' is a required property. ..."

@@ -3,7 +3,7 @@ asks the user a question; the turn waits for the answer), the conversation's cli
 tools (the web app's client runs them; the turn waits for their output), and the session tool
 cache's `session_cache_list` and `session_cache_get` (the worker reads earlier outputs for the
 model; `session_cache`). `toolset` builds what a turn offers beyond its MCP tools, and which of
-those tools wait for the user (`plan.Toolbox`).
+those tools wait for the user (`offer.Toolbox`).
 """
 
 from __future__ import annotations

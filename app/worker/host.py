@@ -7,7 +7,7 @@ sweep re-enqueues running conversations whose lease expired (or whose doorbell w
 owns what its turns share for the process's lifetime: the database threads, the tool provider, and
 the live channel (its turns' replies and commit notices go out through it, and the cancels it
 announces reach the turn running here at once). Its chores: the recovery sweep, the liveness
-heartbeat, and the webhook dispatcher (`webhooks.py`).
+heartbeat, and the webhook dispatcher (`webhook_dispatcher.py`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from app.config import Settings
 from app.live import LiveChannel
 from app.telemetry import logs, metrics
 from app.worker.broadcast import Broadcaster
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.store import DeliveryStore, TurnStore, Upkeep
 from app.worker.threads import DatabaseThreads
-from app.worker.turn import Outcome, TurnRunner
-from app.worker.webhooks import WebhookDispatcher
+from app.worker.webhook_dispatcher import WebhookDispatcher
 
 log = logging.getLogger(__name__)
 

@@ -30,6 +30,11 @@ question of the same data, so they are the same path):
         (`agent_clarify`, a client-executed tool), or a tool
         whose calls the user approves first, not yet approved
         (denied: the web side committed its result already)
+      one of the worker's own tools (the session cache's)       RunOwnTool: answered from the
+                                                                  store, read-only
+      a tool that may not simply run again (neither             RunTool(mark_in_flight): the
+        read-only nor idempotent)                                 call is committed `in_flight`
+                                                                  before it runs
       otherwise                                                 RunTool(call, arguments)
     every unanswered call is waiting                            Pause: the turn requires action,
                                                                   one pending action per call
@@ -37,17 +42,31 @@ question of the same data, so they are the same path):
     rounds of calls all came back as errors
  7  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
     has reached `max_iterations`
- 8  a user message, or every call answered                      CallModel
+ 8  row 9 is next, and a budget of the conversation or its      Fail(the budget's error)
+    owner is used up by the committed totals (`over_budget`;
+    asked only of a budgeted turn)
+ 9  a user message, or every call answered                      CallModel
 
-`model_failed` and `judge_reply` decide what a model call's outcome commits:
+`model_failed` and `judge_reply` (`verdict.py`) decide what a model call's outcome commits:
 
     the model's reply                                           committed
     ----------------------------------------------------------  ----------------------------------
- 9  the call failed for good (not transient, or retries spent)  Fail(the readable error)
-10  blocked by the provider's content filter                    Fail(CONTENT_FILTER)
-11  tool calls (ids made unique in the conversation)            RecordCalls: tool_loop
-12  no tool calls and blank text                                Fail(EMPTY_REPLY)
-13  text                                                        RecordAnswer: idle
+10  the call failed for good (not transient, or retries spent)  Fail(the readable error)
+11  blocked by the provider's content filter                    Fail(CONTENT_FILTER)
+12  tool calls (ids made unique in the conversation)            RecordCalls: tool_loop
+13  no tool calls and blank text                                Fail(EMPTY_REPLY)
+14  text                                                        RecordAnswer: idle
+
+`uses_tools` and `toolbox` (`offer.py`) decide, at the claim, what the turn offers the model:
+
+    the turn and the worker                                     offered
+    ----------------------------------------------------------  ----------------------------------
+15  no tool allowed and no client tool, or tool_choice `none`   no tools: one model call answers
+16  a server's tool the turn allows, not named like one of the  offered; runs on its server
+    worker's own tools
+17  `agent_clarify` (when on), the conversation's client tools  offered; never run (waiting, row 5)
+18  the session cache's readers, while the cache is on and a    offered; answered from the store
+    server's tool is offered                                      (RunOwnTool, row 5)
 
 A reply that arrived is committed by these rows even when a cancel came while it was on its way:
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
@@ -59,9 +78,17 @@ workers, and the next claim plans from row 1 again like after any other step.
 
 Every action commits one step (one transaction) and the next action is planned again from what is
 then committed: a crash anywhere resumes at the row that matches the database. Crash points:
-after submit or during the model call (8), after the tool calls are committed or between two
-results (5, only unanswered calls run), after the last result (8), after the answer (nothing: idle).
+after submit or during the model call (9), after the tool calls are committed or between two
+results (5, only unanswered calls run), after the last result (9), after the answer (nothing: idle).
 A cancel requested before a crash is still requested after it: the next claim sees it (row 3).
+
+Decided in SQL, because they must hold under concurrent writers (each in one statement, under
+the conversation's row lock): the hand-over to the next queued turn when one ends (`NEXT_TURN`
+in `store/fence.py`, part of the answer, finish, fail and cancel statements), the owner-limit
+deferral of a claim (`CLAIM_LIMITED` and `DEFERRED` in `store/fence.py`, after the owner's
+advisory lock), the recovery sweep's orphans (`Upkeep.orphans`, `store/upkeep.py`, when to ring
+again: `recovery_delay` here) and the janitor's stale turns (`Upkeep.stale` and `fail_stale`,
+`store/upkeep.py`, run by `janitor.py`).
 
 Not decided here, because nothing is written: a lost lease (a fenced write matched nothing) stops
 the run, and a worker shutting down releases the lease for another worker to continue.
@@ -70,27 +97,22 @@ What the model is sent is built by `transcript.Transcript`.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, NamedTuple
+
+from app.worker.entry import Entry, ToolCall
+from app.worker.offer import ERROR, NO_TOOLS, Toolbox, check_call
 
 APPROVAL = "approval"  # app.models.APPROVAL: the planner imports nothing of the database
 
 MAX_ITERATIONS_ERROR = "Max tool iterations reached"
-EMPTY_REPLY_ERROR = "The model returned an empty message"
-CONTENT_FILTER_ERROR = "The provider's content filter blocked the model's answer"
 ERROR_ROUNDS_ERROR = (
     "The model's tool calls failed {rounds} rounds in a row; the last error: {last}"
 )
 GAVE_UP_ERROR = (
     "Gave up after {attempts} attempts: the worker stopped each time before this turn could "
     "commit its next step (a tool or model call may be crashing the worker)"
-)
-CUT_OFF_RESULT = (
-    "Error: your reply was cut off by the output length limit before this tool call was "
-    "complete, so it was not run. Make a shorter call."
 )
 MAX_ERROR_ROUNDS = 3
 NO_USER_MESSAGE_ERROR = "Nothing to answer: the conversation has no user message"
@@ -100,59 +122,6 @@ OUTCOME_UNKNOWN_RESULT = (
     "Error: the worker stopped while this call was running, so its outcome is unknown: it may "
     "or may not have happened. It was not run again; check before calling it again."
 )
-ASK, ERROR = "ask", "error"  # what becomes of such a call (`CHATWORKER_IN_FLIGHT_RECOVERY`)
-
-
-class ToolCall(NamedTuple):
-    """One call the model asked for; `arguments` is the model's raw text, possibly invalid JSON."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def as_json(self) -> dict[str, str]:
-        return {"id": self.id, "name": self.name, "arguments": self.arguments}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ToolCall:
-        return cls(str(data["id"]), str(data["name"]), str(data.get("arguments") or ""))
-
-
-class Entry(NamedTuple):
-    """A committed message, as the planner sees it.
-
-    Immutable; a NamedTuple rather than a frozen dataclass because a claim builds one per message of
-    the history, and a frozen dataclass takes 6 times as long to construct (2.8 against 0.45 us).
-    """
-
-    seq: int
-    role: str
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None
-    tool_name: str | None = None
-    is_error: bool = False
-    finish_reason: str | None = None
-
-
-class Toolbox(NamedTuple):
-    """The tool names a turn may call (`offered`), every name the worker has (`known`, to word a
-    refusal), the check of a call's arguments against its tool's schema (`check`: None when
-    they pass, else the error result; `arguments.ArgumentCheck`), and the tools the worker never
-    runs because the user or their client answers them (`waits`: name -> action kind)."""
-
-    offered: frozenset[str] = frozenset()
-    known: frozenset[str] = frozenset()
-    check: Callable[[str, dict[str, Any]], str | None] | None = None
-    waits: Mapping[str, str] = MappingProxyType({})
-    approval: frozenset[str] = frozenset()  # tools whose every call the user approves first
-    approved: frozenset[str] = frozenset()  # call ids the user approved
-    guarded: frozenset[str] = frozenset()  # tools that may not simply run again
-    in_flight: str | None = None  # the call a stopped worker was running (of a guarded tool)
-    in_flight_policy: str = ASK  # ask (approval) or error (the model is told)
-
-
-NO_TOOLS = Toolbox()
 
 
 # --- actions ----------------------------------------------------------------------------------
@@ -160,12 +129,23 @@ NO_TOOLS = Toolbox()
 
 @dataclass(frozen=True)
 class CallModel:
-    """Send the transcript to the model; `judge_reply` decides what its answer commits."""
+    """Send the transcript to the model; `verdict.judge_reply` decides what its answer commits."""
 
 
 @dataclass(frozen=True)
 class RunTool:
-    """Execute this call with these (checked) arguments and commit its result on its own."""
+    """Execute this call with these (checked) arguments and commit its result on its own; with
+    `mark_in_flight`, commit the call `in_flight` first (its tool may not simply run again)."""
+
+    call: ToolCall
+    arguments: dict[str, Any]
+    mark_in_flight: bool = False
+
+
+@dataclass(frozen=True)
+class RunOwnTool:
+    """Answer this call of the worker's own tools (the session cache's) from the store, and
+    commit the answer like a tool result. Read-only: a crash simply runs it again."""
 
     call: ToolCall
     arguments: dict[str, Any]
@@ -223,24 +203,7 @@ class Cancel:
     """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
 
 
-Action = CallModel | RunTool | RejectCall | Pause | Finish | Fail | Cancel
-
-
-@dataclass(frozen=True)
-class RecordCalls:
-    """Commit the assistant's tool calls (and any text with them): the turn enters tool_loop."""
-
-    calls: tuple[ToolCall, ...]
-
-
-@dataclass(frozen=True)
-class RecordAnswer:
-    """Commit the final text: the turn is done."""
-
-    content: str
-
-
-Verdict = RecordCalls | RecordAnswer | Fail
+Action = CallModel | RunTool | RunOwnTool | RejectCall | Pause | Finish | Fail | Cancel
 
 
 # --- the decisions ------------------------------------------------------------------------------
@@ -266,7 +229,7 @@ def next_action(
     tools: Toolbox = NO_TOOLS,
     cancel_requested: bool = False,
 ) -> Action:
-    """The next step of the turn (rows 2-8 of the table), from what is committed.
+    """The next step of the turn (rows 2-7 and 9 of the table), from what is committed.
 
     `iterations` counts the turn's committed LLM calls; `tools` are the names it may call;
     `cancel_requested` says the user asked to stop the turn.
@@ -304,41 +267,27 @@ def _model_step(
     return CallModel()
 
 
-def judge_reply(
-    content: str | None,
-    tool_calls: Iterable[ToolCall],
-    finish_reason: str | None,
-    *,
-    used_ids: Iterable[str],
-    seq: int,
-) -> Verdict:
-    """What a model's reply commits (rows 9-12); `seq` is the seq it will be committed under,
-    `used_ids` the tool-call ids the conversation already has."""
-    if finish_reason == "content_filter":
-        return Fail(CONTENT_FILTER_ERROR)
-    calls = unique_tool_calls(tool_calls, used_ids, seq)
-    if calls:
-        return RecordCalls(calls)
-    if not (content or "").strip():
-        return Fail(EMPTY_REPLY_ERROR)
-    return RecordAnswer(content or "")
-
-
-def model_failed(error: str) -> Fail:
-    """A model call that failed for good ends the turn with its readable error (row 8)."""
-    return Fail(error)
+def over_budget(used_up: str | None) -> Fail | None:
+    """Row 8: a budgeted turn about to call the model fails when the store found a budget used
+    up (`used_up` is its error); None lets the model call go on."""
+    return None if used_up is None else Fail(used_up)
 
 
 def _tool_step(
     call: ToolCall, tools: Toolbox, cut_off: bool
-) -> RunTool | RejectCall | PendingAction:
+) -> RunTool | RunOwnTool | RejectCall | PendingAction:
     checked = check_call(call, tools.offered, tools.known, cut_off)
     if isinstance(checked, str):
         return RejectCall(call, checked)
     refused = tools.check(call.name, checked) if tools.check is not None else None
     if refused is not None:
         return RejectCall(call, refused)
-    return _waiting(call, tools, checked) or RunTool(call, checked)
+    waiting = _waiting(call, tools, checked)
+    if waiting is not None:
+        return waiting
+    if call.name in tools.own:
+        return RunOwnTool(call, checked)
+    return RunTool(call, checked, mark_in_flight=call.name in tools.guarded)
 
 
 def _waiting(
@@ -398,47 +347,6 @@ def _last_assistant(turn: Sequence[Entry]) -> Entry | None:
     return None
 
 
-# --- the tools a turn may call ------------------------------------------------------------------
-
-
-def uses_tools(allowed: Collection[str], tool_choice: str) -> bool:
-    """Whether the turn offers tools at all; if not, one model call answers (the simple path)."""
-    return bool(allowed) and tool_choice != "none"
-
-
-def toolbox(
-    allowed: Collection[str],
-    available: Iterable[str],
-    check: Callable[[str, dict[str, Any]], str | None] | None = None,
-    waits: Mapping[str, str] | None = None,
-    *,
-    own: Iterable[str] = (),
-    approval: Iterable[str] = (),
-    approved: Iterable[str] = (),
-    guarded: Iterable[str] = (),
-    in_flight: str | None = None,
-    in_flight_policy: str = ASK,
-) -> Toolbox:
-    """Least privilege: only the allowed tools the worker has are offered, and only they run
-    (with arguments `check` accepts); the tools the user or their client answers (`waits`) are
-    offered too, and never run; so are the worker's `own` (the session cache's readers)."""
-    waits = MappingProxyType(dict(waits or {}))
-    own = frozenset(own) | frozenset(waits)
-    known = frozenset(available) | own
-    offered = (known & frozenset(allowed)) | own
-    return Toolbox(
-        offered=offered,
-        known=known,
-        check=check,
-        waits=waits,
-        approval=frozenset(approval),
-        approved=frozenset(approved),
-        guarded=frozenset(guarded),
-        in_flight=in_flight,
-        in_flight_policy=in_flight_policy,
-    )
-
-
 # --- recovering a turn whose worker died ---------------------------------------------------------
 
 
@@ -457,54 +365,23 @@ def recovery_delay(attempts: int, draw: float, base: float = 1.0, cap: float = 8
     return float(draw * min(cap, base * 2 ** (attempts - 1)))
 
 
-# --- normalizing what the model returned ------------------------------------------------------
-
-
-def unique_tool_calls(
-    calls: Iterable[ToolCall], used_ids: Iterable[str], seq: int
-) -> tuple[ToolCall, ...]:
-    """Give every call an id unique in the conversation, keeping the model's id where it is.
-
-    Some providers send empty ids or reuse `call_0` every turn; the transcript keys results by id,
-    so a repeated or missing id is replaced by one derived from the message's seq.
-    """
-    taken = set(used_ids)
-    result = []
-    for index, call in enumerate(calls):
-        call_id = call.id.strip()
-        if not call_id or call_id in taken:
-            call_id = f"call_{seq}_{index}"
-            while call_id in taken:
-                call_id += "_"
-        taken.add(call_id)
-        result.append(ToolCall(call_id, call.name, call.arguments))
-    return tuple(result)
-
-
-# --- checking a call before it runs --------------------------------------------------------------
-
-
-def check_call(
-    call: ToolCall, offered: Collection[str], known: Collection[str], cut_off: bool = False
-) -> dict[str, Any] | str:
-    """The call's arguments as a JSON object, or the error result to feed back instead.
-
-    A tool that is not offered to this conversation never runs, even when the model names it;
-    nor does a call from a reply the length limit cut off (`cut_off`), whose arguments may be
-    incomplete even when they parse.
-    """
-    if cut_off:
-        return CUT_OFF_RESULT
-    if call.name not in offered:
-        if call.name in known:
-            return f"Tool {call.name} is not allowed in this conversation."
-        return f"Unknown tool: {call.name}. Use one of the tools you were given."
-    text = call.arguments.strip() or "{}"  # some models send "" for a tool without parameters
-    try:
-        arguments = json.loads(text)
-    except ValueError as exc:
-        return f"Invalid arguments for {call.name}: not valid JSON ({exc}). Send a JSON object."
-    if not isinstance(arguments, dict):
-        kind = type(arguments).__name__
-        return f"Invalid arguments for {call.name}: expected a JSON object, got {kind}."
-    return arguments
+__all__ = [
+    "Action",
+    "CallModel",
+    "Cancel",
+    "Entry",
+    "Fail",
+    "Finish",
+    "Pause",
+    "PendingAction",
+    "RejectCall",
+    "RunOwnTool",
+    "RunTool",
+    "ToolCall",
+    "current_turn",
+    "next_action",
+    "on_claim",
+    "over_budget",
+    "pending_calls",
+    "recovery_delay",
+]

@@ -24,8 +24,8 @@ from app.telemetry import exposition, metrics
 from app.testing import fakes
 from app.testing.api_process import free_port
 from app.worker.janitor import clean_up
+from app.worker.lease_runner import Outcome
 from app.worker.ports import NO_SINK, ModelReply, ModelRequest, ReplySink
-from app.worker.turn import Outcome
 from tests.api.conftest import Deployment, finished_turn
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of

@@ -30,7 +30,8 @@ from app.client import ConversationView
 from app.errors import InvalidMessage
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
-from app.worker.plan import CONTENT_FILTER_ERROR, CUT_OFF_RESULT, EMPTY_REPLY_ERROR
+from app.worker.offer import CUT_OFF_RESULT
+from app.worker.verdict import CONTENT_FILTER_ERROR, EMPTY_REPLY_ERROR
 from tests.deployment import Deployment
 from tests.invariants import transcript_violations
 from tests.servers.mcp_server import read_ledger

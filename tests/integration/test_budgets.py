@@ -28,8 +28,8 @@ import pytest
 from app import budgets
 from app.errors import BudgetExceeded, ConversationNotFound, InvalidRequest
 from app.testing import fakes
+from app.worker.lease_runner import Outcome
 from app.worker.ports import ModelReply
-from app.worker.turn import Outcome
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of
 

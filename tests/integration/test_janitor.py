@@ -17,8 +17,8 @@ from app.config import load_settings
 from app.models import Conversation
 from app.testing import fakes
 from app.worker.janitor import clean_up, stale_error
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.store import LeaseLost, TurnStore, Upkeep
-from app.worker.turn import Outcome, TurnRunner
 from tests.rows import force_status
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,8 @@ import pytest
 
 from app.testing.fake_llm import FakeLLMServer
 from app.worker.llm import LiteLLMClient
-from app.worker.plan import Entry, ToolCall, check_call
+from app.worker.offer import check_call
+from app.worker.plan import Entry, ToolCall
 from app.worker.ports import ModelError, ModelReply, ModelRequest, Usage
 from app.worker.transcript import Transcript
 

@@ -25,7 +25,7 @@ from sqlalchemy import func, select, update
 
 from app.models import Conversation, Event, Message, ToolOutput, Turn, WebhookDelivery
 from app.testing import fakes
-from app.worker.turn import Outcome
+from app.worker.lease_runner import Outcome
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of
 from tests.worker_process import REPO

@@ -27,9 +27,9 @@ from sqlalchemy import func, select, update
 
 from app.models import ToolOutput
 from app.testing import fakes
+from app.worker.lease_runner import Outcome
 from app.worker.plan import ToolCall
 from app.worker.store import KeptOutput, LeaseLost
-from app.worker.turn import Outcome
 from tests.integration.test_loop import CONFIG, World, run
 from tests.integration.test_user_in_the_loop import world_of
 from tests.invariants import violations

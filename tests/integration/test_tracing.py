@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind
 from app.telemetry import tracing
 from app.testing import fakes
 from app.testing.fake_llm import FakeLLMServer
-from app.worker.turn import Outcome
+from app.worker.lease_runner import Outcome
 from tests.deployment import Deployment
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of

@@ -29,9 +29,9 @@ from app.follow import follow, render_event
 from app.models import Event, Message, Turn
 from app.testing import fakes
 from app.worker.janitor import clean_up
+from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.ports import ModelReply, ModelRequest, Usage
 from app.worker.store import TurnStore, Upkeep
-from app.worker.turn import Outcome, TurnRunner
 from tests.rows import force_status
 
 SETTINGS = load_settings(lease_ttl_seconds=30, heartbeat_seconds=10, max_attempts=3)

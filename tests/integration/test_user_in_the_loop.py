@@ -25,8 +25,8 @@ from app.errors import (
 )
 from app.models import CANCELLED_CALL_RESULT
 from app.testing import fakes
+from app.worker.lease_runner import Outcome
 from app.worker.store import TurnStore, Upkeep
-from app.worker.turn import Outcome
 from tests.integration.test_loop import CONFIG, World, _publish, make_tools, run
 from tests.invariants import violations
 

@@ -41,10 +41,10 @@ from app.models import Webhook, WebhookDelivery, message_id
 from app.testing import fakes
 from app.testing.services import libpq_dsn
 from app.worker.janitor import clean_up
+from app.worker.lease_runner import Outcome
 from app.worker.store import DeliveryStore
 from app.worker.threads import DatabaseThreads
-from app.worker.turn import Outcome
-from app.worker.webhooks import WebhookDispatcher
+from app.worker.webhook_dispatcher import WebhookDispatcher
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of
 from tests.invariants import outbox_violations

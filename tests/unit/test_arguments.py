@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from app.worker.arguments import ArgumentCheck
-from app.worker.plan import Entry, RejectCall, RunTool, ToolCall, next_action, toolbox
+from app.worker.offer import toolbox
+from app.worker.plan import Entry, RejectCall, RunTool, ToolCall, next_action
 
 ADD = {
     "type": "object",

@@ -8,14 +8,18 @@ from typing import Any
 
 import pytest
 
+from app.worker.offer import (
+    CUT_OFF_RESULT,
+    NO_TOOLS,
+    Toolbox,
+    check_call,
+    toolbox,
+    uses_tools,
+)
 from app.worker.plan import (
     CANCELLED_RESULT,
-    CONTENT_FILTER_ERROR,
-    CUT_OFF_RESULT,
-    EMPTY_REPLY_ERROR,
     GAVE_UP_ERROR,
     MAX_ITERATIONS_ERROR,
-    NO_TOOLS,
     NO_USER_MESSAGE_ERROR,
     Action,
     CallModel,
@@ -23,23 +27,25 @@ from app.worker.plan import (
     Entry,
     Fail,
     Finish,
-    RecordAnswer,
-    RecordCalls,
     RejectCall,
+    RunOwnTool,
     RunTool,
-    Toolbox,
     ToolCall,
-    check_call,
     current_turn,
-    judge_reply,
-    model_failed,
     next_action,
     on_claim,
+    over_budget,
     pending_calls,
     recovery_delay,
-    toolbox,
+)
+from app.worker.verdict import (
+    CONTENT_FILTER_ERROR,
+    EMPTY_REPLY_ERROR,
+    RecordAnswer,
+    RecordCalls,
+    judge_reply,
+    model_failed,
     unique_tool_calls,
-    uses_tools,
 )
 from tests.unit.entries import A, B, C, answer, calls, result, user
 
@@ -97,6 +103,7 @@ CRASH_POINTS = {
 }
 
 
+@pytest.mark.row(2, 5, 9)
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_point_table(point: str) -> None:
     transcript, expected, still_to_run = CRASH_POINTS[point]
@@ -104,6 +111,7 @@ def test_crash_point_table(point: str) -> None:
     assert pending(transcript) == still_to_run
 
 
+@pytest.mark.row(2, 5, 9)
 def test_walking_a_whole_turn_step_by_step() -> None:
     """Apply each action's committed outcome and check the next decision, like a replay."""
     transcript: list[Entry] = [user(1)]
@@ -122,44 +130,52 @@ def test_walking_a_whole_turn_step_by_step() -> None:
     assert plan(transcript, 3) == Finish()
 
 
+@pytest.mark.row(5)
 def test_results_out_of_call_order_still_leave_only_the_unanswered() -> None:
     transcript = [user(1), calls(2, A, B, C), result(3, C), result(4, A)]
     assert plan(transcript) == runs(B)
     assert pending(transcript) == (B,)
 
 
+@pytest.mark.row(7, 9)
 def test_the_21st_llm_call_fails_the_turn() -> None:
     transcript = [user(1), calls(2, A), result(3, A)]
     assert next_action(transcript, iterations=19, max_iterations=CAP) == CallModel()
     assert next_action(transcript, iterations=20, max_iterations=CAP) == Fail(MAX_ITERATIONS_ERROR)
 
 
+@pytest.mark.row(5, 7)
 def test_pending_tools_still_run_at_the_cap() -> None:
     # The 20th call asked for tools: their results are committed before the turn fails.
     transcript = [user(1), calls(2, A)]
     assert next_action(transcript, iterations=20, max_iterations=CAP, tools=TOOLS) == runs(A)
 
 
+@pytest.mark.row(2)
 def test_a_final_answer_at_the_cap_finishes() -> None:
     assert next_action([user(1), answer(2)], iterations=20, max_iterations=CAP) == Finish()
 
 
+@pytest.mark.row(4)
 def test_no_user_message_fails() -> None:
     assert next_action([], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
     assert next_action([answer(1)], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
 
 
+@pytest.mark.row(9)
 def test_a_new_user_message_starts_a_new_turn_past_an_old_dangling_call() -> None:
     # A failed turn left call A unanswered; the user wrote again: answer the new message.
     transcript = [user(1), calls(2, A), user(3, "never mind")]
     assert next_action(transcript, 0, CAP) == CallModel()
 
 
+@pytest.mark.row(2, 9)
 def test_a_finished_earlier_turn_does_not_finish_the_new_one() -> None:
     transcript = [user(1), answer(2), user(3, "and then?")]
     assert next_action(transcript, 0, CAP) == CallModel()
 
 
+@pytest.mark.row(5)
 def test_planning_is_pure() -> None:
     transcript = [user(1), calls(2, A, B), result(3, A)]
     snapshot = list(transcript)
@@ -174,10 +190,12 @@ def cancelled(transcript: list[Entry], iterations: int = 1) -> Action:
     return next_action(transcript, iterations, CAP, tools=TOOLS, cancel_requested=True)
 
 
+@pytest.mark.row(3)
 def test_a_cancel_during_the_model_call_cancels_the_turn() -> None:
     assert cancelled([user(1)]) == Cancel()
 
 
+@pytest.mark.row(3)
 def test_a_cancel_answers_every_unanswered_call_in_order_before_the_turn_ends() -> None:
     """Walked like a replay: each rejected call is one committed step, then the turn ends."""
     transcript: list[Entry] = [user(1), calls(2, A, B, C), result(3, A)]
@@ -188,6 +206,7 @@ def test_a_cancel_answers_every_unanswered_call_in_order_before_the_turn_ends() 
     assert cancelled(transcript) == Cancel()
 
 
+@pytest.mark.row(3)
 def test_a_cancel_overrides_the_caps_and_the_checks() -> None:
     # Nothing runs once a cancel is requested: not even a call that would only be rejected.
     assert cancelled([user(1), calls(2, A)], iterations=CAP) == RejectCall(A, CANCELLED_RESULT)
@@ -195,10 +214,12 @@ def test_a_cancel_overrides_the_caps_and_the_checks() -> None:
     assert cancelled([]) == Cancel()
 
 
+@pytest.mark.row(2, 3)
 def test_an_answer_committed_before_the_cancel_stays_completed() -> None:
     assert cancelled([user(1), calls(2, A), result(3, A), answer(4)]) == Finish()
 
 
+@pytest.mark.row(1, 3)
 def test_a_cancelled_turn_is_not_given_up_on_at_its_claim() -> None:
     assert on_claim(attempts=4, max_attempts=3, cancel_requested=True) is None
 
@@ -206,10 +227,12 @@ def test_a_cancelled_turn_is_not_given_up_on_at_its_claim() -> None:
 # --- tool call ids ------------------------------------------------------------------------------
 
 
+@pytest.mark.row(12)
 def test_model_ids_are_kept_when_unique() -> None:
     assert unique_tool_calls([A, B], used_ids=set(), seq=2) == (A, B)
 
 
+@pytest.mark.row(12)
 def test_empty_and_repeated_ids_get_unique_ones() -> None:
     reused = ToolCall("call_0", "add", "{}")
     normalized = unique_tool_calls(
@@ -222,6 +245,7 @@ def test_empty_and_repeated_ids_get_unique_ones() -> None:
     assert [call.name for call in normalized] == ["add"] * 3
 
 
+@pytest.mark.row(12)
 def test_generated_ids_avoid_ids_already_taken() -> None:
     normalized = unique_tool_calls([ToolCall("", "add", "{}")], used_ids={"call_7_0"}, seq=7)
     assert normalized[0].id not in {"call_7_0", ""}
@@ -234,11 +258,13 @@ def failed(seq: int, call: ToolCall) -> Entry:
     return result(seq, call, "Error: bad arguments", is_error=True)
 
 
+@pytest.mark.row(6, 9)
 def test_one_round_of_errors_goes_back_to_the_model() -> None:
     transcript = [user(1), calls(2, A), failed(3, A)]
     assert next_action(transcript, 1, CAP) == CallModel()
 
 
+@pytest.mark.row(6)
 def test_three_rounds_of_only_errors_fail_the_turn() -> None:
     transcript = [
         user(1),
@@ -255,18 +281,21 @@ def test_three_rounds_of_only_errors_fail_the_turn() -> None:
     assert "bad arguments" in action.error
 
 
+@pytest.mark.row(6)
 def test_a_round_with_one_success_resets_the_count() -> None:
     mixed = [user(1), calls(2, A), failed(3, A), calls(4, A, B), failed(5, A), result(6, B)]
     transcript = [*mixed, calls(7, C), failed(8, C), calls(9, A), failed(10, A)]
     assert next_action(transcript, 5, CAP) == CallModel()
 
 
+@pytest.mark.row(6)
 def test_errors_of_an_earlier_turn_do_not_count() -> None:
     earlier = [user(1), calls(2, A), failed(3, A), calls(4, B), failed(5, B), answer(6)]
     transcript = [*earlier, user(7), calls(8, C), failed(9, C)]
     assert next_action(transcript, 1, CAP) == CallModel()
 
 
+@pytest.mark.row(6)
 def test_the_cap_is_configurable() -> None:
     transcript = [user(1), calls(2, A), failed(3, A)]
     assert isinstance(next_action(transcript, 1, CAP, max_error_rounds=1), Fail)
@@ -274,12 +303,14 @@ def test_the_cap_is_configurable() -> None:
     assert plan(transcript, max_error_rounds=2) == CallModel()
 
 
+@pytest.mark.row(5)
 def test_a_call_cut_off_by_the_length_limit_is_not_run() -> None:
     complete_looking = ToolCall("c1", "add", '{"a": 1, "b": 2}')
     assert check_call(complete_looking, {"add"}, {"add"}, cut_off=True) == CUT_OFF_RESULT
     assert check_call(complete_looking, {"add"}, {"add"}) == {"a": 1, "b": 2}
 
 
+@pytest.mark.row(5)
 @pytest.mark.parametrize(
     ("call", "expected"),
     [
@@ -310,6 +341,7 @@ def test_a_lost_doorbell_is_resent_at_once_and_crashed_turns_spread_out() -> Non
 # --- the rows around tool calls: each pending call is a step of its own -------------------------
 
 
+@pytest.mark.row(5)
 def test_a_call_whose_reply_was_cut_off_is_rejected_not_run() -> None:
     cut = Entry(2, "assistant", None, (A, B), finish_reason="length")
     transcript = [user(1), cut]
@@ -318,6 +350,7 @@ def test_a_call_whose_reply_was_cut_off_is_rejected_not_run() -> None:
     assert plan(transcript) == RejectCall(B, CUT_OFF_RESULT)
 
 
+@pytest.mark.row(5, 16)
 def test_a_tool_not_offered_is_rejected_even_when_the_worker_has_it() -> None:
     only_a = toolbox(allowed={A.name}, available={A.name, B.name})
     transcript = [user(1), calls(2, B)]
@@ -327,6 +360,7 @@ def test_a_tool_not_offered_is_rejected_even_when_the_worker_has_it() -> None:
     assert isinstance(unknown, RejectCall) and unknown.error.startswith("Unknown tool: add")
 
 
+@pytest.mark.row(5)
 @pytest.mark.parametrize("arguments", ["[1, 2]", '"x"', "3", "null", "{"])
 def test_arguments_that_are_not_a_json_object_are_rejected(arguments: str) -> None:
     bad = ToolCall("call_bad", B.name, arguments)
@@ -335,17 +369,48 @@ def test_arguments_that_are_not_a_json_object_are_rejected(arguments: str) -> No
     assert action.error.startswith("Invalid arguments for add")
 
 
+@pytest.mark.row(15, 16)
 def test_tools_are_offered_only_when_allowed_and_not_switched_off() -> None:
     assert uses_tools(["add"], "auto") and uses_tools(["add"], "required")
     assert not uses_tools([], "auto")
     assert not uses_tools(["add"], "none")
     box = toolbox(allowed=["add", "gone"], available=["add", "search_docs"])
-    assert box == Toolbox(offered=frozenset({"add"}), known=frozenset({"add", "search_docs"}))
+    assert box == Toolbox(
+        offered=frozenset({"add"}),
+        known=frozenset({"add", "search_docs"}),
+        served=frozenset({"add"}),
+    )
+
+
+@pytest.mark.row(16, 17)
+def test_a_server_s_tool_named_like_one_of_the_worker_s_own_is_not_served() -> None:
+    box = toolbox(
+        allowed=["add", "agent_clarify", "locate"],
+        available=["add", "agent_clarify", "locate"],
+        waits={"locate": "client_tool"},
+        reserved=["agent_clarify"],
+    )
+    assert box.served == {"add"}
+    assert box.offered == {"add", "locate"}  # the client's `locate`, never run
+    assert box.own == frozenset()
+
+
+@pytest.mark.row(18)
+def test_the_session_cache_s_readers_are_offered_beside_a_server_s_tool_while_the_cache_is_on() -> (
+    None
+):
+    readers = ["session_cache_list", "session_cache_get"]
+    beside = toolbox(["add"], ["add"], cache=readers)
+    assert beside.offered == {"add", *readers} and beside.own == set(readers)
+    assert toolbox(["add"], ["add"], cache=readers, session_cache=False).own == frozenset()
+    alone = toolbox([], ["add"], waits={"locate": "client_tool"}, cache=readers)
+    assert alone.offered == {"locate"} and alone.own == frozenset()
 
 
 # --- a claim over its attempt budget ------------------------------------------------------------
 
 
+@pytest.mark.row(1)
 def test_a_claim_over_the_attempt_budget_fails_the_turn() -> None:
     assert on_claim(attempts=1, max_attempts=3) is None
     assert on_claim(attempts=3, max_attempts=3) is None
@@ -355,39 +420,53 @@ def test_a_claim_over_the_attempt_budget_fails_the_turn() -> None:
 # --- what a model's reply commits ---------------------------------------------------------------
 
 
+@pytest.mark.row(14)
 def test_a_text_reply_is_the_answer() -> None:
     assert judge_reply("Hi.", (), "stop", used_ids=(), seq=2) == RecordAnswer("Hi.")
 
 
+@pytest.mark.row(12)
 def test_tool_calls_are_recorded_with_ids_unique_in_the_conversation() -> None:
     repeated = ToolCall("call_a", "add", "{}")
     verdict = judge_reply(None, (repeated, B), "tool_calls", used_ids={"call_a"}, seq=5)
     assert verdict == RecordCalls((ToolCall("call_5_0", "add", "{}"), B))
 
 
+@pytest.mark.row(12)
 def test_calls_with_text_are_calls() -> None:
     verdict = judge_reply("Let me look.", (A,), "tool_calls", used_ids=(), seq=2)
     assert verdict == RecordCalls((A,))
 
 
+@pytest.mark.row(13)
 @pytest.mark.parametrize("content", [None, "", "  \n"])
 def test_an_empty_reply_fails_the_turn(content: str | None) -> None:
     assert judge_reply(content, (), "stop", used_ids=(), seq=2) == Fail(EMPTY_REPLY_ERROR)
 
 
+@pytest.mark.row(11)
 def test_a_content_filter_fails_the_turn_even_with_text_or_calls() -> None:
     assert judge_reply("partial", (A,), "content_filter", used_ids=(), seq=2) == Fail(
         CONTENT_FILTER_ERROR
     )
 
 
+@pytest.mark.row(10)
 def test_a_model_error_fails_the_turn_with_its_message() -> None:
     assert model_failed("LLM call failed (HTTP 400)") == Fail("LLM call failed (HTTP 400)")
+
+
+@pytest.mark.row(8)
+def test_a_used_up_budget_fails_the_turn_before_the_model_call() -> None:
+    used_up = "The conversation's budget of 1000 tokens is used up"
+    assert over_budget(used_up) == Fail(used_up)
+    assert over_budget(None) is None  # the model call goes on
 
 
 # --- waiting for the user -----------------------------------------------------------------------
 
 
+@pytest.mark.row(3, 5, 17)
 def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses() -> None:
     from app.worker.plan import Pause, PendingAction
 
@@ -416,6 +495,7 @@ def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses()
     )
 
 
+@pytest.mark.row(5)
 def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_user() -> None:
     tools = toolbox(set(), set(), waits={"locate": "client_tool"})
     broken = ToolCall("l", "locate", "{oops")
@@ -424,6 +504,7 @@ def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_
     assert isinstance(action, RejectCall) and "not valid JSON" in action.error
 
 
+@pytest.mark.row(5)
 def test_a_call_needing_approval_waits_until_approved() -> None:
     from app.worker.plan import Pause, PendingAction
 
@@ -437,6 +518,17 @@ def test_a_call_needing_approval_waits_until_approved() -> None:
     assert next_action(transcript, 1, CAP, tools=approved) == RunTool(note, {"text": "x"})
 
 
+@pytest.mark.row(5, 18)
+def test_a_call_of_the_worker_s_own_tools_is_answered_by_the_worker_not_run_on_a_server() -> None:
+    tools = toolbox([A.name], [A.name], cache=["session_cache_get"])
+    read = ToolCall("r", "session_cache_get", '{"id": "call_a"}')
+    transcript = [user(1), calls(2, read, A)]
+    assert next_action(transcript, 1, CAP, tools=tools) == RunOwnTool(read, {"id": "call_a"})
+    transcript.append(result(3, read))
+    assert next_action(transcript, 1, CAP, tools=tools) == runs(A)
+
+
+@pytest.mark.row(5)
 def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -> None:
     from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT, Pause, PendingAction
 
@@ -449,12 +541,13 @@ def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -
         tools = toolbox(names, names, guarded={"write_note"}, **options)
         return next_action(transcript, 1, CAP, tools=tools)
 
-    assert plan() == RunTool(note, {"text": "x"})  # not in flight: it runs (marked first)
+    marked = RunTool(note, {"text": "x"}, mark_in_flight=True)
+    assert plan() == marked  # not in flight: it runs (marked first)
     assert plan(in_flight="n") == Pause(
         (PendingAction(note, "approval", {"text": "x"}, IN_FLIGHT_REASON),)
     )
     assert plan(in_flight="n", in_flight_policy="error") == RejectCall(note, OUTCOME_UNKNOWN_RESULT)
-    assert plan(in_flight="n", approved={"n"}) == RunTool(note, {"text": "x"})  # the user said so
+    assert plan(in_flight="n", approved={"n"}) == marked  # the user said so
     # A tool that may run again (read-only or idempotent: not guarded) simply runs again.
     searching = [Entry(1, "user", "go"), Entry(2, "assistant", None, (look,))]
     tools = toolbox(names, names, guarded={"write_note"}, in_flight="l")

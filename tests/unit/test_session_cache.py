@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from app.worker import plan, session_cache
-from app.worker.plan import RunTool, ToolCall
+from app.worker import offer, plan, session_cache
+from app.worker.plan import RunOwnTool, ToolCall
 from app.worker.store import ListedOutput, OutputPage
 
 
@@ -53,7 +53,7 @@ def test_long_arguments_are_cut_in_the_list() -> None:
 
 
 def test_the_worker_s_own_tools_are_offered_and_run_without_being_allowed() -> None:
-    tools = plan.toolbox(["add"], ["add"], own=["session_cache_get"])
+    tools = offer.toolbox(["add"], ["add"], own=["session_cache_get"])
     assert tools.offered == {"add", "session_cache_get"}
     call = ToolCall("c1", "session_cache_get", '{"id": "c0"}')
     assert plan.next_action(
@@ -61,4 +61,4 @@ def test_the_worker_s_own_tools_are_offered_and_run_without_being_allowed() -> N
         1,
         20,
         tools=tools,
-    ) == RunTool(call, {"id": "c0"})
+    ) == RunOwnTool(call, {"id": "c0"})

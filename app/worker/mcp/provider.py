@@ -22,7 +22,7 @@ from app.config import McpServerConfig
 from app.worker.mcp.connection import Connection, Unavailable, describe_target, list_all_tools
 from app.worker.mcp.names import expose_tools
 from app.worker.mcp.results import brief, capped_result, error_result, is_disconnect, render_result
-from app.worker.mcp.server import Server
+from app.worker.mcp.server_process import ServerProcess
 from app.worker.ports import TOOL_TIMEOUT, TOOL_UNAVAILABLE, CallRef, ToolDefinition, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class McpToolProvider:
         names = [config.name for config in servers]
         if len(set(names)) != len(names):
             raise ValueError(f"MCP server names must be unique: {names}")
-        self._servers = [Server(config, asyncio.Lock()) for config in servers]
+        self._servers = [ServerProcess(config, asyncio.Lock()) for config in servers]
         self._by_name = {server.name: server for server in self._servers}
         self._call_timeout = call_timeout
         self._connect_timeout = connect_timeout
@@ -161,7 +161,7 @@ class McpToolProvider:
             await self.definitions()
         return self._catalog.get(name)
 
-    async def _connect(self, server: Server) -> Connection:
+    async def _connect(self, server: ServerProcess) -> Connection:
         """The server's live connection, (re)started once however many callers need it."""
         current = server.connection
         if current is not None and not current.dead:
@@ -181,7 +181,7 @@ class McpToolProvider:
             server.connection = await self._start(server)
             return server.connection
 
-    async def _start(self, server: Server) -> Connection:
+    async def _start(self, server: ServerProcess) -> Connection:
         connection = Connection(server.config, self._call_timeout)
         started = time.monotonic()
         try:
@@ -206,13 +206,13 @@ class McpToolProvider:
         )
         return connection
 
-    async def _disconnect(self, server: Server) -> None:
+    async def _disconnect(self, server: ServerProcess) -> None:
         async with server.lock:
             connection, server.connection = server.connection, None
             if connection is not None:
                 await connection.close()
 
-    async def _list_tools(self, server: Server) -> None:
+    async def _list_tools(self, server: ServerProcess) -> None:
         try:
             connection = await self._connect(server)
         except Unavailable:

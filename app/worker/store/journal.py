@@ -7,13 +7,13 @@ On PostgreSQL an UPDATE and its parts are one statement (`WITH fenced AS (UPDATE
 databases run the UPDATE, then each part over the returned row bound as `f_<column>` parameters,
 in one transaction. Either way the parts are built once, from the same functions.
 
-The events a statement appends take the seqs its UPDATE reserved: `event_seq` ends at the last
-one, so they are `event_seq - n + 1 .. event_seq` in the order they are listed here.
+The events a statement appends are one more part, built by `event_log.log` from the seqs its
+UPDATE reserved, in the order they are listed here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -23,7 +23,6 @@ from sqlalchemy import (
     JSON,
     BindParameter,
     Boolean,
-    CompoundSelect,
     FromClause,
     Insert,
     Integer,
@@ -34,18 +33,13 @@ from sqlalchemy import (
     Update,
     bindparam,
     case,
-    cast,
     func,
     insert,
     literal,
-    null,
     select,
-    true,
-    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import TypeEngine
 
 from app.models import (
     ACTION_REQUIRED,
@@ -54,20 +48,16 @@ from app.models import (
     MESSAGE_COMMITTED,
     REQUIRES_ACTION,
     RUNNING,
-    STATUS_CHANGED,
-    TOOL_LOOP,
     TURN_CANCELLED,
     TURN_COMPLETED,
     TURN_FAILED,
     TURN_FAILED_EVENT,
-    TURN_RESUMED,
-    TURN_STARTED,
     USER,
-    Event,
     ToolOutput,
 )
 from app.worker.plan import Entry
 from app.worker.ports import Usage
+from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
 from app.worker.store.fence import (
     ADD_COMPLETION,
     ADD_COST,
@@ -77,7 +67,6 @@ from app.worker.store.fence import (
     ERROR,
     HEADS,
     NOW,
-    OLD_STATUS,
     TURN_ID,
     StepKind,
     Write,
@@ -85,7 +74,6 @@ from app.worker.store.fence import (
     turns,
 )
 
-events = typed(Table, Event.__table__)
 tool_outputs = typed(Table, ToolOutput.__table__)
 
 Part = Callable[[FromClause], Insert | Update]
@@ -221,109 +209,13 @@ def _end_turn(status: str, **values: Any) -> Part:
     return _running_turn(status=status, finished_at=NOW, **_TURN_USAGE, **values)
 
 
-@dataclass(frozen=True)
-class Logged:
-    """One event a statement appends; `when` (over the source row) makes it conditional."""
-
-    type: str | Any
-    message_seq: Any = None
-    status: Any = None
-    attempt: Any = None
-    when: Any = None
-
-
-def _log(rows_of: Callable[[FromClause], Sequence[Logged]], turn: Any = TURN_ID) -> Part:
-    """An INSERT of the events `rows_of(source)`, numbered from the seqs the head reserved.
-
-    Fixed rows take their seqs by position (`event_seq - n + 1 + k`); rows with a condition are
-    numbered by a window over the rows that remain."""
-
-    def part(fenced: FromClause) -> Insert:
-        rows = rows_of(fenced)
-        turn_id = turn(fenced) if callable(turn) else turn
-        columns = ("type", "message_seq", "status", "attempt")
-        if all(row.when is None for row in rows):
-            selects = [
-                select(
-                    fenced.c.id,
-                    fenced.c.event_seq - (len(rows) - 1 - k),
-                    turn_id,
-                    *_values(row),
-                    NOW,
-                )
-                for k, row in enumerate(rows)
-            ]
-            return insert(events).from_select(
-                ["conversation_id", "seq", "turn_id", *columns, "created_at"], _union(selects)
-            )
-        branches = []
-        for k, row in enumerate(rows):
-            branch = select(
-                literal(k, Integer).label("k"),
-                *(value.label(name) for value, name in zip(_values(row), columns, strict=True)),
-            ).select_from(fenced)
-            branches.append(branch if row.when is None else branch.where(row.when))
-        logged = _union(branches).subquery("logged")
-        seq = fenced.c.event_seq - func.count().over() + func.row_number().over(order_by=logged.c.k)
-        source = select(
-            fenced.c.id, seq, turn_id, *(logged.c[name] for name in columns), NOW
-        ).select_from(logged.join(fenced, true()))
-        return insert(events).from_select(
-            ["conversation_id", "seq", "turn_id", *columns, "created_at"], source
-        )
-
-    return part
-
-
-def _values(row: Logged) -> tuple[Any, ...]:
-    """The row's type, message seq, status and attempt, typed (NULLs included)."""
-    return (
-        _typed(row.type, String()),
-        _typed(row.message_seq, Integer()),
-        _typed(row.status, String()),
-        _typed(row.attempt, Integer()),
-    )
-
-
-def _union(branches: list[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:
-    return branches[0] if len(branches) == 1 else union_all(*branches)
-
-
-def _typed(value: Any, type_: TypeEngine[Any]) -> Any:
-    if value is None:
-        return cast(null(), type_)
-    if isinstance(value, str | int):
-        return literal(value, type_)
-    return value
-
-
-def _status_changed(fenced: FromClause) -> Logged:
-    return Logged(STATUS_CHANGED, status=fenced.c.status, when=fenced.c.status != OLD_STATUS)
-
-
-def _into_tool_loop() -> Logged:
-    return Logged(STATUS_CHANGED, status=TOOL_LOOP)
-
-
 def _committed(fenced: FromClause) -> Logged:
     return Logged(MESSAGE_COMMITTED, message_seq=_MESSAGE_PARAMS["seq"])
 
 
-def _claim_events(fenced: FromClause) -> list[Logged]:
-    started = case((fenced.c.turn_first, literal(TURN_STARTED)), else_=literal(TURN_RESUMED))
-    return [
-        Logged(
-            MESSAGE_COMMITTED,
-            message_seq=fenced.c.message_seq,
-            when=fenced.c.turn_input.is_not(None),
-        ),
-        Logged(started, attempt=fenced.c.attempts),
-    ]
-
-
 # --- the statements ---------------------------------------------------------------------------
 
-_CLAIM_PARTS = (_promote_message, _start_turn, _log(_claim_events, turn=lambda f: f.c.turn_id))
+_CLAIM_PARTS = (_promote_message, _start_turn, log(claim_events, turn=lambda f: f.c.turn_id))
 CLAIM_COMPOSITE = Composite(CLAIM, _CLAIM_PARTS)
 CLAIM_LIMITED_COMPOSITE = Composite(CLAIM_LIMITED, _CLAIM_PARTS)
 
@@ -335,58 +227,58 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         HEADS[Write.FINISH],
         (
             _end_turn(COMPLETED),
-            _log(lambda f: [Logged(TURN_COMPLETED), _status_changed(f)]),
+            log(lambda f: [Logged(TURN_COMPLETED), status_changed(f)]),
         ),
     ),
     Write.FAIL: Composite(
         HEADS[Write.FAIL],
         (
             _end_turn(TURN_FAILED, error=ERROR),
-            _log(lambda f: [Logged(TURN_FAILED_EVENT), _status_changed(f)]),
+            log(lambda f: [Logged(TURN_FAILED_EVENT), status_changed(f)]),
         ),
     ),
     Write.PAUSE: Composite(
         HEADS[Write.PAUSE],
         (
             _running_turn(status=REQUIRES_ACTION, actions=ACTIONS),
-            _log(lambda f: [Logged(ACTION_REQUIRED), _status_changed(f)]),
+            log(lambda f: [Logged(ACTION_REQUIRED), status_changed(f)]),
         ),
     ),
     Write.CANCEL: Composite(
         HEADS[Write.CANCEL],
         (
             _end_turn(CANCELLED),
-            _log(lambda f: [Logged(TURN_CANCELLED), _status_changed(f)]),
+            log(lambda f: [Logged(TURN_CANCELLED), status_changed(f)]),
         ),
     ),
     StepKind.TOOL_CALLS: Composite(
-        HEADS[StepKind.TOOL_CALLS], (_insert_message, _add_usage, _log(lambda f: [_committed(f)]))
+        HEADS[StepKind.TOOL_CALLS], (_insert_message, _add_usage, log(lambda f: [_committed(f)]))
     ),
     StepKind.TOOL_CALLS_ENTERING: Composite(
         HEADS[StepKind.TOOL_CALLS_ENTERING],
-        (_insert_message, _add_usage, _log(lambda f: [_committed(f), _into_tool_loop()])),
+        (_insert_message, _add_usage, log(lambda f: [_committed(f), into_tool_loop()])),
     ),
     StepKind.TOOL_RESULT: Composite(
-        HEADS[StepKind.TOOL_RESULT], (_insert_message, _log(lambda f: [_committed(f)]))
+        HEADS[StepKind.TOOL_RESULT], (_insert_message, log(lambda f: [_committed(f)]))
     ),
     StepKind.TOOL_RESULT_ENTERING: Composite(
         HEADS[StepKind.TOOL_RESULT_ENTERING],
-        (_insert_message, _log(lambda f: [_committed(f), _into_tool_loop()])),
+        (_insert_message, log(lambda f: [_committed(f), into_tool_loop()])),
     ),
     StepKind.TOOL_OUTPUT: Composite(
         HEADS[StepKind.TOOL_OUTPUT],
-        (_insert_message, _keep_output, _log(lambda f: [_committed(f)])),
+        (_insert_message, _keep_output, log(lambda f: [_committed(f)])),
     ),
     StepKind.TOOL_OUTPUT_ENTERING: Composite(
         HEADS[StepKind.TOOL_OUTPUT_ENTERING],
-        (_insert_message, _keep_output, _log(lambda f: [_committed(f), _into_tool_loop()])),
+        (_insert_message, _keep_output, log(lambda f: [_committed(f), into_tool_loop()])),
     ),
     StepKind.ANSWER: Composite(
         HEADS[StepKind.ANSWER],
         (
             _insert_message,
             _end_turn(COMPLETED),
-            _log(lambda f: [_committed(f), Logged(TURN_COMPLETED), _status_changed(f)]),
+            log(lambda f: [_committed(f), Logged(TURN_COMPLETED), status_changed(f)]),
         ),
     ),
 }

@@ -19,7 +19,7 @@ RETRY_MAX_S = 60.0
 
 
 @dataclass
-class Server:
+class ServerProcess:
     """A configured server across its restarts, and its start back-off."""
 
     config: McpServerConfig

@@ -1,14 +1,9 @@
-"""Running a turn: claim the conversation, then plan -> act -> commit, one step at a time, until
-it rests (`idle` or `failed`). A fresh turn and a resumed one are the same call.
+"""The step loop: plan -> act -> commit, one step at a time, until the claimed turn rests.
 
 Every decision is the planner's (`app.worker.plan`); this module only acts on it (calls the model,
-runs one tool) and commits the outcome in its own short transaction. While it waits on the model or
-a tool, a heartbeat renews the lease; if the lease is lost the run is cancelled and writes nothing.
-
-A user's cancel reaches a running turn three ways: the live notice (`TurnRunner.cancel`, at once),
-the heartbeat, and every committed step (both return the turn's cancel flag). It aborts the model
-call or the tool call in flight (the MCP server is told), and the planner then answers the calls
-left open and ends the turn `cancelled`.
+runs one tool) and commits the outcome in its own short transaction, fenced by the claim that
+`lease_runner` holds. A user's cancel aborts the model or tool call in flight (the MCP server is
+told), and the planner then answers the calls left open and ends the turn `cancelled`.
 """
 
 from __future__ import annotations
@@ -17,15 +12,13 @@ import asyncio
 import enum
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from app.config import Settings
-from app.live import ANY_STREAM, RESUMED
-from app.models import BUILTIN_TOOL_NAMES, PROCESSING
-from app.telemetry import logs, metrics, tracing
-from app.worker import builtin, failpoints, plan, session_cache
+from app.models import BUILTIN_TOOL_NAMES
+from app.telemetry import metrics, tracing
+from app.worker import builtin, failpoints, offer, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.plan import (
@@ -35,9 +28,8 @@ from app.worker.plan import (
     Fail,
     Finish,
     Pause,
-    RecordAnswer,
-    RecordCalls,
     RejectCall,
+    RunOwnTool,
     RunTool,
     ToolCall,
 )
@@ -52,16 +44,9 @@ from app.worker.ports import (
     ToolResult,
     Usage,
 )
-from app.worker.store import (
-    Claim,
-    Committed,
-    Deferred,
-    KeptOutput,
-    LeaseLost,
-    Snapshot,
-    TurnStore,
-)
+from app.worker.store import Committed, KeptOutput, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
+from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
 
 log = logging.getLogger(__name__)
 
@@ -78,168 +63,15 @@ class Outcome(enum.Enum):
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
 
 
-class TurnRunner:
-    """Runs conversations to their next resting state, with what every turn of a process shares:
-    the store, the model, the tools, the settings and the database threads."""
+class Means(Protocol):
+    """What every turn of a process shares (`lease_runner.TurnRunner` has it all)."""
 
-    def __init__(
-        self,
-        store: TurnStore,
-        *,
-        model: ModelClient,
-        tools: ToolProvider,
-        settings: Settings,
-        owner: str,
-        db: DatabaseThreads | None = None,
-        broadcaster: Broadcaster | None = None,
-    ) -> None:
-        self.store = store
-        self.model = model
-        self.tools = tools
-        self.settings = settings
-        self.owner = owner
-        self.db = db or DatabaseThreads()
-        self.broadcaster = broadcaster or Broadcaster(None)
-        self._turns: dict[uuid.UUID, _Turn] = {}  # the turns running in this process
-
-    def cancel(self, conversation_id: uuid.UUID) -> bool:
-        """The user asked to cancel this conversation's turn (call on the runner's loop): abort
-        what it is waiting on now. False when no turn of it runs here."""
-        turn = self._turns.get(conversation_id)
-        if turn is None:
-            return False
-        turn.request_cancel()
-        return True
-
-    async def run(self, conversation_id: uuid.UUID) -> Outcome:
-        """Claim the conversation and drive it until it rests; resume whatever is committed.
-
-        A turn that ends while another waits behind it leaves the conversation `processing`
-        with no lease: the next turn is claimed at once (the outcome is the last turn's)."""
-        while True:
-            outcome, next_waits = await self._run_turn(conversation_id)
-            if not next_waits:
-                return outcome
-
-    async def _run_turn(self, conversation_id: uuid.UUID) -> tuple[Outcome, bool]:
-        snapshot = await self.db.run(
-            self.store.claim,
-            conversation_id,
-            self.owner,
-            self.settings.lease_ttl_seconds,
-            self.settings.owner_max_running_turns,
-        )
-        if snapshot is None:
-            return Outcome.NOT_CLAIMED, False
-        if isinstance(snapshot, Deferred):
-            metrics.TURNS_DEFERRED.inc()
-            return Outcome.DEFERRED, False
-        logs.note_turn(snapshot.claim.turn_id)
-        _count_claim(snapshot)
-        attributes = {
-            "chatworker.conversation_id": str(conversation_id),
-            "chatworker.turn_id": str(snapshot.claim.turn_id),
-            "chatworker.worker_id": self.owner,
-            "chatworker.attempt": snapshot.attempts,
-            "chatworker.resumed": not snapshot.first,
-            "chatworker.taken_over": snapshot.taken_over,
-            "gen_ai.request.model": snapshot.model,
-        }
-        with tracing.turn_span(
-            snapshot.trace_context, resumed=not snapshot.first, attributes=attributes
-        ) as span:
-            outcome, next_waits = await self._run_claimed(snapshot)
-            span.set_attribute("chatworker.outcome", outcome.value)
-            return outcome, next_waits
-
-    async def _run_claimed(self, snapshot: Snapshot) -> tuple[Outcome, bool]:
-        conversation_id = snapshot.claim.conversation_id
-        claim = snapshot.claim
-        gave_up = plan.on_claim(
-            snapshot.attempts, self.settings.max_attempts, snapshot.cancel_requested
-        )
-        if gave_up is not None:
-            failed = await self.db.run(
-                self.store.fail, claim, gave_up.error, status=snapshot.status
-            )
-            self.broadcaster.committed(conversation_id, failed.event_seq)
-            _count_end(snapshot.model, Outcome.FAILED)
-            return Outcome.FAILED, failed.status == PROCESSING
-        failpoints.hit("after_claim")
-        self.broadcaster.committed(conversation_id, snapshot.event_seq)
-        if not snapshot.first:  # a reply the previous worker was streaming will never come
-            self.broadcaster.discarded(
-                conversation_id, _next_seq(snapshot.transcript), ANY_STREAM, RESUMED
-            )
-        lost = asyncio.Event()
-        turn = _Turn(self, snapshot)
-        self._turns[conversation_id] = turn
-        beating = asyncio.create_task(self._heartbeat(turn, asyncio.current_task(), lost))
-        try:
-            outcome = await turn.drive()
-            _count_end(snapshot.model, outcome)
-            return outcome, turn.status == PROCESSING
-        except LeaseLost:
-            log.warning("conversation %s: lease lost, stopping without writing", conversation_id)
-            metrics.LEASES_LOST.inc()
-            return Outcome.LEASE_LOST, False
-        except asyncio.CancelledError:
-            if lost.is_set():
-                log.warning("conversation %s: lease lost while waiting, stopped", conversation_id)
-                metrics.LEASES_LOST.inc()
-                return Outcome.LEASE_LOST, False
-            await asyncio.shield(self._release(claim))
-            raise
-        finally:
-            beating.cancel()
-            self._turns.pop(conversation_id, None)
-
-    async def _heartbeat(
-        self, turn: _Turn, runner: asyncio.Task[Any] | None, lost: asyncio.Event
-    ) -> None:
-        claim = turn.claim
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_seconds)
-            try:
-                beat = await self.db.run(
-                    self.store.heartbeat, claim, self.settings.lease_ttl_seconds
-                )
-            except LeaseLost:
-                lost.set()
-                if runner is not None:
-                    runner.cancel()
-                return
-            except Exception:  # the database may be back before the lease runs out
-                log.exception("conversation %s: heartbeat failed", claim.conversation_id)
-                continue
-            if beat.cancel_requested:  # the live notice was lost: the flag is committed
-                turn.request_cancel()
-
-    async def _release(self, claim: Claim) -> None:
-        try:
-            await self.db.run(self.store.release, claim)
-        except LeaseLost:
-            pass
-        except Exception:  # the lease expires by itself; recovery picks the turn up then
-            log.exception("conversation %s: could not release the lease", claim.conversation_id)
-
-
-_ENDED = {Outcome.IDLE: "completed", Outcome.FAILED: "failed", Outcome.CANCELLED: "cancelled"}
-
-
-def _count_claim(snapshot: Snapshot) -> None:
-    if snapshot.first:
-        metrics.TURNS_STARTED.labels(snapshot.model).inc()
-    else:
-        after = "takeover" if snapshot.taken_over else "handover"
-        metrics.TURNS_RESUMED.labels(snapshot.model, after).inc()
-
-
-def _count_end(model: str, outcome: Outcome) -> None:
-    if outcome is Outcome.WAITING:
-        metrics.TURNS_PAUSED.labels(model).inc()
-    elif outcome in _ENDED:
-        metrics.TURNS_ENDED.labels(model, _ENDED[outcome]).inc()
+    store: TurnStore
+    model: ModelClient
+    tools: ToolProvider
+    settings: Settings
+    db: DatabaseThreads
+    broadcaster: Broadcaster
 
 
 CANCELLED = "cancelled by the user"
@@ -251,14 +83,14 @@ class _Aborted(Exception):
     """The user's cancel aborted the model or tool call the turn was waiting on."""
 
 
-def _next_seq(transcript: Sequence[Entry]) -> int:
+def next_seq(transcript: Sequence[Entry]) -> int:
     return transcript[-1].seq + 1 if transcript else 1
 
 
-class _Turn:
-    """One run of one conversation: the in-memory mirror of exactly what is committed."""
+class StepLoop:
+    """One run of one claimed conversation: the in-memory mirror of exactly what is committed."""
 
-    def __init__(self, runner: TurnRunner, snapshot: Snapshot) -> None:
+    def __init__(self, runner: Means, snapshot: Snapshot) -> None:
         self.runner = runner
         self.store = runner.store
         self.db = runner.db
@@ -268,7 +100,7 @@ class _Turn:
         self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
-        self.toolbox = plan.NO_TOOLS
+        self.toolbox = offer.NO_TOOLS
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
@@ -297,11 +129,11 @@ class _Turn:
                     outcome = await self._call_model()
                     if outcome is not None:
                         return outcome
-                case RunTool(call, arguments) if call.name in session_cache.TOOLS:
+                case RunOwnTool(call, arguments):
                     result = await self._read_cache(call.name, arguments)
                     await self._record_result(call, result.content, result.is_error)
-                case RunTool(call, arguments):
-                    await self._run_tool(call, arguments)
+                case RunTool(call, arguments, mark_in_flight):
+                    await self._run_tool(call, arguments, mark_in_flight)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
                 case Pause(actions):
@@ -348,28 +180,30 @@ class _Turn:
         snapshot, settings = self.snapshot, self.runner.settings
         allowed = snapshot.allowed_tools
         names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
-        if not plan.uses_tools(names, snapshot.tool_choice):
+        if not offer.uses_tools(names, snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
-        # Its own tools (agent_clarify, the client's, the cache's) shadow a server's.
         own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify and settings.clarify)
-        shadowed = BUILTIN_TOOL_NAMES | waits.keys()
-        served = [d for d in await self.runner.tools.definitions() if d.name not in shadowed]
-        offered = [d for d in served if d.name in allowed]
-        runs = []  # the worker's own tools it runs itself
-        if offered and settings.session_cache:
-            runs = builtin.cache_definitions(settings.tool_context_chars)
-        offered += own + runs
-        self.toolbox = plan.toolbox(
+        readers = builtin.cache_definitions(settings.tool_context_chars)
+        servers = await self.runner.tools.definitions()
+        box = offer.toolbox(
             allowed,
-            (d.name for d in served),
-            ArgumentCheck({d.name: d.input_schema for d in offered}),
+            (d.name for d in servers),
+            None,
             waits,
-            own=(d.name for d in runs),
-            approval=(d.name for d in offered if d.requires_approval),
+            cache=(d.name for d in readers),
+            session_cache=settings.session_cache,
+            reserved=BUILTIN_TOOL_NAMES,
             approved=snapshot.approved,
-            guarded=(d.name for d in served if not d.may_rerun),
             in_flight=snapshot.in_flight,
             in_flight_policy=settings.in_flight_recovery,
+        )
+        served = [d for d in servers if d.name in box.served]
+        offered = [*served, *own, *(d for d in readers if d.name in box.own)]
+        # What the tools the planner offers say of themselves: schemas and annotations.
+        self.toolbox = box._replace(
+            check=ArgumentCheck({d.name: d.input_schema for d in offered}),
+            approval=frozenset(d.name for d in offered if d.requires_approval),
+            guarded=frozenset(d.name for d in served if not d.may_rerun),
         )
         self.function_tools = [d.as_function_tool() for d in offered]
         self.tool_servers = {d.name: d.server for d in offered}
@@ -380,8 +214,9 @@ class _Turn:
         A used-up budget (checked against the committed totals) fails the turn instead."""
         if self.snapshot.budgeted:
             used_up = await self.db.run(self.store.budget_used_up, self.claim.conversation_id)
-            if used_up is not None:
-                await self._fail(used_up)
+            over = plan.over_budget(used_up)
+            if over is not None:
+                await self._fail(over.error)
                 return Outcome.FAILED
         request = ModelRequest(
             model=self.snapshot.model,
@@ -413,7 +248,7 @@ class _Turn:
             except ModelError as exc:
                 tracing.failed(span, str(exc), "ModelError")
                 sink.abandon(FAILED_CALL)
-                await self._fail(plan.model_failed(str(exc)).error)
+                await self._fail(model_failed(str(exc)).error)
                 return Outcome.FAILED
             usage = reply.usage
             tracing.model_answered(
@@ -421,7 +256,7 @@ class _Turn:
             )
         sink.flush()
         failpoints.hit("llm_answered")
-        verdict = plan.judge_reply(
+        verdict = judge_reply(
             reply.content,
             reply.tool_calls,
             reply.finish_reason,
@@ -461,10 +296,12 @@ class _Turn:
                 await self._fail(error, reply.usage)
                 return Outcome.FAILED
 
-    async def _run_tool(self, call: ToolCall, arguments: dict[str, Any]) -> None:
+    async def _run_tool(
+        self, call: ToolCall, arguments: dict[str, Any], mark_in_flight: bool
+    ) -> None:
         """Run an MCP call and commit its result; a call that may not simply run again is
         marked in flight first. A user's cancel aborts it, and commits nothing."""
-        if call.name in self.toolbox.guarded:
+        if mark_in_flight:
             ttl = self.runner.settings.lease_ttl_seconds
             await self._commit(self.store.starting, self.claim, call.id, ttl)
         started = time.monotonic()
@@ -554,7 +391,7 @@ class _Turn:
             self.transcript.append(committed.entry)
 
     def _next_seq(self) -> int:
-        return _next_seq(self.transcript)
+        return next_seq(self.transcript)
 
 
-__all__ = ["Outcome", "TurnRunner"]
+__all__ = ["Means", "Outcome", "StepLoop", "next_seq"]
