@@ -22,12 +22,23 @@ from app.testing.fake_llm import FakeLLMServer
 from tests.invariants import violations
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
+# Every test of these directories needs a service (PostgreSQL, Redis, an MCP server, the fake
+# model's HTTP server, a browser): a skip there is a hole in the net, whatever its fixtures say.
+INTEGRATION_DIRS = {"integration", "api", "crash"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if INTEGRATION_FIXTURES & _all_fixtures(item):
+        if _in_integration_dir(item) or INTEGRATION_FIXTURES & _all_fixtures(item):
             item.add_marker(pytest.mark.integration)
+
+
+def _in_integration_dir(node: pytest.Item | pytest.Collector) -> bool:
+    try:
+        parts = node.path.relative_to(node.config.rootpath).parts[:-1]
+    except ValueError:
+        return False
+    return bool(INTEGRATION_DIRS & set(parts))
 
 
 def _all_fixtures(item: pytest.Item) -> set[str]:
@@ -35,13 +46,36 @@ def _all_fixtures(item: pytest.Item) -> set[str]:
     return set(info.names_closure) if info is not None else set()
 
 
+def _under_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def _reason(longrepr: object) -> object:
+    return longrepr[2] if isinstance(longrepr, tuple) else longrepr
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
     report = yield
-    if os.environ.get("CI") == "true" and report.skipped and "integration" in item.keywords:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+    if _under_ci() and report.skipped and "integration" in item.keywords:
         report.outcome = "failed"
-        report.longrepr = f"integration test skipped under CI=true (not allowed): {reason}"
+        report.longrepr = (
+            f"integration test skipped under CI=true (not allowed): {_reason(report.longrepr)}"
+        )
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    """A module skipped while collected (`importorskip`, a module-level skip) has no test to
+    report, so the hook above never sees it: under CI it is a collection error instead."""
+    report = yield
+    if _under_ci() and report.skipped and _in_integration_dir(collector):
+        report.outcome = "failed"
+        report.longrepr = (
+            "integration module skipped while collected under CI=true (not allowed): "
+            f"{_reason(report.longrepr)}"
+        )
     return report
 
 
