@@ -361,14 +361,14 @@ def _orphans(marker: str) -> list[str]:
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
+        try:  # (the command line first: it rules out nearly every process, cheaply)
+            if MCP_SERVER_MARK.encode() not in (proc / "cmdline").read_bytes():
+                continue
             environ = (proc / "environ").read_bytes()
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        mine = MCP_SERVER_MARK.encode() in cmdline and marker.encode() in environ
-        if mine and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
+        if marker.encode() in environ and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
             pids.append(proc.name)
     return pids
 
