@@ -190,13 +190,13 @@ def any_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
     name = services.unique_name("copy")
     copy = services.create_database(server, name, template=template)
     try:
-        _copy_rows(url, copy)
+        copy_rows(url, copy)
         _check_invariants(copy, request)
     finally:
         services.drop_database(server, name)
 
 
-def _copy_rows(source_url: str, target_url: str) -> None:
+def copy_rows(source_url: str, target_url: str) -> None:
     """Every row of the models' tables, as they are: no trigger fires and no foreign key is
     checked while copying (the checks are there to judge them, not to refuse them)."""
     source, target = make_engine(source_url), make_engine(target_url, pool_size=1)

@@ -17,14 +17,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import text
 
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
+from app.migrate import upgrade
 from app.testing import fakes, services
 from app.worker.ports import ModelError
 from app.worker.store import TurnStore, Upkeep
 from app.worker.turn import Outcome
+from tests.conftest import copy_rows
 from tests.integration.test_loop import ADD_THEN_ANSWER, World, _publish, make_tools, run
 from tests.invariants import (
     MCP_SERVER_MARK,
@@ -271,3 +274,34 @@ def test_an_orphaned_mcp_server_of_the_test_is_reported(tmp_path: Path) -> None:
         assert parent.stdin is not None
         parent.stdin.close()  # the orphan reads EOF and exits
     assert orphaned_mcp_servers(marker, grace=30) == []
+
+
+def test_a_sqlite_run_is_checked_in_a_postgresql_copy_and_its_violations_are_found(
+    sqlite_url: str, baseline: Baseline, migrated_template: str
+) -> None:
+    """The check after a SQLite test (tests/conftest.py): its rows, copied as they are into a
+    clone of the template, are judged by the same SQL; a tampered SQLite database fails it."""
+    upgrade(sqlite_url)
+    client = ChatClient(load_settings(database_url=sqlite_url), enqueue=lambda _: None)
+    try:
+        conversation_id = client.create_conversation()
+        client.submit_message(conversation_id, "hello")
+    finally:
+        client.close()
+    found = []
+    for tampered in (False, True):
+        if tampered:
+            engine = make_engine(sqlite_url)
+            with engine.begin() as connection:
+                connection.execute(text("UPDATE conversations SET event_seq = event_seq + 1"))
+            engine.dispose()
+        name = services.unique_name("copy")
+        copy = services.create_database(baseline.server, name, template=migrated_template)
+        try:
+            copy_rows(sqlite_url, copy)
+            found.append(violations_after_test(copy))
+        finally:
+            services.drop_database(baseline.server, name)
+    clean, broken = found
+    assert clean == []
+    assert [p for p in broken if f"conversation {conversation_id}: event seqs" in p], broken
