@@ -13,21 +13,33 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from app.db import make_engine
 from app.migrate import upgrade
+from app.models import Base
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
-from tests.invariants import violations
+from tests.invariants import violations_after_test
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
+# Every test of these directories needs a service (PostgreSQL, Redis, an MCP server, the fake
+# model's HTTP server, a browser): a skip there is a hole in the net, whatever its fixtures say.
+INTEGRATION_DIRS = {"integration", "api", "crash"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if INTEGRATION_FIXTURES & _all_fixtures(item):
+        if _in_integration_dir(item) or INTEGRATION_FIXTURES & _all_fixtures(item):
             item.add_marker(pytest.mark.integration)
+
+
+def _in_integration_dir(node: pytest.Item | pytest.Collector) -> bool:
+    try:
+        parts = node.path.relative_to(node.config.rootpath).parts[:-1]
+    except ValueError:
+        return False
+    return bool(INTEGRATION_DIRS & set(parts))
 
 
 def _all_fixtures(item: pytest.Item) -> set[str]:
@@ -35,13 +47,36 @@ def _all_fixtures(item: pytest.Item) -> set[str]:
     return set(info.names_closure) if info is not None else set()
 
 
+def _under_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def _reason(longrepr: object) -> object:
+    return longrepr[2] if isinstance(longrepr, tuple) else longrepr
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
     report = yield
-    if os.environ.get("CI") == "true" and report.skipped and "integration" in item.keywords:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+    if _under_ci() and report.skipped and "integration" in item.keywords:
         report.outcome = "failed"
-        report.longrepr = f"integration test skipped under CI=true (not allowed): {reason}"
+        report.longrepr = (
+            f"integration test skipped under CI=true (not allowed): {_reason(report.longrepr)}"
+        )
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> object:
+    """A module skipped while collected (`importorskip`, a module-level skip) has no test to
+    report, so the hook above never sees it: under CI it is a collection error instead."""
+    report = yield
+    if _under_ci() and report.skipped and _in_integration_dir(collector):
+        report.outcome = "failed"
+        report.longrepr = (
+            "integration module skipped while collected under CI=true (not allowed): "
+            f"{_reason(report.longrepr)}"
+        )
     return report
 
 
@@ -99,12 +134,20 @@ def database_url(
     url = services.create_database(postgres_server, name, template=migrated_template)
     yield url
     try:
-        if request.node.get_closest_marker("raw_rows") is None:
-            problems = violations(url, at_rest=False, live_within=24 * 3600)
-            if problems:
-                pytest.fail("invariants violated after the test:\n  " + "\n  ".join(problems))
+        _check_invariants(url, request)
     finally:
         services.drop_database(postgres_server, name)
+
+
+def _check_invariants(url: str, request: pytest.FixtureRequest) -> None:
+    """The strong check when the test left everything at rest (tests/invariants.py), with the
+    test's own MCP servers (their environment names its tmp_path) looked for as orphans."""
+    if request.node.get_closest_marker("raw_rows") is not None:
+        return
+    tmp_path = request.node.funcargs.get("tmp_path") if "tmp_path" in request.fixturenames else None
+    problems = violations_after_test(url, mcp_marker=None if tmp_path is None else str(tmp_path))
+    if problems:
+        pytest.fail("invariants violated after the test:\n  " + "\n  ".join(problems))
 
 
 @pytest.fixture
@@ -130,13 +173,43 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
-def any_database_url(request: pytest.FixtureRequest) -> str:
-    """A fresh database at the head migration, once on PostgreSQL and once on SQLite."""
+def any_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database at the head migration, once on PostgreSQL and once on SQLite.
+
+    The invariants are checked after the test on both: a SQLite database's rows are copied into
+    a clone of the PostgreSQL template first, so one set of checks (in SQL) serves both.
+    """
     if request.param == "postgresql":
-        return str(request.getfixturevalue("database_url"))
+        yield str(request.getfixturevalue("database_url"))
+        return
+    server = str(request.getfixturevalue("postgres_server"))
+    template = str(request.getfixturevalue("migrated_template"))
     url = str(request.getfixturevalue("sqlite_url"))
     upgrade(url)
-    return url
+    yield url
+    name = services.unique_name("copy")
+    copy = services.create_database(server, name, template=template)
+    try:
+        copy_rows(url, copy)
+        _check_invariants(copy, request)
+    finally:
+        services.drop_database(server, name)
+
+
+def copy_rows(source_url: str, target_url: str) -> None:
+    """Every row of the models' tables, as they are: no trigger fires and no foreign key is
+    checked while copying (the checks are there to judge them, not to refuse them)."""
+    source, target = make_engine(source_url), make_engine(target_url, pool_size=1)
+    try:
+        with source.connect() as read, target.begin() as write:
+            write.execute(text("SET LOCAL session_replication_role = replica"))
+            for table in Base.metadata.sorted_tables:
+                rows = [row._asdict() for row in read.execute(table.select())]
+                if rows:
+                    write.execute(table.insert(), rows)
+    finally:
+        source.dispose()
+        target.dispose()
 
 
 # --- Redis --------------------------------------------------------------------------------------

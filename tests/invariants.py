@@ -4,7 +4,8 @@
 
 - seq is gap-free (1..n) in every conversation;
 - tool call ids are unique per conversation, every result answers an earlier call, and every call
-  has exactly one result (a failed turn may leave the calls of its last assistant message open);
+  has exactly one result (a failed turn may leave the calls of its last assistant message open,
+  whether or not a later turn followed);
 - at most one final answer per user turn, and it ends the turn;
 - a conversation at rest has a released lease; a failed one says why;
 - the event log: seq is gap-free (1..event_seq); every message has exactly one
@@ -92,6 +93,20 @@ def violations(
     if mcp_marker is not None:
         problems += orphaned_mcp_servers(mcp_marker)
     return problems
+
+
+def violations_after_test(database_url: str, *, mcp_marker: str | None = None) -> list[str]:
+    """The check after a test: the strong one (`at_rest`) when the test left no conversation
+    running, else the weak one with a day's heartbeat window (a test may stop mid-turn on
+    purpose: a killed worker, a paused claim)."""
+    with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
+        running = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM conversations"
+            " WHERE status IN ('processing', 'tool_loop'))"
+        ).fetchone()
+    if running is not None and not running[0]:
+        return violations(database_url, mcp_marker=mcp_marker)
+    return violations(database_url, at_rest=False, live_within=24 * 3600, mcp_marker=mcp_marker)
 
 
 def tool_cache_violations(conn: psycopg.Connection[Any]) -> list[str]:
@@ -256,10 +271,10 @@ def transcript_violations(
     seqs = [m[0] for m in messages]
     if seqs != list(range(1, len(seqs) + 1)):
         problems.append(f"seq is not gap-free: {seqs}")
-    asked, answered, last_calls = _calls_and_results(messages, problems)
+    asked, answered, last_calls, abandoned = _calls_and_results(messages, problems)
     if len(asked) != len(set(asked)):
         problems.append("tool call ids are not unique")
-    may_be_open = set(last_calls) if status != "idle" or not complete else set()
+    may_be_open = set(abandoned) | (set(last_calls) if status != "idle" or not complete else set())
     for call_id in asked:
         if answered[call_id] > 1:
             problems.append(f"tool call {call_id} has {answered[call_id]} results")
@@ -273,21 +288,27 @@ def transcript_violations(
 
 def _calls_and_results(
     messages: list[tuple[Any, ...]], problems: list[str]
-) -> tuple[list[str], dict[str, int], list[str]]:
-    """Walk the transcript: calls asked, results per call, the last message's calls; note
-    results that answer nothing and turns with more than one final answer."""
+) -> tuple[list[str], dict[str, int], list[str], list[str]]:
+    """Walk the transcript: calls asked, results per call, the last message's calls, and the
+    calls a turn ended on (a user message came next with no answer between: the turn failed);
+    note results that answer nothing and turns with more than one final answer."""
     asked: list[str] = []
     answered: dict[str, int] = defaultdict(int)
     last_calls: list[str] = []
+    turn_calls: list[str] = []
+    abandoned: list[str] = []
     finals_in_turn = 0
     for index, (seq, role, _content, tool_calls, tool_call_id) in enumerate(messages):
         if role == "user":
             finals_in_turn = 0
+            abandoned += turn_calls
+            turn_calls = []
         elif role == "assistant" and tool_calls:
-            last_calls = [call["id"] for call in tool_calls]
+            last_calls = turn_calls = [call["id"] for call in tool_calls]
             asked += last_calls
         elif role == "assistant":
             finals_in_turn += 1
+            turn_calls = []
             following = messages[index + 1] if index + 1 < len(messages) else None
             if finals_in_turn > 1:
                 problems.append(f"more than one final answer in one turn (seq {seq})")
@@ -297,7 +318,7 @@ def _calls_and_results(
             if tool_call_id not in asked:
                 problems.append(f"result at seq {seq} answers no earlier call ({tool_call_id})")
             answered[tool_call_id] += 1
-    return asked, answered, last_calls
+    return asked, answered, last_calls, abandoned
 
 
 def _idle_in_transaction(
@@ -340,14 +361,14 @@ def _orphans(marker: str) -> list[str]:
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
+        try:  # (the command line first: it rules out nearly every process, cheaply)
+            if MCP_SERVER_MARK.encode() not in (proc / "cmdline").read_bytes():
+                continue
             environ = (proc / "environ").read_bytes()
             ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        mine = MCP_SERVER_MARK.encode() in cmdline and marker.encode() in environ
-        if mine and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
+        if marker.encode() in environ and (ppid == 1 or not Path(f"/proc/{ppid}").exists()):
             pids.append(proc.name)
     return pids
 
@@ -372,4 +393,5 @@ __all__ = [
     "orphaned_mcp_servers",
     "transcript_violations",
     "violations",
+    "violations_after_test",
 ]

@@ -1,6 +1,6 @@
 """Forging a conversation's state for a test, the way a worker would have left it: the status,
-its `status.changed` event, and the current turn's status with its terminal event, so the event
-log's invariants still hold afterwards."""
+its `status.changed` event, the current turn's status with its terminal event (and, for a
+completed turn, its answer), so the invariants (tests/invariants.py) still hold afterwards."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ TURN_OF = {"idle": "completed", "failed": "failed"}  # a running status leaves t
 _CURRENT = (
     "SELECT c.event_seq, c.status AS was, t.id, t.status FROM conversations c LEFT JOIN turns t"
     " ON t.conversation_id = c.id AND t.number = c.turn_number WHERE c.id = :id"
+)
+_ANSWER = (
+    "INSERT INTO messages (conversation_id, seq, role, content, is_error) SELECT :cid,"
+    " coalesce(max(seq), 0) + 1, 'assistant', 'forged by a test', false FROM messages"
+    " WHERE conversation_id = :cid RETURNING seq"
 )
 _FINISH_TURN = (
     "UPDATE turns SET status = :status, started_at = coalesce(started_at, CURRENT_TIMESTAMP),"
@@ -50,16 +55,26 @@ def force_status(engine: Engine, conversation_id: uuid.UUID, status: str, **valu
                     "id": turn_id,
                 },
             )
-            logged.append({"type": f"turn.{turn_status}", "status": None})
+            if turn_status == "completed":  # (a completed turn ends with its answer)
+                answer = connection.execute(text(_ANSWER), {"cid": conversation_id}).scalar()
+                logged.append({"type": "message.committed", "message_seq": answer})
+            logged.append({"type": f"turn.{turn_status}"})
         if status != row.was:
             logged.append({"type": "status.changed", "status": status})
         for offset, event in enumerate(logged, start=1):
             connection.execute(
                 text(
-                    "INSERT INTO events (conversation_id, seq, type, turn_id, status)"
-                    " VALUES (:cid, :seq, :type, :turn, :status)"
+                    "INSERT INTO events (conversation_id, seq, type, turn_id, status, message_seq)"
+                    " VALUES (:cid, :seq, :type, :turn, :status, :message_seq)"
                 ),
-                {"cid": conversation_id, "seq": row.event_seq + offset, "turn": turn_id, **event},
+                {
+                    "cid": conversation_id,
+                    "seq": row.event_seq + offset,
+                    "turn": turn_id,
+                    "status": None,
+                    "message_seq": None,
+                    **event,
+                },
             )
         assignments = ", ".join(f"{name} = :{name}" for name in values)
         error = "'forged by a test'" if status == "failed" else "error"

@@ -19,6 +19,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -82,13 +83,16 @@ class _Gcra:
 class MemoryRateLimiter(_Gcra):
     """The TATs of this process."""
 
-    def __init__(self, rate: str) -> None:
+    def __init__(
+        self, rate: str, clock_us: Callable[[], int] = lambda: time.monotonic_ns() // 1000
+    ):
         super().__init__(rate)
+        self._clock_us = clock_us  # (tests move it on instead of sleeping)
         self._tats: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def check(self, caller: str) -> Verdict:
-        now = time.monotonic_ns() // 1000
+        now = self._clock_us()
         with self._lock:
             tat = max(self._tats.get(caller, now), now)
             ahead = tat + self.interval_us - now

@@ -28,7 +28,7 @@ from app.config import load_settings
 from app.testing import services
 from app.testing.api_process import ApiProcess
 from app.testing.fake_llm import FakeLLMServer
-from tests.invariants import violations
+from tests.invariants import violations_after_test
 from tests.worker_process import REPO, WorkerProcess, worker_environment
 
 # A process boots in seconds; on a loaded 2-core machine, in more than a minute.
@@ -161,7 +161,7 @@ def shared_api(
             yield found
         finally:
             found.close()
-        problems = violations(url, at_rest=False, live_within=24 * 3600)
+        problems = violations_after_test(url, mcp_marker=str(tmp))
     finally:
         services.drop_database(postgres_server, name)
         services.flush_redis(redis_server)

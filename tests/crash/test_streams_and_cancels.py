@@ -55,6 +55,11 @@ def use_format(deployment: Deployment, provider: str) -> str:
     return "openai/fake-model"
 
 
+def worker_said(deployment: Deployment, line: str) -> bool:
+    """A worker's log has `line` (the host logs each run's outcome: a positive signal)."""
+    return any(line in w.log_path.read_text(errors="replace") for w in deployment.workers)
+
+
 def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -219,7 +224,12 @@ def test_cancel_while_the_model_answers_stops_the_turn_across_processes(
 
     assert view.status == "idle" and [m.role for m in view.messages] == ["user"]
     assert client.get_turn(turn_id).status == "cancelled"  # type: ignore[arg-type]
-    time.sleep(0.5)
+    # (the worker's own word that its run of the turn ended, not a quiet half second)
+    wait_until(
+        lambda: worker_said(deployment, f"conversation {conversation_id}: cancelled"),
+        20,
+        "the worker to end its run",
+    )
     assert len(deployment.llm.requests()) == 1  # not asked again
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
 
@@ -275,7 +285,11 @@ def test_cancel_while_queued_needs_no_worker_and_a_later_one_runs_nothing(
     assert cancelled is not None and cancelled.status == "cancelled"
     deployment.start_worker()
     deployment.ring(conversation_id)  # a doorbell that arrives late
-    time.sleep(1.5)
+    wait_until(
+        lambda: worker_said(deployment, f"conversation {conversation_id}: not_claimed"),
+        30,
+        "the worker to take the doorbell and find nothing to do",
+    )
 
     assert deployment.llm.requests() == []
     assert client.get_conversation(conversation_id).status == "idle"

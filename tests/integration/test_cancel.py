@@ -21,6 +21,7 @@ cancel writes, that asking twice is harmless, the `interrupt` busy policy, and b
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -32,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, update
 
 from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import ConversationNotFound, TurnNotFound
 from app.live.memory import MemoryChannel
-from app.models import CANCELLED_CALL_RESULT, Event, Message, Turn
+from app.models import CANCELLED_CALL_RESULT, Conversation, Event, Message, Turn
 from app.testing import fakes
 from app.worker.host import WorkerHost
 from app.worker.plan import CANCELLED_RESULT, ToolCall
@@ -227,7 +228,13 @@ def test_a_cancel_during_a_slow_tool_cancels_it_and_answers_every_open_call(
 
 
 def test_a_queued_turn_nobody_claimed_is_cancelled_without_a_worker(
-    engine_: Engine, client: ChatClient, channel: MemoryChannel, gate: Gate, hosts: list[Any]
+    engine_: Engine,
+    client: ChatClient,
+    channel: MemoryChannel,
+    gate: Gate,
+    hosts: list[Any],
+    *,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     conversation_id = client.create_conversation()
     turn_id = client.submit_message(conversation_id, "hello").turn_id
@@ -247,8 +254,10 @@ def test_a_queued_turn_nobody_claimed_is_cancelled_without_a_worker(
     # A doorbell that arrives late finds nothing to do.
     model = fakes.ScriptedModel(gate.slow_model)
     hosts.append(host := start_host(engine_, channel, model, gate))
+    caplog.set_level(logging.INFO, logger="app.worker.host")
     host.ring(conversation_id)
-    time.sleep(0.3)
+    # (the host's word that it took the doorbell and found nothing: not a quiet moment)
+    wait_for(lambda: f"conversation {conversation_id}: not_claimed" in caplog.text)
     assert gate.model_calls == 0
     assert client.get_turn(turn_id).status == "cancelled"  # type: ignore[arg-type]
 
@@ -272,13 +281,23 @@ def _dead_worker_in_tool_loop(
     return snapshot.claim
 
 
+def expire_lease(engine: Engine, conversation_id: uuid.UUID) -> None:
+    """The lease's end moved into the past: time passing, without waiting for it."""
+    with engine.begin() as connection:
+        connection.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id)
+            .values(lease_expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+        )
+
+
 def test_a_turn_whose_worker_died_is_cancelled_without_a_worker_once_its_lease_expired(
     engine_: Engine, client: ChatClient
 ) -> None:
     conversation_id = client.create_conversation(tools=["add"])
     turn_id = client.submit_message(conversation_id, "go").turn_id
-    claim = _dead_worker_in_tool_loop(engine_, client, conversation_id, lease_ttl=0.01)
-    time.sleep(0.05)
+    claim = _dead_worker_in_tool_loop(engine_, client, conversation_id, lease_ttl=30)
+    expire_lease(engine_, conversation_id)
 
     cancelled = client.cancel(conversation_id)
 
@@ -305,11 +324,11 @@ def test_a_turn_whose_dead_worker_still_holds_a_live_lease_is_cancelled_by_the_n
 ) -> None:
     conversation_id = client.create_conversation(tools=["add"])
     turn_id = client.submit_message(conversation_id, "go").turn_id
-    _dead_worker_in_tool_loop(engine_, client, conversation_id, lease_ttl=1.0)
+    _dead_worker_in_tool_loop(engine_, client, conversation_id, lease_ttl=30)
 
     requested = client.cancel(conversation_id)  # nobody hears it: the worker is dead
     assert requested is not None and requested.status == "running"
-    time.sleep(1.1)  # the lease runs out; recovery would now ring the turn
+    expire_lease(engine_, conversation_id)  # the lease runs out; recovery would now ring the turn
     model = fakes.ScriptedModel(gate.slow_model)
     hosts.append(host := start_host(engine_, channel, model, gate))
     host.ring(conversation_id)

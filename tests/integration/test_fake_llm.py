@@ -242,7 +242,7 @@ def test_hanging_model_raises_timeout_within_the_call_timeout(server: FakeLLMSer
 
 
 def test_a_slow_request_does_not_block_others(server: FakeLLMServer) -> None:
-    server.script([{"delay": 1.0, "text": "slow"}], match="slow please")
+    server.script([{"delay": 3.0, "text": "slow"}], match="slow please")
     server.script([{"text": "fast"}])
     slow_answers: list[str] = []
     slow = threading.Thread(
@@ -255,12 +255,11 @@ def test_a_slow_request_does_not_block_others(server: FakeLLMServer) -> None:
     slow.start()
     while not server.requests(match="slow please"):
         time.sleep(0.01)
-    started = time.monotonic()
 
     fast = complete(server).choices[0].message.content
 
     assert fast == "fast"
-    assert time.monotonic() - started < 0.5
+    assert slow_answers == [] and slow.is_alive()  # answered while the slow one was held
     slow.join()
     assert slow_answers == ["slow"]
 

@@ -87,6 +87,51 @@ def test_a_skipped_integration_test_fails_under_ci(ci: str, outcome: str) -> Non
         assert "integration test skipped under CI=true" in output
 
 
+SYNTHETIC_SUITE = {
+    "pytest.ini": "[pytest]\nmarkers = integration\n",
+    "conftest.py": "from tests.conftest import (pytest_collection_modifyitems,"
+    " pytest_make_collect_report, pytest_runtest_makereport)\n",
+    "integration/test_plain.py": "import pytest\n\ndef test_skips():\n    pytest.skip('no')\n",
+    "api/test_gone.py": "import pytest\n\npytest.importorskip('no_such_module_anywhere')\n"
+    "\ndef test_never_collected():\n    pass\n",
+    "unit/test_optional.py": "import pytest\n\ndef test_skips_freely():\n    pytest.skip('no')\n",
+}
+
+
+RUN_IN_PLACE = ("-p", "no:cacheprovider", "-p", "no:xdist", "-rA")
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_under_ci_a_skip_in_an_integration_directory_fails_even_while_collecting(
+    ci: str, tmp_path: Path
+) -> None:
+    """No service fixture in sight: the directory alone makes a test an integration test, and
+    an `importorskip` that skips the whole module is caught too. A unit test may still skip."""
+    for name, source in SYNTHETIC_SUITE.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(source)
+    env = {**os.environ, "CI": ci, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", *RUN_IN_PLACE, "--continue-on-collection-errors"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = result.stdout + result.stderr
+    summary = output.strip().splitlines()[-1]
+    if ci:
+        assert result.returncode == 1, output
+        assert "1 failed, 1 skipped, 1 error" in summary, output
+        assert "integration test skipped under CI=true (not allowed): Skipped: no" in output
+        assert "integration module skipped while collected under CI=true" in output
+        assert "no_such_module_anywhere" in output
+    else:
+        assert result.returncode == 0, output
+        assert "3 skipped" in summary, output
+
+
 def test_each_test_gets_its_own_migrated_database(engine: Engine, migrated_template: str) -> None:
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM conversations")).scalar() == 0

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 from app.live import CommitNotice, LiveEntry
-from app.live.multiplex import KEEP
-from app.live.redis_channel import RedisChannel
+from app.live.entries import decode
+from app.live.multiplex import KEEP, Multiplexer
+from app.live.redis_channel import RedisChannel, stream_key
 from tests.api.private_services import PrivateRedis
 
 
@@ -45,11 +46,17 @@ def test_a_hundred_followers_share_one_reader_and_each_gets_its_own_entries_in_o
     ]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)
-    # (redis-py's pool: the connections lent out now)
-    in_use_while_waiting = len(channel.redis.connection_pool._in_use_connections)  # type: ignore[attr-defined]
-    reader = channel._reader
-    assert reader is not None
+
+    def in_use() -> int:  # (redis-py's pool: the connections lent out now)
+        return len(channel.redis.connection_pool._in_use_connections)  # type: ignore[attr-defined]
+
+    # Every follower has joined and, with nothing published yet, waits: a moment when they hold
+    # at most the reader's connections must come (each joining one wakes the reader briefly).
+    deadline = time.monotonic() + 60
+    while (reader := channel._reader) is None or reader.keys < 100 or in_use() > 2:
+        assert time.monotonic() < deadline, f"{in_use()} connections held by waiting followers"
+        time.sleep(0.01)
+    in_use_while_waiting = in_use()
     reads_before = reader.reads
     for n in range(5):
         channel.publish([(c, CommitNotice(n)) for c in ids])
@@ -67,15 +74,29 @@ def test_a_hundred_followers_share_one_reader_and_each_gets_its_own_entries_in_o
 def test_a_new_follower_is_not_kept_waiting_by_the_block_of_the_others(
     channel: RedisChannel,
 ) -> None:
+    """The reader blocks a minute on the first key; the second follower, who waits less than
+    that, gets its entry only if its arrival woke the reader (no clock to race)."""
+    reader = Multiplexer(channel.redis, block_ms=60_000)
     first, second = uuid.uuid4(), uuid.uuid4()
-    channel.read(first, "0", 0.2)  # the reader now blocks for 5 s on `first` only
-    started = time.monotonic()
-    waiting = threading.Thread(target=lambda: follow(channel, second, 1))
-    waiting.start()
-    time.sleep(0.3)
-    channel.publish([(second, CommitNotice(1))])
-    waiting.join(10)
-    assert time.monotonic() - started < 3  # woken at once, not after the 5 s block
+    got: list[list[LiveEntry]] = []
+    try:
+        assert reader.read(stream_key(first), "0", 0.2) == []  # now blocked on `first` only
+
+        def follow_second() -> None:
+            rows = reader.read(stream_key(second), "0", 50.0) or []
+            got.append([entry for _, fields in rows if (entry := decode(fields)) is not None])
+
+        waiting = threading.Thread(target=follow_second)
+        waiting.start()
+        deadline = time.monotonic() + 30
+        while reader.keys < 2:  # the second follower has joined
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        channel.publish([(second, CommitNotice(1))])
+        waiting.join(60)
+    finally:
+        reader.close()
+    assert got == [[CommitNotice(1)]]
 
 
 def test_a_follower_far_behind_the_reader_reads_redis_directly_and_misses_nothing(
@@ -84,9 +105,16 @@ def test_a_follower_far_behind_the_reader_reads_redis_directly_and_misses_nothin
     conversation_id = uuid.uuid4()
     start = channel.read(conversation_id, None).position
     ahead = channel.read(conversation_id, start, 0.1).position  # the key joins the reader
+    reader = channel._reader
+    assert reader is not None
     published = [CommitNotice(n) for n in range(3 * KEEP)]
     channel.publish([(conversation_id, entry) for entry in published])
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    # The reader has taken them all in and kept only KEEP: it can no longer vouch for what
+    # follows `ahead`, so the follower below must read Redis directly.
+    while reader.read(stream_key(conversation_id), ahead, 0.0) is not None:
+        assert time.monotonic() < deadline, "the reader never read the burst"
+        time.sleep(0.01)
     seen: list[LiveEntry] = []
     position = ahead
     while len(seen) < len(published):
@@ -116,7 +144,10 @@ def test_when_redis_dies_every_waiting_follower_hears_it_and_the_reader_comes_ba
 
         waiting = threading.Thread(target=wait)
         waiting.start()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while (reader := live._reader) is None or reader.keys < 1:  # the follower waits
+            assert time.monotonic() < deadline, "the follower never joined the reader"
+            time.sleep(0.01)
         server.kill()
         waiting.join(15)
         assert errors and isinstance(errors[0], redis.ConnectionError)

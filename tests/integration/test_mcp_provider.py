@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -74,6 +75,19 @@ def stdio_server(name: str, ledger: Path, **overrides: Any) -> McpServerConfig:
         "cwd": str(REPO_ROOT),
     }
     return McpServerConfig(**(fields | overrides))
+
+
+def counted_server(name: str, ledger: Path, starts: Path, **overrides: Any) -> McpServerConfig:
+    """`stdio_server`, started through a shell that first notes each start in `starts`."""
+    plain = stdio_server(name, ledger, **overrides)
+    script = f'echo start >> "{starts}"; exec {shlex.join([plain.command, *plain.args])}'
+    return stdio_server(
+        name, ledger, **(overrides | {"command": "/bin/sh", "args": ("-c", script)})
+    )
+
+
+def count_starts(starts: Path) -> int:
+    return len(starts.read_text().splitlines()) if starts.exists() else 0
 
 
 def with_provider(
@@ -162,23 +176,25 @@ def test_definitions_list_every_tool_with_its_schema_in_function_format(tmp_path
 def test_definitions_are_cached_and_a_server_killed_while_idle_restarts_on_a_later_call(
     tmp_path: Path,
 ) -> None:
-    ledger = tmp_path / "ledger"
+    ledger, starts = tmp_path / "ledger", tmp_path / "starts"
 
-    async def scenario(tools: McpToolProvider) -> tuple[list[Any], list[Any], float, list[Any]]:
+    async def scenario(tools: McpToolProvider) -> tuple[list[Any], list[Any], int, list[Any]]:
         first = await tools.definitions()
         await tools.execute("add", {"a": 1, "b": 1})
         os.kill(pids(ledger)[0], signal.SIGKILL)  # a listing that hit the server would fail
-        started = time.monotonic()
         cached = await tools.definitions()
-        elapsed = time.monotonic() - started
+        started = count_starts(starts)
         # The death is only seen by the next call (it cannot know whether the request ran).
         after = [await tools.execute("add", {"a": 1, "b": 2}) for _ in range(2)]
-        return first, cached, elapsed, after
+        return first, cached, started, after
 
-    first, cached, elapsed, after = with_provider([stdio_server("tools", ledger)], scenario)
+    first, cached, started, after = with_provider(
+        [counted_server("tools", ledger, starts)], scenario
+    )
 
     assert cached == first
-    assert elapsed < 0.05
+    assert started == 1  # the cached listing neither asked the dead server nor started another
+    assert count_starts(starts) == 2  # the call after the one that saw the death did
     assert after == [
         error("Tool add failed: the tool server 'tools' stopped (Connection closed)"),
         ok("3.0"),
@@ -419,25 +435,27 @@ def test_text_that_is_not_utf8_is_replaced_and_the_session_survives(tmp_path: Pa
 
 
 def test_a_server_that_cannot_start_leaves_the_others_working(tmp_path: Path) -> None:
-    broken = McpServerConfig(name="broken", command=str(tmp_path / "no-such-server"))
+    attempts = tmp_path / "attempts"
+    broken = counted_server("broken", tmp_path / "b", attempts, command=str(tmp_path / "no-such"))
 
-    async def scenario(tools: McpToolProvider) -> tuple[set[str], float, list[ToolResult]]:
+    async def scenario(tools: McpToolProvider) -> tuple[set[str], int, list[ToolResult]]:
         names = {definition.name for definition in await tools.definitions()}
-        started = time.monotonic()
-        await tools.definitions()  # backing off: no new spawn attempt in a hot loop
-        elapsed = time.monotonic() - started
+        for _ in range(20):  # a hot loop, backing off: no new spawn attempt per call
+            await tools.definitions()
+        spawned = count_starts(attempts)
         results = [
             await tools.execute("broken__add", {"a": 1, "b": 2}),
             await tools.execute("add", {"a": 1, "b": 2}),
         ]
-        return names, elapsed, results
+        return names, spawned, results
 
-    names, elapsed, results = with_provider(
+    names, spawned, results = with_provider(
         [broken, stdio_server("good", tmp_path / "l")], scenario
     )
 
     assert names == TOOL_NAMES  # only the good server's tools: no collision, plain names
-    assert elapsed < 0.05
+    # One attempt, and at most one more if the loop outlived the first back-off (1 s).
+    assert 1 <= spawned <= 2
     assert results == [error("Unknown tool: broken__add"), ok("3.0")]
 
 
@@ -484,23 +502,22 @@ def test_a_server_that_cannot_restart_is_an_error_result_and_is_not_respawned_at
         env={LEDGER_ENV: str(ledger), "PYTHONPATH": str(REPO_ROOT)},
     )
 
-    async def scenario(tools: McpToolProvider) -> tuple[list[ToolResult], float]:
+    async def scenario(tools: McpToolProvider) -> list[ToolResult]:
         await tools.execute("exit_process", {})
         workdir.rmdir()  # the next spawn fails: its working directory is gone
         failed = await tools.execute("add", {"a": 1, "b": 2})
-        started = time.monotonic()
         again = await tools.execute("add", {"a": 1, "b": 2})
-        return [failed, again], time.monotonic() - started
+        return [failed, again]
 
-    (failed, again), elapsed = with_provider([config], scenario)
+    failed, again = with_provider([config], scenario)
 
     assert failed.is_error
     assert failed.content.startswith(
         "Tool add failed: the tool server 'tools' is unavailable (FileNotFoundError: "
     )
     assert again.is_error
+    # (only a call refused within the back-off says so; a new attempt would fail afresh)
     assert "next start attempt in" in again.content
-    assert elapsed < 0.05
     assert [entry["tool"] for entry in read_ledger(ledger)] == ["exit_process"]
 
 

@@ -100,9 +100,14 @@ def test_a_claim_waits_while_the_owner_runs_its_limit_and_others_go_on(world: Wo
 
 def test_an_expired_lease_does_not_count(world: World) -> None:
     first, second = queued(world, "alice", 2)
-    assert isinstance(world.store.claim(first, "dead", 0.05, owner_limit=1), Snapshot)
+    assert isinstance(world.store.claim(first, "dead", 30, owner_limit=1), Snapshot)
     assert world.store.claim(second, "w2", 30, owner_limit=1) is DEFERRED_CLAIM
-    time.sleep(0.1)  # the dead worker's lease runs out
+    with world.engine.begin() as connection:  # the dead worker's lease runs out
+        connection.execute(
+            update(Conversation)
+            .where(Conversation.id == first)
+            .values(lease_expires_at=datetime(2000, 1, 1, tzinfo=UTC))
+        )
     assert isinstance(world.store.claim(second, "w2", 30, owner_limit=1), Snapshot)
 
 

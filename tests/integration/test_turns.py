@@ -1,14 +1,16 @@
 """Turns and the event log on a real database: what a submit, a worker's run, a recovered crash,
-a queued message and the janitor each append, and what every bad input gets."""
+a queued message and the janitor each append, and what every bad input gets (`BAD_INPUTS`, the
+table below: each refused with its error and nothing written)."""
 
 from __future__ import annotations
 
 import asyncio
 import io
+import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,11 +20,15 @@ from app.client import ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
+    ActionNotFound,
     ConversationBusy,
     ConversationNotFound,
     IdempotencyKeyReused,
     InvalidCursor,
+    InvalidMessage,
     InvalidRequest,
+    MessageTooLarge,
+    NotRetryable,
     TurnNotFound,
 )
 from app.follow import follow, render_event
@@ -92,6 +98,66 @@ def counts(engine: Engine) -> tuple[int, int, int]:
             int(connection.execute(select(func.count()).select_from(table)).scalar_one())
             for table in (Turn, Message, Event)
         )
+
+
+# A conversation with a running turn (`c`, its turn `t`) takes each bad input in turn.
+Call = Callable[[ChatClient, uuid.UUID, uuid.UUID], object]
+BAD_INPUTS: list[tuple[str, Call, type[Exception], str]] = [
+    ("an empty message", lambda cl, c, t: cl.submit_message(c, ""), InvalidMessage, "is empty"),
+    ("blank", lambda cl, c, t: cl.submit_message(c, " \n\t"), InvalidMessage, "is empty"),
+    ("a NUL", lambda cl, c, t: cl.submit_message(c, "a\x00b"), InvalidMessage, "NUL character"),
+    ("not text", lambda cl, c, t: cl.submit_message(c, 7), InvalidMessage, "not int"),
+    ("too long", lambda cl, c, t: cl.submit_message(c, "x" * 10**6), MessageTooLarge, "limit"),
+    ("while busy", lambda cl, c, t: cl.submit_message(c, "b"), ConversationBusy, "is running"),
+    ("a bad on_busy", lambda cl, c, t: cl.submit_message(c, "b", on_busy="later"),
+     InvalidRequest, "on_busy must be one of"),
+    ("a bad key", lambda cl, c, t: cl.submit_message(c, "b", idempotency_key=""),
+     InvalidRequest, "idempotency_key must be a string of 1 to 200"),
+    ("no such conversation", lambda cl, c, t: cl.submit_message(uuid.uuid4(), "b"),
+     ConversationNotFound, "no conversation"),
+    ("another owner's", lambda cl, c, t: cl.submit_message(c, "b", owner="mallory"),
+     ConversationNotFound, "no conversation"),
+    ("a retry of a running one", lambda cl, c, t: cl.retry_conversation(c), NotRetryable,
+     "only a failed one can be retried"),
+    ("a retry of nothing", lambda cl, c, t: cl.retry_conversation(uuid.uuid4()),
+     ConversationNotFound, "no conversation"),
+    ("no answers", lambda cl, c, t: cl.answer_actions(t, {}), InvalidRequest, "non-empty"),
+    ("an answer nobody asked for", lambda cl, c, t: cl.answer_actions(t, {"c1": "x"}),
+     ActionNotFound, "waits for no call 'c1'"),
+    ("an answer to no turn", lambda cl, c, t: cl.answer_actions(uuid.uuid4(), {"c1": "x"}),
+     TurnNotFound, "no turn"),
+    ("a cancel of no turn", lambda cl, c, t: cl.cancel_turn(uuid.uuid4()), TurnNotFound,
+     "no turn"),
+    ("a cancel of another owner's", lambda cl, c, t: cl.cancel(c, owner="mallory"),
+     ConversationNotFound, "no conversation"),
+    ("a malformed turn id", lambda cl, c, t: cl.get_turn("turn-42"), TurnNotFound,
+     "not a valid id"),
+    ("another owner's turn", lambda cl, c, t: cl.get_turn(t, owner="mallory"), TurnNotFound,
+     "no turn"),
+    ("a malformed conversation id", lambda cl, c, t: cl.current_turn("zz"),
+     ConversationNotFound, "not a valid id"),
+    ("a negative cursor", lambda cl, c, t: cl.events(c, after=-1), InvalidCursor, ">= 0"),
+    ("a cursor past the end", lambda cl, c, t: cl.events(c, after=99), InvalidCursor,
+     "beyond the last event"),
+    ("a page of none", lambda cl, c, t: cl.events(c, limit=0), InvalidRequest, "limit"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "words"),
+    [row[1:] for row in BAD_INPUTS],
+    ids=[row[0] for row in BAD_INPUTS],
+)
+def test_every_bad_input_is_refused_with_its_error_and_writes_nothing(
+    client: ChatClient, engine_: Engine, call: Call, error: type[Exception], words: str
+) -> None:
+    conversation_id = client.create_conversation()
+    turn_id = client.submit_message(conversation_id, "hello").turn_id
+    assert turn_id is not None
+    before = counts(engine_)
+    with pytest.raises(error, match=re.escape(words)):
+        call(client, conversation_id, turn_id)
+    assert counts(engine_) == before
 
 
 def test_a_turn_with_a_tool_logs_every_step_in_commit_order(

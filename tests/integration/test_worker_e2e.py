@@ -205,14 +205,25 @@ def test_two_workers_given_the_same_job_run_it_once(deployment: Deployment) -> N
         ],
         mode="by_iteration",
     )
-    deployment.start_worker("a")
-    deployment.start_worker("b")
+    first = deployment.start_worker("a")
+    second = deployment.start_worker("b")
     conversation_id = deployment.chat("Write one note", ["write_note"])
-    deployment.ring(conversation_id)  # the same doorbell delivered a second time
+    # The same doorbell delivered again, until each worker has taken one (the queue, not the
+    # test, picks the worker): each logs the outcome of its run of the conversation.
+    deadline = time.monotonic() + 60
+    while not all(ran(worker, conversation_id) for worker in (first, second)):
+        assert time.monotonic() < deadline, "a worker never took the doorbell"
+        deployment.ring(conversation_id)
+        time.sleep(0.5)
     view = deployment.wait(conversation_id)
     assert view.status == "idle"
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
     assert deployment.tool_runs() == Counter({"write_note": 1})
+
+
+def ran(worker: WorkerProcess, conversation_id: object) -> bool:
+    """The worker's host logged the outcome of a run of the conversation (idle, not_claimed)."""
+    return f"conversation {conversation_id}: " in worker.log_path.read_text(errors="replace")
 
 
 def test_the_cli_submits_and_follows_a_turn(deployment: Deployment) -> None:

@@ -71,3 +71,11 @@ def test_a_failed_turn_may_leave_its_last_calls_open() -> None:
     )
     problems = transcript_violations([user(1), calls(2, "a"), calls(3, "b")], "failed")
     assert any("a has no result" in p for p in problems)
+
+
+def test_a_failed_turn_s_open_calls_stay_allowed_after_the_next_turn_answers() -> None:
+    later = [user(1), calls(2, "a", "b"), result(3, "a"), user(4), answer(5)]
+    assert transcript_violations(later, "idle") == []
+    # (the turn before the failed one still had to answer all of its calls)
+    earlier = [user(1), calls(2, "x"), answer(3), user(4), calls(5, "a"), user(6), answer(7)]
+    assert [p for p in transcript_violations(earlier, "idle") if "x has no result" in p]
