@@ -17,14 +17,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.client.views import (
     ActionView,
     ConversationView,
+    DeliveryView,
     EventView,
     FinishedTurn,
     MessageView,
     Submitted,
     ToolInfo,
     TurnView,
+    WebhookView,
 )
-from app.client.webhooks import DeliveryView, WebhookView
 from app.live import Delta, Discarded
 
 BusyPolicy = Literal["reject", "enqueue", "interrupt"]

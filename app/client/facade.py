@@ -18,16 +18,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from app import budgets
-from app.client import budgets as client_budgets
-from app.client import commands, keys, limits, reads, webhooks
-from app.client.actions import answer_actions
-from app.client.budgets import BudgetView
-from app.client.cancel import CancelOutcome, cancel_turn
+from app.client import intake
+from app.client.admission import REJECT
 from app.client.checks import (
+    check_budget,
+    check_budget_subject,
     check_busy_policy,
     check_client_tools,
     check_context,
@@ -45,27 +43,32 @@ from app.client.checks import (
     parse_turn_id,
     parse_webhook_id,
 )
-from app.client.commands import REJECT, NewTurn
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
 from app.client.following import REST, TURN_END, UNTIL, AsyncFollowing, Following
 from app.client.keys import check_owner_name
 from app.client.merge import Cursor
+from app.client.store import api_keys, budgets, reads, turns, webhooks
+from app.client.store.answers import answer_actions
+from app.client.store.cancel import CancelOutcome, cancel_turn
+from app.client.store.turns import NewTurn
 from app.client.views import (
     ApiKeyView,
+    BudgetView,
     ConversationPage,
     ConversationView,
     Decision,
+    DeliveryView,
     EventPage,
     EventView,
     FinishedTurn,
     Submitted,
     ToolInfo,
     TurnView,
+    WebhookView,
 )
-from app.client.webhooks import DeliveryView, WebhookView
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import BudgetExceeded, InvalidRequest, KeyNotFound, WebhookNotFound
+from app.errors import InvalidRequest, KeyNotFound, WebhookNotFound
 from app.live import CommitNotice, LiveChannel, open_channel
 from app.telemetry import tracing
 
@@ -184,7 +187,7 @@ class ChatClient:
         with self.engine.begin() as connection:
             if setup["tools"]:
                 check_tools_offered(setup["tools"], reads.catalogue_names(connection))
-            return commands.insert_conversation(connection, conversation_id, **setup)
+            return turns.insert_conversation(connection, conversation_id, **setup)
 
     def list_conversations(
         self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
@@ -206,7 +209,7 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            commands.delete_conversation(connection, conversation_id)
+            turns.delete_conversation(connection, conversation_id)
 
     def submit_message(
         self,
@@ -235,13 +238,14 @@ class ChatClient:
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
-            _refuse_if_over_budget(connection, conversation_id)
-            limited = self._lock_owner_limit(connection, conversation_id)
-            turn = commands.submit_turn(
-                connection, conversation_id, text, idempotency_key=key, on_busy=policy
+            turn = intake.submit(
+                connection,
+                conversation_id,
+                text,
+                idempotency_key=key,
+                on_busy=policy,
+                owner_limit=self._owner_limit,
             )
-            if limited is not None and _starts_running(turn):
-                limits.refuse_past_limit(connection, *limited)
             _describe(span, conversation_id, turn.id)
         if not turn.repeated:
             self._notify(conversation_id)
@@ -256,11 +260,7 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            _refuse_if_over_budget(connection, conversation_id)
-            limited = self._lock_owner_limit(connection, conversation_id)
-            turn = commands.retry_turn(connection, conversation_id)
-            if limited is not None:
-                limits.refuse_past_limit(connection, *limited)
+            turn = intake.retry(connection, conversation_id, owner_limit=self._owner_limit)
             _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
         return self._ring(conversation_id, turn)
@@ -411,7 +411,7 @@ class ChatClient:
             reads.check_owner(connection, conversation_id, owner)
             turn = reads.current_turn(connection, conversation_id)
             if turn is None:
-                commands.status_of(connection, conversation_id)  # ConversationNotFound
+                turns.status_of(connection, conversation_id)  # ConversationNotFound
             return turn
 
     def events(
@@ -485,11 +485,11 @@ class ChatClient:
     def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
         """A new API key for `owner`: its listing, and its text, shown this once."""
         with self.engine.begin() as connection:
-            return keys.create_key(connection, owner, name)
+            return api_keys.create_key(connection, owner, name)
 
     def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
         with self.engine.connect() as connection:
-            return keys.list_keys(connection, owner)
+            return api_keys.list_keys(connection, owner)
 
     def revoke_key(self, key_id: uuid.UUID | str) -> ApiKeyView:
         """Revoke a key (from its next request on); harmless twice; `KeyNotFound`."""
@@ -498,7 +498,7 @@ class ChatClient:
         except ValueError:
             raise KeyNotFound(f"no API key {key_id!r} (a key id is a UUID)") from None
         with self.engine.begin() as connection:
-            return keys.revoke_key(connection, parsed)
+            return api_keys.revoke_key(connection, parsed)
 
     def set_budget(
         self,
@@ -513,14 +513,15 @@ class ChatClient:
         in tokens, US dollars or both; replaces the subject's budget of that period. Past it,
         a turn fails before its next model call and a new message is `BudgetExceeded`."""
         parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        tokens, cost = check_budget(owner, parsed, period, max_tokens, max_cost_usd)
         with self.engine.begin() as connection:
-            client_budgets.set_budget(
+            budgets.set_budget(
                 connection,
                 owner=owner,
                 conversation_id=parsed,
                 period=period,
-                max_tokens=max_tokens,
-                max_cost_usd=max_cost_usd,
+                max_tokens=tokens,
+                max_cost_usd=cost,
             )
 
     def remove_budget(
@@ -532,15 +533,16 @@ class ChatClient:
     ) -> bool:
         """Remove a budget; whether there was one."""
         parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        check_budget_subject(owner, parsed, period)
         with self.engine.begin() as connection:
-            return client_budgets.remove_budget(
+            return budgets.remove_budget(
                 connection, owner=owner, conversation_id=parsed, period=period
             )
 
     def list_budgets(self, owner: str | None = None) -> list[BudgetView]:
         """Every budget, or an owner's (its own and its conversations')."""
         with self.engine.connect() as connection:
-            return client_budgets.list_budgets(connection, owner)
+            return budgets.list_budgets(connection, owner)
 
     def add_webhook(
         self,
@@ -607,14 +609,14 @@ class ChatClient:
     def owner_of_key(self, text: str) -> str:
         """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
         with self.engine.connect() as connection:
-            return keys.owner_of_key(connection, text)
+            return api_keys.owner_of_key(connection, text)
 
     def check_ready(self) -> dict[str, str]:
         """'ok' or the error, for the database and the live channel (Redis) each."""
         found: dict[str, str] = {}
         try:
             with self.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
+                reads.ping(connection)
             found["database"] = "ok"
         except Exception as exc:
             found["database"] = type(exc).__name__
@@ -669,16 +671,12 @@ class ChatClient:
                 log.warning("live channel unavailable (%s); readers fall back to polling", exc)
             self._live_warned = True
 
-    def _lock_owner_limit(
-        self, connection: Connection, conversation_id: uuid.UUID
-    ) -> tuple[str, int] | None:
-        """With the `reject` owner limit policy: the owner (its limit lock taken) and the limit,
-        for `limits.refuse_past_limit` once the command has run."""
-        limit = self.settings.owner_max_running_turns
-        if limit is None or self.settings.owner_limit_policy != "reject":
+    @property
+    def _owner_limit(self) -> int | None:
+        """The owner limit a submit or a retry refuses past (policy `reject`), else None."""
+        if self.settings.owner_limit_policy != "reject":
             return None
-        owner = limits.lock_owner(connection, conversation_id)
-        return None if owner is None else (owner, limit)
+        return self.settings.owner_max_running_turns
 
     def _ring(self, conversation_id: uuid.UUID, turn: NewTurn) -> Submitted:
         submitted = Submitted(
@@ -694,19 +692,6 @@ class ChatClient:
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)
-
-
-def _starts_running(turn: NewTurn) -> bool:
-    """The submit started a turn at once (not queued behind, repeated, or an answer)."""
-    return not (turn.waits or turn.repeated or turn.resumes) and turn.message_seq is not None
-
-
-def _refuse_if_over_budget(connection: Connection, conversation_id: uuid.UUID) -> None:
-    """`BudgetExceeded` (nothing written) when a budget of the conversation or its owner is
-    used up: a turn would fail at its first model call."""
-    used_up = budgets.check(connection, conversation_id)
-    if used_up is not None:
-        raise BudgetExceeded(used_up)
 
 
 def _describe(span: Any, conversation_id: uuid.UUID, turn_id: uuid.UUID) -> None:

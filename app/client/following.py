@@ -19,8 +19,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from app.client.ledger import AT_REST
 from app.client.merge import Cursor, LiveMerge
+from app.client.store.journal import AT_REST
 from app.client.views import EventView
 from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Position
 from app.models import ACTION_REQUIRED, TERMINAL_EVENTS

@@ -435,9 +435,9 @@ def test_a_message_queued_while_the_final_answer_waits_for_the_row_is_not_forgot
     try:
         assert asked.wait(30)  # the worker holds the turn and waits on the model
         with engine.begin() as connection:  # the submit, not committed yet
-            from app.client import commands
+            from app.client import intake
 
-            queued = commands.submit_turn(
+            queued = intake.submit(
                 connection, conversation_id, "second", idempotency_key=None, on_busy="enqueue"
             )
             answer_now.set()

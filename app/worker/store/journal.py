@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
-from typing import cast as typed
 
 from sqlalchemy import (
     JSON,
@@ -29,7 +28,6 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
-    Table,
     Text,
     Update,
     bindparam,
@@ -63,9 +61,8 @@ from app.models import (
     TURN_RESUMED,
     TURN_STARTED,
     USER,
-    Event,
-    ToolOutput,
 )
+from app.models.tables import events, messages, tool_outputs, turns
 from app.worker.plan import Entry
 from app.worker.ports import Usage
 from app.worker.store.fence import (
@@ -81,12 +78,7 @@ from app.worker.store.fence import (
     TURN_ID,
     StepKind,
     Write,
-    messages,
-    turns,
 )
-
-events = typed(Table, Event.__table__)
-tool_outputs = typed(Table, ToolOutput.__table__)
 
 Part = Callable[[FromClause], Insert | Update]
 

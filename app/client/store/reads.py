@@ -1,5 +1,5 @@
-"""The web app's reads: a conversation with its messages after a cursor, a turn, a page of the
-event log, and the tool catalogue.
+"""The web side's reads: a conversation with its messages after a cursor, a turn, a page of the
+event log, the tool catalogue, and the database's readiness.
 
 Each function runs its queries on the caller's `Connection` and returns views, never rows.
 """
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, func, select, text
 
 from app.client.views import (
     ActionView,
@@ -24,13 +24,8 @@ from app.client.views import (
     TurnView,
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
-from app.models import APPROVED, MESSAGE_COMMITTED, CatalogTool, Conversation, Event, Message, Turn
-
-conversations = cast(Table, Conversation.__table__)
-messages = cast(Table, Message.__table__)
-catalog = cast(Table, CatalogTool.__table__)
-turns = cast(Table, Turn.__table__)
-events = cast(Table, Event.__table__)
+from app.models import APPROVED, MESSAGE_COMMITTED
+from app.models.tables import catalog, conversations, events, messages, turns
 
 _CONVERSATION_COLUMNS = (
     conversations.c.id,
@@ -227,6 +222,11 @@ def read_catalogue(connection: Connection) -> list[ToolInfo]:
 def catalogue_names(connection: Connection) -> set[str]:
     """The names of the published tools."""
     return set(connection.execute(select(catalog.c.name)).scalars())
+
+
+def ping(connection: Connection) -> None:
+    """The cheapest round trip: raises when the database does not answer."""
+    connection.execute(text("SELECT 1"))
 
 
 def _conversation_view(row: Any, message_views: list[MessageView]) -> ConversationView:
