@@ -26,7 +26,7 @@ from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Pos
 from app.models import ACTION_REQUIRED, TERMINAL_EVENTS
 
 if TYPE_CHECKING:
-    from app.client.facade import ChatClient
+    from app.client.reader import ChatReader
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Following(Iterator[FollowItem]):
 
     def __init__(
         self,
-        client: ChatClient,
+        client: ChatReader,
         conversation_id: uuid.UUID,
         cursor: Cursor,
         *,
