@@ -492,7 +492,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from app.client import ChatClient
-    from app.follow import follow, render_message
+    from app.printing import follow, render_message
 
     client = ChatClient()
     try:

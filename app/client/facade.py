@@ -40,10 +40,10 @@ from app.client.checks import (
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
 from app.client.keys import check_owner_name
 from app.client.reader import ChatReader
-from app.client.store import reads, turns
+from app.client.store import conversations, reads
 from app.client.store.answers import answer_actions
 from app.client.store.cancel import CancelOutcome, cancel_turn
-from app.client.store.turns import NewTurn
+from app.client.store.conversations import NewTurn
 from app.client.views import (
     Decision,
     Submitted,
@@ -172,7 +172,7 @@ class ChatClient(ChatReader):
         with self.engine.begin() as connection:
             if setup["tools"]:
                 check_tools_offered(setup["tools"], reads.catalogue_names(connection))
-            return turns.insert_conversation(connection, conversation_id, **setup)
+            return conversations.insert_conversation(connection, conversation_id, **setup)
 
     def delete_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -182,7 +182,7 @@ class ChatClient(ChatReader):
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            turns.delete_conversation(connection, conversation_id)
+            conversations.delete_conversation(connection, conversation_id)
 
     def submit_message(
         self,

@@ -29,11 +29,11 @@ from app.client.admission import (
     Repeat,
     Start,
 )
-from app.client.store import budgets, owners, turns
+from app.client.store import budgets, conversations, owners
 from app.client.store.answers import answer_actions, open_clarifications, waiting_turn
 from app.client.store.cancel import cancel_current, cancel_waiting, waiting_turns
+from app.client.store.conversations import NewTurn
 from app.client.store.journal import lock_conversation, turn_id_of
-from app.client.store.turns import NewTurn
 from app.models import IDLE, REQUIRES_ACTION, RUNNING
 
 
@@ -53,7 +53,7 @@ def submit(
     row = lock_conversation(connection, conversation_id)
     keyed = None
     if idempotency_key is not None:
-        keyed = turns.keyed_turn(connection, conversation_id, idempotency_key)
+        keyed = conversations.keyed_turn(connection, conversation_id, idempotency_key)
     # (only a resting conversation's current turn can wait for the user)
     waiting = None
     if row.status == IDLE and row.turn_number:
@@ -85,7 +85,7 @@ def submit(
             status = RUNNING if answered.resumes else REQUIRES_ACTION
             return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
         case Start():
-            return turns.start_turn(connection, conversation_id, row, text, idempotency_key)
+            return conversations.start_turn(connection, conversation_id, row, text, idempotency_key)
         case Enqueue() | Interrupt():
             return _queue(
                 connection, conversation_id, row, text, key=idempotency_key, decided=decided
@@ -103,7 +103,7 @@ def retry(
     read = Read(row.status, used_up, **_owner_count(connection, owner, owner_limit))
     decided = admission.admit_retry(read)
     if isinstance(decided, Start):
-        return turns.retry_turn(connection, conversation_id, row)
+        return conversations.retry_turn(connection, conversation_id, row)
     raise _refusal(connection, conversation_id, row, decided, key=None, owner=owner)
 
 
@@ -124,7 +124,7 @@ def _queue(
     if interrupt:
         waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
         last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
-    turn = turns.queue_turn(connection, conversation_id, row, last_seq, text=text, key=key)
+    turn = conversations.queue_turn(connection, conversation_id, row, last_seq, text=text, key=key)
     if not interrupt or running is None:
         return turn
     relocked = lock_conversation(connection, conversation_id)

@@ -20,7 +20,7 @@ from app.client.checks import (
 )
 from app.client.following import REST, TURN_END, UNTIL, Following
 from app.client.merge import Cursor
-from app.client.store import reads, turns
+from app.client.store import conversations, reads
 from app.client.views import (
     ConversationPage,
     ConversationView,
@@ -146,7 +146,7 @@ class ChatReader:
             reads.check_owner(connection, conversation_id, owner)
             turn = reads.current_turn(connection, conversation_id)
             if turn is None:
-                turns.status_of(connection, conversation_id)  # ConversationNotFound
+                conversations.status_of(connection, conversation_id)  # ConversationNotFound
             return turn
 
     def events(

@@ -20,8 +20,8 @@ def run_demo(message: str, model: str | None, timeout: float) -> int:
     from app.client import ChatClient
     from app.config import get_settings
     from app.db import shown
-    from app.follow import follow
     from app.migrate import upgrade
+    from app.printing import follow
     from app.queue import ring
 
     settings = get_settings()

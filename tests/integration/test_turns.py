@@ -25,8 +25,8 @@ from app.errors import (
     InvalidRequest,
     TurnNotFound,
 )
-from app.follow import follow, render_event
 from app.models import Event, Message, Turn
+from app.printing import follow, render_event
 from app.testing import fakes
 from app.worker.janitor import clean_up
 from app.worker.ports import ModelReply, ModelRequest, Usage
