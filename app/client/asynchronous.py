@@ -84,7 +84,7 @@ class AsyncChatClient:
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
-    ) -> tuple[uuid.UUID, bool]:
+    ) -> tuple[ConversationView, bool]:
         """`ChatClient.create_or_get`, in a worker thread."""
         return await asyncio.to_thread(
             lambda: self.sync.create_or_get(

@@ -45,6 +45,7 @@ from app.client.store.answers import answer_actions
 from app.client.store.cancel import CancelOutcome, cancel_turn
 from app.client.store.conversations import NewTurn
 from app.client.views import (
+    ConversationView,
     Decision,
     Submitted,
     TurnView,
@@ -122,7 +123,7 @@ class ChatClient(ChatReader):
             conversation_id=conversation_id,
             client_tools=client_tools,
             clarify=clarify,
-        )[0]
+        )[0].id
 
     def create_or_get(
         self,
@@ -136,8 +137,9 @@ class ChatClient(ChatReader):
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
-    ) -> tuple[uuid.UUID, bool]:
-        """`create_conversation`, and whether it was created (False: it existed, same fields)."""
+    ) -> tuple[ConversationView, bool]:
+        """`create_conversation`, as read in its transaction (without messages), and whether it
+        was created (False: it existed, same fields)."""
         model = check_model(self.settings.model if model is None else model)
         check_tool_choice(tool_choice)
         names = check_tool_names(tools, tool_choice)
@@ -161,18 +163,23 @@ class ChatClient(ChatReader):
             "clarify": clarify,
         }
         try:
-            return chosen, self._insert(chosen, setup)
+            return self._insert(chosen, setup)
         except IntegrityError:
             if conversation_id is None:
                 raise
             # Two creates of one chosen id at once: the other one won; compare with it.
-            return chosen, self._insert(chosen, setup)
+            return self._insert(chosen, setup)
 
-    def _insert(self, conversation_id: uuid.UUID, setup: dict[str, Any]) -> bool:
+    def _insert(
+        self, conversation_id: uuid.UUID, setup: dict[str, Any]
+    ) -> tuple[ConversationView, bool]:
         with self.engine.begin() as connection:
             if setup["tools"]:
                 check_tools_offered(setup["tools"], reads.catalogue_names(connection))
-            return conversations.insert_conversation(connection, conversation_id, **setup)
+            created = conversations.insert_conversation(connection, conversation_id, **setup)
+            return reads.read_conversation(
+                connection, conversation_id, None, messages=False
+            ), created
 
     def delete_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -219,12 +226,13 @@ class ChatClient(ChatReader):
                 on_busy=policy,
                 owner_limit=self._owner_limit,
             )
+            view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         if not turn.repeated:
             self._notify(conversation_id)
         if turn.announce:
             self._announce_cancel(conversation_id)
-        return self._ring(conversation_id, turn)
+        return self._ring(conversation_id, turn, view)
 
     def retry_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -234,9 +242,10 @@ class ChatClient(ChatReader):
         with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
             turn = intake.retry(connection, conversation_id, owner_limit=self._owner_limit)
+            view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
-        return self._ring(conversation_id, turn)
+        return self._ring(conversation_id, turn, view)
 
     def answer_actions(
         self,
@@ -349,7 +358,7 @@ class ChatClient(ChatReader):
             return None
         return self.settings.owner_max_running_turns
 
-    def _ring(self, conversation_id: uuid.UUID, turn: NewTurn) -> Submitted:
+    def _ring(self, conversation_id: uuid.UUID, turn: NewTurn, view: TurnView) -> Submitted:
         submitted = Submitted(
             conversation_id,
             turn.message_seq,
@@ -357,6 +366,7 @@ class ChatClient(ChatReader):
             turn_id=turn.id,
             turn_status=turn.status,
             repeated=turn.repeated,
+            turn=view,
         )
         if turn.waits:
             return replace(submitted, detail=WAITING)

@@ -169,6 +169,7 @@ class Submitted:
     turn_id: uuid.UUID | None = None
     turn_status: str = "queued"
     repeated: bool = False
+    turn: TurnView | None = None  # the turn as the command left it (read in its transaction)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from app.client.views import (
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
 from app.models import APPROVED, MESSAGE_COMMITTED
+from app.models import tables as table
 from app.models.tables import catalog, conversations, events, messages, turns
 
 _CONVERSATION_COLUMNS = (
@@ -116,18 +117,25 @@ def turn_messages(connection: Connection, turn_id: uuid.UUID) -> list[MessageVie
 
 
 def read_conversation(
-    connection: Connection, conversation_id: uuid.UUID, after_seq: int | None
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    after_seq: int | None,
+    *,
+    messages: bool = True,
 ) -> ConversationView:
-    """The conversation and its messages with `seq > after_seq` (all when None)."""
+    """The conversation and its messages with `seq > after_seq` (all when None; none without
+    `messages`)."""
     row = connection.execute(
         select(*_CONVERSATION_COLUMNS).where(conversations.c.id == conversation_id)
     ).one_or_none()
     if row is None:
         raise ConversationNotFound(f"no conversation {conversation_id}")
-    query = select(messages).where(messages.c.conversation_id == conversation_id)
+    if not messages:
+        return _conversation_view(row, [])
+    query = select(table.messages).where(table.messages.c.conversation_id == conversation_id)
     if after_seq is not None:
-        query = query.where(messages.c.seq > after_seq)
-    rows = connection.execute(query.order_by(messages.c.seq)).all()
+        query = query.where(table.messages.c.seq > after_seq)
+    rows = connection.execute(query.order_by(table.messages.c.seq)).all()
     return _conversation_view(row, [_message_view(m) for m in rows])
 
 
