@@ -9,18 +9,11 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
+from app.api.bodies import ConversationCreate, MessageCreate
 from app.api.context import Context
 from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
-from app.api.schemas import (
-    Conversation,
-    ConversationCreate,
-    ConversationList,
-    MessageCreate,
-    Submission,
-    Turn,
-    TurnResult,
-)
+from app.api.schemas import Conversation, ConversationList, Submission, Turn, TurnResult
 from app.models import REQUIRES_ACTION
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])

@@ -9,15 +9,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Response
 
 from app.api.auth import Authenticated
+from app.api.bodies import WebhookCreate
 from app.api.context import Context
 from app.api.problems import documented
-from app.api.schemas import (
-    DeliveryList,
-    DeliveryOut,
-    WebhookCreate,
-    WebhookList,
-    WebhookOut,
-)
+from app.api.schemas import DeliveryList, DeliveryOut, WebhookList, WebhookOut
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 
