@@ -245,7 +245,7 @@ def _keys_client() -> Any:
 def _keys_create(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        key, text = client.create_key(args.owner, args.name)
+        key, text = client.admin.create_key(args.owner, args.name)
     finally:
         client.close()
     print(f"key {key.id} for owner {key.owner!r}; its secret is shown this once:", file=sys.stderr)
@@ -256,7 +256,7 @@ def _keys_create(args: argparse.Namespace) -> int:
 def _budgets_set(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        client.set_budget(
+        client.admin.set_budget(
             owner=args.owner,
             conversation_id=args.conversation,
             period=args.period,
@@ -272,7 +272,7 @@ def _budgets_set(args: argparse.Namespace) -> int:
 def _budgets_remove(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        removed = client.remove_budget(
+        removed = client.admin.remove_budget(
             owner=args.owner, conversation_id=args.conversation, period=args.period
         )
     finally:
@@ -284,7 +284,7 @@ def _budgets_remove(args: argparse.Namespace) -> int:
 def _budgets_list(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        found = client.list_budgets(args.owner)
+        found = client.admin.list_budgets(args.owner)
     finally:
         client.close()
     for budget in found:
@@ -301,7 +301,7 @@ def _webhooks_add(args: argparse.Namespace) -> int:
     client = _keys_client()
     events = None if args.events is None else [e.strip() for e in args.events.split(",")]
     try:
-        hook = client.add_webhook(
+        hook = client.admin.add_webhook(
             args.url,
             owner=args.owner,
             conversation_id=args.conversation,
@@ -320,7 +320,7 @@ def _webhooks_add(args: argparse.Namespace) -> int:
 def _webhooks_list(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        found = client.list_webhooks(owner=args.owner)
+        found = client.admin.list_webhooks(owner=args.owner)
     finally:
         client.close()
     for hook in found:
@@ -338,7 +338,7 @@ def _webhooks_list(args: argparse.Namespace) -> int:
 def _webhooks_remove(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        client.remove_webhook(args.webhook_id)
+        client.admin.remove_webhook(args.webhook_id)
     finally:
         client.close()
     print(f"webhook {args.webhook_id} removed")
@@ -348,7 +348,7 @@ def _webhooks_remove(args: argparse.Namespace) -> int:
 def _webhooks_deliveries(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        found = client.list_deliveries(args.webhook_id, status=args.status, limit=args.limit)
+        found = client.admin.list_deliveries(args.webhook_id, status=args.status, limit=args.limit)
     finally:
         client.close()
     for delivery in found:
@@ -365,7 +365,7 @@ def _webhooks_deliveries(args: argparse.Namespace) -> int:
 def _webhooks_redeliver(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        delivery = client.redeliver(args.webhook_id, args.delivery_id)
+        delivery = client.admin.redeliver(args.webhook_id, args.delivery_id)
     finally:
         client.close()
     print(f"delivery {delivery.id}: {delivery.status}")
@@ -375,7 +375,7 @@ def _webhooks_redeliver(args: argparse.Namespace) -> int:
 def _keys_list(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        found = client.list_keys(args.owner)
+        found = client.admin.list_keys(args.owner)
     finally:
         client.close()
     if args.json:
@@ -392,7 +392,7 @@ def _keys_list(args: argparse.Namespace) -> int:
 def _keys_revoke(args: argparse.Namespace) -> int:
     client = _keys_client()
     try:
-        key = client.revoke_key(args.key_id)
+        key = client.admin.revoke_key(args.key_id)
     finally:
         client.close()
     print(f"key {key.id} of owner {key.owner!r} revoked at {key.revoked_at:%Y-%m-%d %H:%M:%S}")
@@ -492,7 +492,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from app.client import ChatClient
-    from app.follow import follow, render_message
+    from app.printing import follow, render_message
 
     client = ChatClient()
     try:
@@ -626,7 +626,7 @@ def _tools(args: argparse.Namespace) -> int:
         _refresh_catalog()
     client = ChatClient()
     try:
-        for tool in client.list_tools():
+        for tool in client.admin.list_tools():
             summary = tool.description.splitlines()[0] if tool.description else ""
             print(f"{tool.name:24} {tool.server:16} {summary}")
     finally:

@@ -65,7 +65,7 @@ def serve(options: ServeOptions) -> int:
     )
     if options.workers > 1:
         uvicorn.run(
-            "app.api.server:from_environment",
+            "app.api.asgi:from_environment",
             factory=True,
             host=options.host,
             port=options.port,

@@ -94,7 +94,7 @@ def deployment(
     """The fake LLM answering `answer`, an API process with API keys (a key for `OWNER`), and a
     worker process when `worker` (started while the API starts)."""
     with rig(database_url, redis_url, workdir, answer) as bench:
-        key = bench.client.create_key(OWNER, "bench")[1]
+        key = bench.client.admin.create_key(OWNER, "bench")[1]
         env = {**bench.env, "CHATWORKER_API_AUTH": AUTH, **(extra_env or {})}
         api = ApiProcess(env, workdir / "api.log", cwd=REPO)
         process = bench.worker() if worker else None

@@ -3,9 +3,16 @@ functions included), so a crossing fails the suite instead of waiting for a revi
 
     modules                               may import
     ------------------------------------  --------------------------------------------------------
-    app.worker.plan, app.worker.transcript  the standard library (and each other) only: pure
+    app.worker.plan, .transcript, .entry, the standard library (and each other) only: pure
+    .offer, .verdict
+    app.client.admission                  the standard library and app.client.views only: pure
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
+    everything under app/ but the two     none of SQLAlchemy's query building (select, insert,
+    stores (app.client.store,             update, text, func, Table...): only its plumbing
+    app.worker.store) and app.models      (Connection, Engine, create_engine, event, make_url)
+                                          and its errors (sqlalchemy.exc); the SQL of a side is
+                                          in its store, the migrations' in migrations/
     everything under app/                 never tests or bench (the wheel ships without them)
 """
 
@@ -23,6 +30,20 @@ PURE = (
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",
+)
+ADMISSION = "app.client.admission"
+ADMISSION_MAY_IMPORT = ("app.client.views",)
+SQL_HOMES = ("app.client.store", "app.worker.store", "app.models")
+SQL_PLUMBING = frozenset(
+    {
+        "sqlalchemy.Connection",
+        "sqlalchemy.Engine",
+        "sqlalchemy.create_engine",
+        "sqlalchemy.event",
+        "sqlalchemy.make_url",
+        "sqlalchemy.engine.make_url",
+        "sqlalchemy.engine.URL",
+    }
 )
 CLIENT = ("app.client", "app.api")
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
@@ -42,7 +63,13 @@ class Crossing:
 def check(root: Path, package: str = "app") -> list[Crossing]:
     """Every boundary crossed by the modules of `package` under `root` (its parent directory)."""
     graph = import_graph(root, package)
-    found = [*_pure(graph), *_client(graph), *_app(graph)]
+    found = [
+        *_pure(graph),
+        *_admission(graph),
+        *_client(graph),
+        *_app(graph),
+        *_sql(root, package),
+    ]
     return sorted(found, key=str)
 
 
@@ -58,6 +85,42 @@ def _pure(graph: dict[str, set[str]]) -> Iterable[Crossing]:
             top = imported.split(".")[0]
             if top not in sys.stdlib_module_names and top != "__future__" and imported not in PURE:
                 yield Crossing(module, imported, "the planner and the transcript are pure")
+
+
+def _admission(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for imported in graph.get(ADMISSION, ()):
+        top = imported.split(".")[0]
+        if top in sys.stdlib_module_names or top == "__future__":
+            continue
+        if not any(_within(imported, allowed) for allowed in ADMISSION_MAY_IMPORT):
+            yield Crossing(ADMISSION, imported, "admission is pure: the standard library and views")
+
+
+def _sql(root: Path, package: str) -> Iterable[Crossing]:
+    for path in sorted((root / package).rglob("*.py")):
+        module = _name(path, root)
+        if any(_within(module, home) for home in SQL_HOMES):
+            continue
+        for name in sorted(_sqlalchemy_names(path)):
+            if name not in SQL_PLUMBING and not _within(name, "sqlalchemy.exc"):
+                yield Crossing(module, name, "SQL is built only in the two stores and app.models")
+
+
+def _sqlalchemy_names(path: Path) -> set[str]:
+    """What a module takes from SQLAlchemy: `sqlalchemy.select` for `from sqlalchemy import
+    select`, the module itself for `import sqlalchemy...` (all of it is then within reach)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if _within(a.name, "sqlalchemy"))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and not node.level
+            and _within(node.module or "", "sqlalchemy")
+        ):
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
 
 
 def _client(graph: dict[str, set[str]]) -> Iterable[Crossing]:

@@ -17,8 +17,8 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from app.api.body_limit import BodyLimit
 from app.api.context import ApiContext
-from app.api.limits import BodyLimit
 from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
 from app.api.routes import router

@@ -91,7 +91,7 @@ def _identify(
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
-            return Caller(context.client.owner_of_key(presented)), caller_of_key(presented)
+            return Caller(context.client.admin.owner_of_key(presented)), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None
     if JWT_AUTH not in modes:

@@ -1,9 +1,10 @@
-"""The API's request and response bodies, and how each is built from the client layer's views.
+"""The API's response bodies, and how each is built from the client layer's views; the fixed
+value sets both directions share (the request bodies are `bodies.py`'s).
 
-Requests refuse unknown fields (a typo is an error, not a silent default). Responses are the
-views, field for field, with times in ISO 8601 and usage grouped: a turn maps onto an OpenAI
-Responses object (`id`, `status`, `error`, `usage`, background by default, `starting_after` =
-an event seq) and a client tool's output onto `function_call_output`, without another table.
+Responses are the views, field for field, with times in ISO 8601 and usage grouped: a turn maps
+onto an OpenAI Responses object (`id`, `status`, `error`, `usage`, background by default,
+`starting_after` = an event seq) and a client tool's output onto `function_call_output`, without
+another table.
 """
 
 from __future__ import annotations
@@ -17,49 +18,33 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.client.views import (
     ActionView,
     ConversationView,
+    DeliveryView,
     EventView,
     FinishedTurn,
     MessageView,
     Submitted,
     ToolInfo,
     TurnView,
+    WebhookView,
 )
-from app.client.webhooks import DeliveryView, WebhookView
 from app.live import Delta, Discarded
 
 BusyPolicy = Literal["reject", "enqueue", "interrupt"]
 ToolChoice = Literal["auto", "none", "required"]
 
 
-class _Request(BaseModel):
+class Body(BaseModel):
+    """A request body: unknown fields are refused."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-class ClientTool(_Request):
+class ClientTool(Body):
     name: str = Field(description="letters, digits, _ or -; not a server tool's or a built-in's")
     description: str = ""
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
         description="a JSON Schema of the arguments (an object)",
-    )
-
-
-class ActionOutput(_Request):
-    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
-    output: str = Field(description="a client tool's output, or the answer to a clarification")
-
-
-class ActionApproval(_Request):
-    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
-    approve: bool = Field(
-        strict=True, description="true runs the call; false tells the model it was denied"
-    )
-    reason: str | None = Field(None, description="why (the model reads it with a denial)")
-
-
-class ActionsSubmit(_Request):
-    outputs: list[ActionOutput | ActionApproval] = Field(
-        min_length=1, description="one per answered call: an output, or an approval"
     )
 
 
@@ -75,39 +60,6 @@ class Action(BaseModel):
     @classmethod
     def of(cls, view: ActionView) -> Action:
         return cls(**view.__dict__)
-
-
-class ConversationCreate(_Request):
-    id: uuid.UUID | None = Field(
-        None,
-        description="choose the id (a retried create then returns the same conversation); "
-        "omitted: a new one",
-    )
-    model: str | None = Field(None, description="a litellm model string; default: the server's")
-    instructions: str | None = Field(None, description="the system prompt")
-    tools: list[str] = Field(default_factory=list, description="tool names from GET /v1/tools")
-    tool_choice: ToolChoice = "auto"
-    context: dict[str, Any] | None = Field(
-        None, description="your own data, stored and returned untouched"
-    )
-    client_tools: list[ClientTool] | None = Field(
-        None,
-        description="tools your client executes: a call of one pauses the turn "
-        "(requires_action) until you POST its output to /v1/turns/{id}/actions",
-    )
-    clarify: bool = Field(
-        True,
-        description="the model may ask the user a question (agent_clarify) when it has tools; "
-        "the next message (or an action output) answers it",
-    )
-
-
-class MessageCreate(_Request):
-    text: str = Field(description="the user's message")
-    on_busy: BusyPolicy = Field(
-        "reject",
-        description="while a turn runs: reject (409), enqueue behind it, or interrupt it",
-    )
 
 
 class Usage(BaseModel):
@@ -378,17 +330,6 @@ def _usage(prompt: int, completion: int, cost: float | None) -> Usage:
 WebhookEventType = Literal[
     "turn.completed", "turn.failed", "turn.cancelled", "turn.requires_action"
 ]
-
-
-class WebhookCreate(_Request):
-    url: str = Field(description="where to POST (http or https)", max_length=2000)
-    conversation_id: uuid.UUID | None = Field(
-        None, description="only this conversation (yours); omitted: every one of yours"
-    )
-    event_types: list[WebhookEventType] | None = Field(
-        None, description="what to be told of; omitted: all four", min_length=1
-    )
-    description: str | None = Field(None, max_length=500)
 
 
 class WebhookOut(BaseModel):

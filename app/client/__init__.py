@@ -3,7 +3,9 @@
 It never imports the worker, litellm or MCP: a web process pays only for SQLAlchemy and the queue.
 """
 
-from app.client.facade import AsyncChatClient, ChatClient
+from app.client.admin import AdminClient
+from app.client.asynchronous import AsyncChatClient
+from app.client.facade import ChatClient
 from app.client.following import AsyncFollowing, Following, FollowItem
 from app.client.merge import Cursor
 from app.client.views import (
@@ -21,6 +23,7 @@ from app.live import Delta, Discarded, Fragment
 
 __all__ = [
     "ActionView",
+    "AdminClient",
     "AsyncChatClient",
     "AsyncFollowing",
     "ChatClient",

@@ -9,9 +9,11 @@ import json
 import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit
 
-from app.client.commands import BUSY_POLICIES
+from app.client.admission import BUSY_POLICIES
 from app.client.views import Decision
 from app.errors import (
     ConversationNotFound,
@@ -23,11 +25,19 @@ from app.errors import (
     UnknownTool,
     WebhookNotFound,
 )
-from app.models import BUILTIN_TOOL_NAMES, MAX_IDEMPOTENCY_KEY_CHARS, TOOL_CHOICES
+from app.models import (
+    BUILTIN_TOOL_NAMES,
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    PERIODS,
+    TOOL_CHOICES,
+    WEBHOOK_EVENT_TYPES,
+)
+from app.models.webhook import MAX_URL_CHARS
 
 MAX_MODEL_CHARS = 200
 MAX_PAGE = 1000
 MAX_CLIENT_TOOLS = 64
+MAX_DESCRIPTION_CHARS = 500  # a webhook's
 MAX_TOOL_DESCRIPTION_CHARS = 4000
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a name
 
@@ -272,3 +282,74 @@ def check_decisions(approvals: Any, limit: int, *, allow_empty: bool = False) ->
 def _check_call_id(call_id: Any) -> None:
     if not isinstance(call_id, str) or not 1 <= len(call_id) <= 200:
         raise InvalidRequest(f"a call id must be a string of 1 to 200 characters: {call_id!r}")
+
+
+def check_budget(
+    owner: str | None,
+    conversation_id: uuid.UUID | None,
+    period: str,
+    max_tokens: int | None,
+    max_cost_usd: float | str | None,
+) -> tuple[int | None, Decimal | None]:
+    """The limits as stored, or the `InvalidRequest` naming what is wrong."""
+    if (owner is None) == (conversation_id is None):
+        raise InvalidRequest("a budget is an owner's or one conversation's: give exactly one")
+    if owner is not None and not (isinstance(owner, str) and owner.strip()):
+        raise InvalidRequest(f"owner must be a non-empty string, not {owner!r}")
+    if period not in PERIODS:
+        raise InvalidRequest(f"period must be one of {', '.join(PERIODS)}, not {period!r}")
+    if max_tokens is None and max_cost_usd is None:
+        raise InvalidRequest("a budget needs max_tokens, max_cost_usd or both")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0
+    ):
+        raise InvalidRequest(f"max_tokens must be a whole number >= 0, not {max_tokens!r}")
+    cost = None
+    if max_cost_usd is not None:
+        try:
+            cost = Decimal(str(max_cost_usd))
+        except InvalidOperation:
+            raise InvalidRequest(f"max_cost_usd must be a number, not {max_cost_usd!r}") from None
+        if isinstance(max_cost_usd, bool) or not cost.is_finite() or cost < 0:
+            raise InvalidRequest(f"max_cost_usd must be a number >= 0, not {max_cost_usd!r}")
+    return max_tokens, cost
+
+
+def check_budget_subject(owner: str | None, conversation_id: uuid.UUID | None, period: str) -> None:
+    """A budget's subject: exactly one of an owner and a conversation, and a known period."""
+    if (owner is None) == (conversation_id is None) or period not in PERIODS:
+        raise InvalidRequest("give exactly one of owner and conversation, and a period")
+
+
+def check_url(url: object) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRequest(f"url must be an http or https URL, not {url!r}")
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidRequest(f"url is over {MAX_URL_CHARS} characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError as exc:
+        raise InvalidRequest(f"url {url!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"url must be an http or https URL with a host, not {url!r}")
+    if parts.username or parts.password:
+        raise InvalidRequest("url must not carry credentials: the signature authenticates")
+    if parts.fragment:
+        raise InvalidRequest("url must not have a #fragment")
+    return url
+
+
+def check_event_types(event_types: Sequence[str] | None) -> tuple[str, ...]:
+    if event_types is None:
+        return WEBHOOK_EVENT_TYPES
+    if isinstance(event_types, str) or not isinstance(event_types, Sequence):
+        raise InvalidRequest(f"event_types must be a list of event types, not {event_types!r}")
+    if not event_types:
+        raise InvalidRequest("event_types must name at least one event type (omit it: all)")
+    unknown = [name for name in event_types if name not in WEBHOOK_EVENT_TYPES]
+    if unknown:
+        raise InvalidRequest(
+            f"unknown event type {unknown[0]!r}; use {', '.join(WEBHOOK_EVENT_TYPES)}"
+        )
+    return tuple(name for name in WEBHOOK_EVENT_TYPES if name in event_types)

@@ -9,8 +9,6 @@ Starlette) and runs each call in a thread. Each call checks its input (`checks`)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -18,61 +16,50 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from app import budgets
-from app.client import budgets as client_budgets
-from app.client import commands, keys, limits, reads, webhooks
-from app.client.actions import answer_actions
-from app.client.budgets import BudgetView
-from app.client.cancel import CancelOutcome, cancel_turn
+from app.client import intake
+from app.client.admin import AdminClient
+from app.client.admission import REJECT
 from app.client.checks import (
     check_busy_policy,
     check_client_tools,
     check_context,
-    check_cursor,
     check_decisions,
     check_idempotency_key,
     check_model,
     check_outputs,
-    check_page_size,
     check_text,
     check_tool_choice,
     check_tool_names,
     check_tools_offered,
     parse_conversation_id,
     parse_turn_id,
-    parse_webhook_id,
 )
-from app.client.commands import REJECT, NewTurn
 from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
-from app.client.following import REST, TURN_END, UNTIL, AsyncFollowing, Following
 from app.client.keys import check_owner_name
-from app.client.merge import Cursor
+from app.client.reader import ChatReader
+from app.client.store import conversations, reads
+from app.client.store.answers import answer_actions
+from app.client.store.cancel import CancelOutcome, cancel_turn
+from app.client.store.conversations import NewTurn
 from app.client.views import (
-    ApiKeyView,
-    ConversationPage,
     ConversationView,
     Decision,
-    EventPage,
-    EventView,
-    FinishedTurn,
     Submitted,
-    ToolInfo,
     TurnView,
 )
-from app.client.webhooks import DeliveryView, WebhookView
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import BudgetExceeded, InvalidRequest, KeyNotFound, WebhookNotFound
-from app.live import CommitNotice, LiveChannel, open_channel
+from app.errors import InvalidRequest
+from app.live import CommitNotice, LiveChannel
 from app.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
 
-class ChatClient:
+class ChatClient(ChatReader):
     """The synchronous web-app API over the database and the queue.
 
     `enqueue` rings a worker for a conversation id. By default: the process's queue (`app.queue`)
@@ -93,13 +80,15 @@ class ChatClient:
         self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)
         self._live = live
         self._live_warned = False
+        self._admin: AdminClient | None = None
 
     @property
-    def live(self) -> LiveChannel:
-        """The live channel (Redis at `REDIS_URL`, else this process's hub), opened on first use."""
-        if self._live is None:
-            self._live = open_channel(self.settings.redis_url)
-        return self._live
+    def admin(self) -> AdminClient:
+        """The operator's calls (API keys, budgets, webhooks, the tool catalogue, readiness) over
+        this client's engine and live channel."""
+        if self._admin is None:
+            self._admin = AdminClient(self.settings, engine=self.engine, live=lambda: self.live)
+        return self._admin
 
     def create_conversation(
         self,
@@ -134,7 +123,7 @@ class ChatClient:
             conversation_id=conversation_id,
             client_tools=client_tools,
             clarify=clarify,
-        )[0]
+        )[0].id
 
     def create_or_get(
         self,
@@ -148,8 +137,9 @@ class ChatClient:
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
-    ) -> tuple[uuid.UUID, bool]:
-        """`create_conversation`, and whether it was created (False: it existed, same fields)."""
+    ) -> tuple[ConversationView, bool]:
+        """`create_conversation`, as read in its transaction (without messages), and whether it
+        was created (False: it existed, same fields)."""
         model = check_model(self.settings.model if model is None else model)
         check_tool_choice(tool_choice)
         names = check_tool_names(tools, tool_choice)
@@ -173,30 +163,23 @@ class ChatClient:
             "clarify": clarify,
         }
         try:
-            return chosen, self._insert(chosen, setup)
+            return self._insert(chosen, setup)
         except IntegrityError:
             if conversation_id is None:
                 raise
             # Two creates of one chosen id at once: the other one won; compare with it.
-            return chosen, self._insert(chosen, setup)
+            return self._insert(chosen, setup)
 
-    def _insert(self, conversation_id: uuid.UUID, setup: dict[str, Any]) -> bool:
+    def _insert(
+        self, conversation_id: uuid.UUID, setup: dict[str, Any]
+    ) -> tuple[ConversationView, bool]:
         with self.engine.begin() as connection:
             if setup["tools"]:
                 check_tools_offered(setup["tools"], reads.catalogue_names(connection))
-            return commands.insert_conversation(connection, conversation_id, **setup)
-
-    def list_conversations(
-        self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
-    ) -> ConversationPage:
-        """The owner's conversations (everyone's for None), newest first, without messages;
-        `before` is the previous page's `next_before`."""
-        limit = check_page_size(limit)
-        mark = None if before is None else parse_conversation_id(before)
-        with self.engine.connect() as connection:
-            found = reads.list_conversations(connection, owner, limit + 1, mark)
-        more = len(found) > limit
-        return ConversationPage(found[:limit], found[limit - 1].id if more else None)
+            created = conversations.insert_conversation(connection, conversation_id, **setup)
+            return reads.read_conversation(
+                connection, conversation_id, None, messages=False
+            ), created
 
     def delete_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -206,7 +189,7 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            commands.delete_conversation(connection, conversation_id)
+            conversations.delete_conversation(connection, conversation_id)
 
     def submit_message(
         self,
@@ -235,19 +218,21 @@ class ChatClient:
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
-            _refuse_if_over_budget(connection, conversation_id)
-            limited = self._lock_owner_limit(connection, conversation_id)
-            turn = commands.submit_turn(
-                connection, conversation_id, text, idempotency_key=key, on_busy=policy
+            turn = intake.submit(
+                connection,
+                conversation_id,
+                text,
+                idempotency_key=key,
+                on_busy=policy,
+                owner_limit=self._owner_limit,
             )
-            if limited is not None and _starts_running(turn):
-                limits.refuse_past_limit(connection, *limited)
+            view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         if not turn.repeated:
             self._notify(conversation_id)
         if turn.announce:
             self._announce_cancel(conversation_id)
-        return self._ring(conversation_id, turn)
+        return self._ring(conversation_id, turn, view)
 
     def retry_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -256,14 +241,11 @@ class ChatClient:
         conversation_id = parse_conversation_id(conversation_id)
         with tracing.submit_span("chat retry") as span, self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            _refuse_if_over_budget(connection, conversation_id)
-            limited = self._lock_owner_limit(connection, conversation_id)
-            turn = commands.retry_turn(connection, conversation_id)
-            if limited is not None:
-                limits.refuse_past_limit(connection, *limited)
+            turn = intake.retry(connection, conversation_id, owner_limit=self._owner_limit)
+            view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         self._notify(conversation_id)
-        return self._ring(conversation_id, turn)
+        return self._ring(conversation_id, turn, view)
 
     def answer_actions(
         self,
@@ -325,306 +307,6 @@ class ChatClient:
         assert cancelled is not None
         return cancelled
 
-    def follow(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: Cursor | int | str = 0,
-        *,
-        until: str | None = REST,
-        turn_id: uuid.UUID | str | None = None,
-        timeout: float | None = None,
-        poll_interval: float = 1.0,
-        log_interval: float | None = None,
-        owner: str | None = None,
-    ) -> Following:
-        """The conversation's committed events after the cursor `after`, then live as they
-        happen, with the reply's deltas in between: iterate it (it blocks), resume from its
-        `cursor` after any item. Stops when the conversation rests (`until='rest'`), after the
-        followed turn's terminal event (`'turn_end'`: `turn_id`, or the next turn to end), or
-        never (None). The channel is read `poll_interval` seconds at a time, and, while it is
-        quiet, the committed log every `log_interval` (default: `poll_interval`) in case a
-        commit notice was lost. `InvalidCursor` for a cursor that is malformed, negative or
-        beyond the last event; `ConversationNotFound`."""
-        conversation_id = parse_conversation_id(conversation_id)
-        cursor = Cursor.parse(after)
-        if until not in UNTIL:
-            raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
-        if not poll_interval > 0:
-            raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
-        if log_interval is not None and not log_interval >= poll_interval:
-            raise InvalidRequest(
-                f"log_interval must be >= poll_interval ({poll_interval}), not {log_interval!r}"
-            )
-        # Bad ids and cursors, now.
-        self.events(conversation_id, after=cursor.after, limit=1, owner=owner)
-        return Following(
-            self,
-            conversation_id,
-            cursor,
-            until=until,
-            turn_id=None if turn_id is None else parse_turn_id(turn_id),
-            timeout=timeout,
-            poll_interval=poll_interval,
-            log_interval=log_interval,
-        )
-
-    def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
-        """A turn's status, error, usage and times; `TurnNotFound`."""
-        turn_id = parse_turn_id(turn_id)
-        with self.engine.connect() as connection:
-            reads.conversation_of_turn(connection, turn_id, owner)
-            return reads.read_turn(connection, turn_id)
-
-    def wait_for_turn(
-        self,
-        turn_id: uuid.UUID | str,
-        timeout: float,
-        *,
-        log_interval: float | None = None,
-        owner: str | None = None,
-    ) -> FinishedTurn:
-        """The turn once it has ended (or after `timeout` seconds, still going) with the
-        messages it committed (`log_interval` as `follow`'s); `TurnNotFound`."""
-        turn = self.get_turn(turn_id, owner=owner)
-        if not turn.is_finished:
-            following = self.follow(
-                turn.conversation_id,
-                0,
-                until=TURN_END,
-                turn_id=turn.id,
-                timeout=timeout,
-                log_interval=log_interval,
-            )
-            with contextlib.suppress(TimeoutError):
-                for _ in following:
-                    pass
-        with self.engine.connect() as connection:
-            turn = reads.read_turn(connection, turn.id)
-            return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
-
-    def current_turn(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> TurnView | None:
-        """The conversation's current (or last) turn; None before the first message."""
-        conversation_id = parse_conversation_id(conversation_id)
-        with self.engine.connect() as connection:
-            reads.check_owner(connection, conversation_id, owner)
-            turn = reads.current_turn(connection, conversation_id)
-            if turn is None:
-                commands.status_of(connection, conversation_id)  # ConversationNotFound
-            return turn
-
-    def events(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: int = 0,
-        limit: int = 100,
-        *,
-        owner: str | None = None,
-    ) -> EventPage:
-        """Committed events with `seq > after` (at most `limit`), oldest first; `InvalidCursor`
-        for a negative cursor or one beyond the last event."""
-        conversation_id = parse_conversation_id(conversation_id)
-        after, limit = check_cursor(after, limit)
-        with self.engine.connect() as connection:
-            reads.check_owner(connection, conversation_id, owner)
-            return reads.read_events(connection, conversation_id, after, limit)
-
-    def wait_for_events(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: int = 0,
-        limit: int = 100,
-        *,
-        wait: float = 0.0,
-        log_interval: float | None = None,
-        owner: str | None = None,
-    ) -> EventPage:
-        """`events`, but when none is committed after `after` yet, wait up to `wait` seconds
-        for the first (a long poll; `log_interval` as `follow`'s); the page may still be
-        empty."""
-        page = self.events(conversation_id, after, limit, owner=owner)
-        if page.events or wait <= 0:
-            return page
-        poll = min(1.0, wait)
-        following = self.follow(
-            conversation_id,
-            after,
-            until=None,
-            timeout=wait,
-            poll_interval=poll,
-            log_interval=None if log_interval is None else max(log_interval, poll),
-        )
-        try:
-            if not any(isinstance(item, EventView) for item in following):
-                return page  # pragma: no cover (until=None: it ends by timing out)
-        except TimeoutError:
-            return page
-        finally:
-            following.close()
-        return self.events(conversation_id, after, limit, owner=owner)
-
-    def get_conversation(
-        self,
-        conversation_id: uuid.UUID | str,
-        after_seq: int | None = None,
-        *,
-        owner: str | None = None,
-    ) -> ConversationView:
-        """Status, error, setup, counters and the messages with `seq > after_seq` (all if None)."""
-        conversation_id = parse_conversation_id(conversation_id)
-        with self.engine.connect() as connection:
-            reads.check_owner(connection, conversation_id, owner)
-            return reads.read_conversation(connection, conversation_id, after_seq)
-
-    def list_tools(self) -> list[ToolInfo]:
-        """The tools the workers' MCP servers offer (as the workers last published them)."""
-        with self.engine.connect() as connection:
-            return reads.read_catalogue(connection)
-
-    def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-        """A new API key for `owner`: its listing, and its text, shown this once."""
-        with self.engine.begin() as connection:
-            return keys.create_key(connection, owner, name)
-
-    def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
-        with self.engine.connect() as connection:
-            return keys.list_keys(connection, owner)
-
-    def revoke_key(self, key_id: uuid.UUID | str) -> ApiKeyView:
-        """Revoke a key (from its next request on); harmless twice; `KeyNotFound`."""
-        try:
-            parsed = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
-        except ValueError:
-            raise KeyNotFound(f"no API key {key_id!r} (a key id is a UUID)") from None
-        with self.engine.begin() as connection:
-            return keys.revoke_key(connection, parsed)
-
-    def set_budget(
-        self,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        period: str = "total",
-        max_tokens: int | None = None,
-        max_cost_usd: float | str | None = None,
-    ) -> None:
-        """Cap what an owner or one conversation may spend (`period`: `total` or `day`, UTC),
-        in tokens, US dollars or both; replaces the subject's budget of that period. Past it,
-        a turn fails before its next model call and a new message is `BudgetExceeded`."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        with self.engine.begin() as connection:
-            client_budgets.set_budget(
-                connection,
-                owner=owner,
-                conversation_id=parsed,
-                period=period,
-                max_tokens=max_tokens,
-                max_cost_usd=max_cost_usd,
-            )
-
-    def remove_budget(
-        self,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        period: str = "total",
-    ) -> bool:
-        """Remove a budget; whether there was one."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        with self.engine.begin() as connection:
-            return client_budgets.remove_budget(
-                connection, owner=owner, conversation_id=parsed, period=period
-            )
-
-    def list_budgets(self, owner: str | None = None) -> list[BudgetView]:
-        """Every budget, or an owner's (its own and its conversations')."""
-        with self.engine.connect() as connection:
-            return client_budgets.list_budgets(connection, owner)
-
-    def add_webhook(
-        self,
-        url: str,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        event_types: Sequence[str] | None = None,
-        description: str | None = None,
-    ) -> WebhookView:
-        """A webhook for the owner's conversations (or, with `conversation_id`, that one's):
-        `turn.completed`, `turn.failed`, `turn.cancelled` and `turn.requires_action` (or the
-        `event_types` given) are POSTed to `url`, signed by the Standard Webhooks scheme with
-        the returned view's `secret`, which is not shown again."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        with self.engine.begin() as connection:
-            return webhooks.add_webhook(
-                connection,
-                url=url,
-                owner=owner,
-                conversation_id=parsed,
-                event_types=event_types,
-                description=description,
-            )
-
-    def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:
-        with self.engine.connect() as connection:
-            return webhooks.list_webhooks(connection, owner)
-
-    def get_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> WebhookView:
-        with self.engine.connect() as connection:
-            return webhooks.get_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
-
-    def remove_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> None:
-        """The webhook and its deliveries, pending ones included; `WebhookNotFound`."""
-        with self.engine.begin() as connection:
-            webhooks.remove_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
-
-    def list_deliveries(
-        self,
-        webhook_id: uuid.UUID | str,
-        *,
-        owner: str | None = None,
-        status: str | None = None,
-        limit: int = 50,
-    ) -> list[DeliveryView]:
-        """The webhook's deliveries, newest first (`status='failed'`: the given-up ones)."""
-        with self.engine.connect() as connection:
-            return webhooks.list_deliveries(
-                connection, parse_webhook_id(webhook_id), owner=owner, status=status, limit=limit
-            )
-
-    def redeliver(
-        self, webhook_id: uuid.UUID | str, delivery_id: int, *, owner: str | None = None
-    ) -> DeliveryView:
-        """Send a given-up delivery again, from now, with a fresh schedule."""
-        if isinstance(delivery_id, bool) or not isinstance(delivery_id, int):
-            raise WebhookNotFound(f"no delivery {delivery_id!r} (a delivery id is a number)")
-        with self.engine.begin() as connection:
-            return webhooks.redeliver(
-                connection, parse_webhook_id(webhook_id), delivery_id, owner=owner
-            )
-
-    def owner_of_key(self, text: str) -> str:
-        """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
-        with self.engine.connect() as connection:
-            return keys.owner_of_key(connection, text)
-
-    def check_ready(self) -> dict[str, str]:
-        """'ok' or the error, for the database and the live channel (Redis) each."""
-        found: dict[str, str] = {}
-        try:
-            with self.engine.connect() as connection:
-                connection.execute(text("SELECT 1"))
-            found["database"] = "ok"
-        except Exception as exc:
-            found["database"] = type(exc).__name__
-        try:
-            self.live.ping()
-            found["live"] = "ok"
-        except Exception as exc:
-            found["live"] = type(exc).__name__
-        return found
-
     def close(self) -> None:
         if isinstance(self._enqueue, QueueRinger):
             self._enqueue.close()
@@ -669,18 +351,14 @@ class ChatClient:
                 log.warning("live channel unavailable (%s); readers fall back to polling", exc)
             self._live_warned = True
 
-    def _lock_owner_limit(
-        self, connection: Connection, conversation_id: uuid.UUID
-    ) -> tuple[str, int] | None:
-        """With the `reject` owner limit policy: the owner (its limit lock taken) and the limit,
-        for `limits.refuse_past_limit` once the command has run."""
-        limit = self.settings.owner_max_running_turns
-        if limit is None or self.settings.owner_limit_policy != "reject":
+    @property
+    def _owner_limit(self) -> int | None:
+        """The owner limit a submit or a retry refuses past (policy `reject`), else None."""
+        if self.settings.owner_limit_policy != "reject":
             return None
-        owner = limits.lock_owner(connection, conversation_id)
-        return None if owner is None else (owner, limit)
+        return self.settings.owner_max_running_turns
 
-    def _ring(self, conversation_id: uuid.UUID, turn: NewTurn) -> Submitted:
+    def _ring(self, conversation_id: uuid.UUID, turn: NewTurn, view: TurnView) -> Submitted:
         submitted = Submitted(
             conversation_id,
             turn.message_seq,
@@ -688,6 +366,7 @@ class ChatClient:
             turn_id=turn.id,
             turn_status=turn.status,
             repeated=turn.repeated,
+            turn=view,
         )
         if turn.waits:
             return replace(submitted, detail=WAITING)
@@ -696,100 +375,7 @@ class ChatClient:
         return ring(self._enqueue, submitted)
 
 
-def _starts_running(turn: NewTurn) -> bool:
-    """The submit started a turn at once (not queued behind, repeated, or an answer)."""
-    return not (turn.waits or turn.repeated or turn.resumes) and turn.message_seq is not None
-
-
-def _refuse_if_over_budget(connection: Connection, conversation_id: uuid.UUID) -> None:
-    """`BudgetExceeded` (nothing written) when a budget of the conversation or its owner is
-    used up: a turn would fail at its first model call."""
-    used_up = budgets.check(connection, conversation_id)
-    if used_up is not None:
-        raise BudgetExceeded(used_up)
-
-
 def _describe(span: Any, conversation_id: uuid.UUID, turn_id: uuid.UUID) -> None:
     if span.is_recording():
         span.set_attribute("chatworker.conversation_id", str(conversation_id))
         span.set_attribute("chatworker.turn_id", str(turn_id))
-
-
-class AsyncChatClient:
-    """`ChatClient` for asyncio apps: every call runs in a worker thread, never on the loop.
-    Each method takes the same arguments as `ChatClient`'s."""
-
-    def __init__(self, client: ChatClient | None = None, **options: Any) -> None:
-        self.sync = client or ChatClient(**options)
-
-    async def create_conversation(self, **options: Any) -> uuid.UUID:
-        return await asyncio.to_thread(lambda: self.sync.create_conversation(**options))
-
-    async def submit_message(
-        self, conversation_id: uuid.UUID | str, text: str, **options: Any
-    ) -> Submitted:
-        return await asyncio.to_thread(
-            lambda: self.sync.submit_message(conversation_id, text, **options)
-        )
-
-    async def answer_actions(
-        self, turn_id: uuid.UUID | str, outputs: Mapping[str, str] | None = None, **options: Any
-    ) -> TurnView:
-        return await asyncio.to_thread(
-            lambda: self.sync.answer_actions(turn_id, outputs, **options)
-        )
-
-    async def get_turn(self, turn_id: uuid.UUID | str, **options: Any) -> TurnView:
-        return await asyncio.to_thread(lambda: self.sync.get_turn(turn_id, **options))
-
-    async def current_turn(
-        self, conversation_id: uuid.UUID | str, **options: Any
-    ) -> TurnView | None:
-        return await asyncio.to_thread(lambda: self.sync.current_turn(conversation_id, **options))
-
-    async def events(
-        self, conversation_id: uuid.UUID | str, after: int = 0, limit: int = 100, **options: Any
-    ) -> EventPage:
-        return await asyncio.to_thread(
-            lambda: self.sync.events(conversation_id, after, limit, **options)
-        )
-
-    async def retry_conversation(
-        self, conversation_id: uuid.UUID | str, **options: Any
-    ) -> Submitted:
-        return await asyncio.to_thread(
-            lambda: self.sync.retry_conversation(conversation_id, **options)
-        )
-
-    async def cancel(self, conversation_id: uuid.UUID | str, **options: Any) -> TurnView | None:
-        return await asyncio.to_thread(lambda: self.sync.cancel(conversation_id, **options))
-
-    async def cancel_turn(self, turn_id: uuid.UUID | str, **options: Any) -> TurnView:
-        return await asyncio.to_thread(lambda: self.sync.cancel_turn(turn_id, **options))
-
-    async def follow(
-        self, conversation_id: uuid.UUID | str, after: Cursor | int | str = 0, **options: Any
-    ) -> AsyncFollowing:
-        following = await asyncio.to_thread(
-            lambda: self.sync.follow(conversation_id, after, **options)
-        )
-        return AsyncFollowing(following)
-
-    async def get_conversation(
-        self, conversation_id: uuid.UUID | str, after_seq: int | None = None, **options: Any
-    ) -> ConversationView:
-        return await asyncio.to_thread(
-            lambda: self.sync.get_conversation(conversation_id, after_seq, **options)
-        )
-
-    async def list_conversations(self, **options: Any) -> ConversationPage:
-        return await asyncio.to_thread(lambda: self.sync.list_conversations(**options))
-
-    async def delete_conversation(self, conversation_id: uuid.UUID | str, **options: Any) -> None:
-        await asyncio.to_thread(lambda: self.sync.delete_conversation(conversation_id, **options))
-
-    async def list_tools(self) -> list[ToolInfo]:
-        return await asyncio.to_thread(self.sync.list_tools)
-
-    async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)

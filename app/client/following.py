@@ -19,14 +19,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from app.client.ledger import AT_REST
 from app.client.merge import Cursor, LiveMerge
+from app.client.store.journal import AT_REST
 from app.client.views import EventView
 from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Position
 from app.models import ACTION_REQUIRED, TERMINAL_EVENTS
 
 if TYPE_CHECKING:
-    from app.client.facade import ChatClient
+    from app.client.reader import ChatReader
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Following(Iterator[FollowItem]):
 
     def __init__(
         self,
-        client: ChatClient,
+        client: ChatReader,
         conversation_id: uuid.UUID,
         cursor: Cursor,
         *,

@@ -1,65 +1,20 @@
-"""API keys: made, listed, revoked, and checked when a request presents one.
+"""An API key's text: `cwk_<id>_<secret>`, parsed, and its secret hashed; the owner names keys
+are made for. The rows are `store/api_keys`'.
 
-A key's text is `cwk_<id>_<secret>`: the id (a UUID's 32 hex digits) finds the row in one primary-
-key lookup, and the secret (32 random bytes, URL-safe) is compared with the stored SHA-256 in
-constant time. The text is shown once, by `create_key`; nothing can show it again.
+The id (a UUID's 32 hex digits) finds the row in one primary-key lookup, and the secret (32 random
+bytes, URL-safe) is compared with the stored SHA-256 in constant time. The text is shown once, by
+`create_key`; nothing can show it again.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
-import secrets
 import uuid
-from datetime import UTC, datetime
-from typing import Any, cast
 
-from sqlalchemy import Connection, Table, insert, select, update
-
-from app.client.views import ApiKeyView
-from app.errors import InvalidRequest, KeyNotFound
-from app.models import MAX_OWNER_CHARS, ApiKey
-
-api_keys = cast(Table, ApiKey.__table__)
+from app.errors import InvalidRequest
+from app.models import MAX_OWNER_CHARS
 
 PREFIX = "cwk_"
-
-
-def create_key(connection: Connection, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-    """A new key for `owner`: its listing and its text (shown this once)."""
-    owner = check_owner_name(owner)
-    if len(name) > 200:
-        raise InvalidRequest(f"a key's name is at most 200 characters, not {len(name)}")
-    key_id = uuid.uuid4()
-    secret = secrets.token_urlsafe(32)
-    now = datetime.now(UTC)
-    connection.execute(
-        insert(api_keys).values(
-            id=key_id, owner=owner, name=name, secret_sha256=_digest(secret), created_at=now
-        )
-    )
-    return ApiKeyView(key_id, owner, name, now, None), f"{PREFIX}{key_id.hex}_{secret}"
-
-
-def list_keys(connection: Connection, owner: str | None = None) -> list[ApiKeyView]:
-    """Every key (or one owner's), oldest first, revoked ones included."""
-    query = select(api_keys).order_by(api_keys.c.created_at, api_keys.c.id)
-    if owner is not None:
-        query = query.where(api_keys.c.owner == owner)
-    return [_view(row) for row in connection.execute(query)]
-
-
-def revoke_key(connection: Connection, key_id: uuid.UUID) -> ApiKeyView:
-    """The key, revoked from now on (revoking twice keeps the first time); `KeyNotFound`."""
-    connection.execute(
-        update(api_keys)
-        .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
-        .values(revoked_at=datetime.now(UTC))
-    )
-    row = connection.execute(select(api_keys).where(api_keys.c.id == key_id)).one_or_none()
-    if row is None:
-        raise KeyNotFound(f"no API key {key_id}")
-    return _view(row)
 
 
 class KeyRefused(Exception):
@@ -68,21 +23,6 @@ class KeyRefused(Exception):
     def __init__(self, reason: str, code: str) -> None:
         super().__init__(reason)
         self.code = code
-
-
-def owner_of_key(connection: Connection, text: str) -> str:
-    """The owner of the key `text`; `KeyRefused` when it is not a live key."""
-    key_id, secret = parse_key(text)
-    row = connection.execute(
-        select(api_keys.c.owner, api_keys.c.secret_sha256, api_keys.c.revoked_at).where(
-            api_keys.c.id == key_id
-        )
-    ).one_or_none()
-    if row is None or not hmac.compare_digest(row.secret_sha256, _digest(secret)):
-        raise KeyRefused("the API key is not valid", "invalid_api_key")
-    if row.revoked_at is not None:
-        raise KeyRefused("the API key was revoked", "api_key_revoked")
-    return str(row.owner)
 
 
 def parse_key(text: str) -> tuple[uuid.UUID, str]:
@@ -111,14 +51,9 @@ def check_owner_name(owner: str) -> str:
     return owner
 
 
-def _digest(secret: str) -> str:
+def digest(secret: str) -> str:
+    """The stored form of a key's secret."""
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def _view(row: Any) -> ApiKeyView:
-    revoked = None if row.revoked_at is None else _aware(row.revoked_at)
-    return ApiKeyView(row.id, row.owner, row.name, _aware(row.created_at), revoked)
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+__all__ = ["PREFIX", "KeyRefused", "check_owner_name", "digest", "parse_key"]

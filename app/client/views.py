@@ -1,7 +1,8 @@
 """What the web-app client returns: a conversation with its new messages, a turn, a page of
-events, a submit, a tool.
+events, a submit, a tool, an API key, a budget, a webhook and its deliveries.
 
-Frozen dataclasses with no I/O; `reads` builds them from rows, the facade hands them to the caller.
+Frozen dataclasses with no I/O; the store (`store/`) builds them from rows, the clients hand them
+to the caller.
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ class Submitted:
     turn_id: uuid.UUID | None = None
     turn_status: str = "queued"
     repeated: bool = False
+    turn: TurnView | None = None  # the turn as the command left it (read in its transaction)
 
 
 @dataclass(frozen=True)
@@ -205,3 +207,44 @@ class ToolInfo:
     server: str
     description: str
     input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    owner: str | None
+    conversation_id: uuid.UUID | None
+    period: str  # total | day (UTC)
+    max_tokens: int | None
+    max_cost_usd: float | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class WebhookView:
+    id: uuid.UUID
+    owner: str | None
+    conversation_id: uuid.UUID | None  # None: every conversation of the owner
+    url: str
+    event_types: tuple[str, ...]
+    description: str | None
+    created_at: datetime
+    secret: str | None = None  # only when it was just made: store it, it is not shown again
+
+
+@dataclass(frozen=True)
+class DeliveryView:
+    id: int
+    webhook_id: uuid.UUID
+    message_id: str  # the `webhook-id` header: the same on every attempt
+    type: str
+    conversation_id: uuid.UUID
+    turn_id: uuid.UUID | None
+    event_seq: int
+    status: str  # pending | delivered | failed (gave up)
+    attempts: int
+    next_attempt_at: datetime | None  # pending only
+    last_attempt_at: datetime | None
+    last_status_code: int | None
+    last_error: str | None
+    delivered_at: datetime | None
+    created_at: datetime

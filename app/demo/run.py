@@ -20,8 +20,8 @@ def run_demo(message: str, model: str | None, timeout: float) -> int:
     from app.client import ChatClient
     from app.config import get_settings
     from app.db import shown
-    from app.follow import follow
     from app.migrate import upgrade
+    from app.printing import follow
     from app.queue import ring
 
     settings = get_settings()
@@ -33,7 +33,7 @@ def run_demo(message: str, model: str | None, timeout: float) -> int:
     # The doorbell goes to this process's own worker: with REDIS_URL unset nobody else reads it.
     client = ChatClient(settings, enqueue=lambda cid: ring(cid, actors.broker))
     try:
-        offered = {tool.name for tool in client.list_tools()}
+        offered = {tool.name for tool in client.admin.list_tools()}
         tools = [name for name in DEMO_TOOLS if name in offered] or sorted(offered)
         chosen = model or settings.model
         print(f"model {chosen}; tools {', '.join(tools) or '(none)'}")

@@ -1,5 +1,5 @@
 """The typed SQLAlchemy models: a conversation, its transcript, its turns, its event log and its
-session tool cache."""
+session tool cache; and their tables' Core aliases (`tables`), written once."""
 
 from app.models.api_key import MAX_OWNER_CHARS, ApiKey
 from app.models.base import Base
@@ -39,6 +39,18 @@ from app.models.message import (
     TOOL,
     USER,
     Message,
+)
+from app.models.tables import (
+    api_keys,
+    budgets,
+    catalog,
+    conversations,
+    deliveries,
+    events,
+    messages,
+    tool_outputs,
+    turns,
+    webhooks,
 )
 from app.models.tool import (
     BUILTIN_TOOL_NAMES,
@@ -146,5 +158,15 @@ __all__ = [
     "Turn",
     "Webhook",
     "WebhookDelivery",
+    "api_keys",
+    "budgets",
+    "catalog",
+    "conversations",
+    "deliveries",
+    "events",
     "message_id",
+    "messages",
+    "tool_outputs",
+    "turns",
+    "webhooks",
 ]

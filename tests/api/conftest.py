@@ -70,7 +70,7 @@ class Deployment:
         return self._client
 
     def key(self, owner: str) -> str:
-        return self.client.create_key(owner)[1]
+        return self.client.admin.create_key(owner)[1]
 
     def http(self, api: ApiProcess | None = None, token: str | None = None) -> httpx.Client:
         api = api or self.apis[0]

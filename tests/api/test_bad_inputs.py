@@ -239,9 +239,9 @@ def owner(shared_api: Deployment) -> Owner:
     kind of credentials, good and bad."""
     name = owner_name("bad-inputs")
     key = shared_api.key(name)
-    revoked_view, revoked = shared_api.client.create_key(name)
-    shared_api.client.revoke_key(revoked_view.id)
-    other_view, other = shared_api.client.create_key(name)
+    revoked_view, revoked = shared_api.client.admin.create_key(name)
+    shared_api.client.admin.revoke_key(revoked_view.id)
+    other_view, other = shared_api.client.admin.create_key(name)
     unknown = other[:-1] + ("y" if other.endswith("x") else "x")  # the secret is wrong
     now = int(time.time())
     with shared_api.http(token=key) as http:

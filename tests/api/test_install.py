@@ -23,7 +23,7 @@ def test_install_mounts_the_routes_and_the_problem_handlers_in_an_existing_app(
         return {"theirs": "yes"}
 
     context = install(theirs, settings, client=client)
-    key = client.create_key("alice")[1]
+    key = client.admin.create_key("alice")[1]
     try:
         with TestClient(theirs) as http:
             assert http.get("/their/route").json() == {"theirs": "yes"}

@@ -55,8 +55,8 @@ def test_each_key_has_its_rate_and_is_told_where_it_stands(
     limited: tuple[TestClient, ChatClient],
 ) -> None:
     http, client = limited
-    alice = bearer(client.create_key("alice")[1])
-    bob = bearer(client.create_key("bob")[1])
+    alice = bearer(client.admin.create_key("alice")[1])
+    bob = bearer(client.admin.create_key("bob")[1])
     answers = [http.get("/v1/conversations", headers=alice) for _ in range(4)]
     assert [a.status_code for a in answers] == [200, 200, 200, 429]
     assert [a.headers["RateLimit-Remaining"] for a in answers] == ["2", "1", "0", "0"]
@@ -74,14 +74,14 @@ def test_a_message_past_the_owner_s_running_turns_is_429_with_retry_after(
     limited: tuple[TestClient, ChatClient],
 ) -> None:
     http, client = limited
-    alice = bearer(client.create_key("carol")[1])
+    alice = bearer(client.admin.create_key("carol")[1])
     first = http.post("/v1/conversations", json={}, headers=alice).json()["id"]
     second = http.post("/v1/conversations", json={}, headers=alice).json()["id"]
     assert (
         http.post(f"/v1/conversations/{first}/messages", json={"text": "a"}, headers=alice)
     ).status_code == 202
     # (the rate: 3 a minute; a fresh key for the last request)
-    again = bearer(client.create_key("carol")[1])
+    again = bearer(client.admin.create_key("carol")[1])
     refused = http.post(f"/v1/conversations/{second}/messages", json={"text": "b"}, headers=again)
     problem = assert_problem(refused, 429, "too_many_running_turns")
     assert refused.headers["Retry-After"] == "5"

@@ -23,7 +23,7 @@ def test_a_delivery_whose_worker_died_after_sending_is_sent_again_and_never_lost
     deployment: Deployment,
 ) -> None:
     for receiver in receiving():
-        hook = deployment.client.add_webhook(receiver.url)
+        hook = deployment.client.admin.add_webhook(receiver.url)
         receiver.secret = hook.secret or ""
         doomed = deployment.start_worker("doomed", {**HOLD, "CHATWORKER_FAILPOINT": "webhook_sent"})
         conversation_id = deployment.chat("Say hello")

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from app import budgets
+from app.client.store import budgets
 from app.errors import BudgetExceeded, ConversationNotFound, InvalidRequest
 from app.testing import fakes
 from app.worker.lease_runner import Outcome
@@ -50,7 +50,7 @@ def test_a_turn_over_its_conversation_s_token_budget_fails_before_its_next_model
     world: World,
 ) -> None:
     conversation_id = world.conversation("1 + 2?", tools=["add"])
-    world.client.set_budget(conversation_id=conversation_id, max_tokens=15)
+    world.client.admin.set_budget(conversation_id=conversation_id, max_tokens=15)
     scripted = fakes.ScriptedModel(fakes.by_iteration([ADD, fakes.text("3")]))
     assert run(world.runner(scripted), conversation_id) is Outcome.FAILED
     assert len(scripted.requests) == 1  # the second call was never made
@@ -69,7 +69,7 @@ def test_a_turn_over_its_conversation_s_token_budget_fails_before_its_next_model
     assert len(world.client.events(conversation_id, limit=1000).events) == events
 
     # Raised, the turn goes on from its transcript.
-    world.client.set_budget(conversation_id=conversation_id, max_tokens=1000)
+    world.client.admin.set_budget(conversation_id=conversation_id, max_tokens=1000)
     world.client.retry_conversation(conversation_id)
     assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
 
@@ -81,7 +81,7 @@ def test_a_crash_does_not_reset_a_budget_a_new_worker_reads_the_committed_totals
     scripted = fakes.ScriptedModel(fakes.by_iteration([ADD, fakes.text("3")]))
 
     assert world.store.claim(conversation_id, "first-worker", -1) is not None
-    world.client.set_budget(conversation_id=conversation_id, max_tokens=15)
+    world.client.admin.set_budget(conversation_id=conversation_id, max_tokens=15)
     # The first worker's step, as it committed it before it died: 15 tokens spent.
     snapshot = world.store.claim(conversation_id, "second-claim", -1)
     assert snapshot is not None
@@ -102,7 +102,7 @@ def test_a_crash_does_not_reset_a_budget_a_new_worker_reads_the_committed_totals
 def test_an_owner_s_daily_money_budget_spans_their_conversations_and_resets_the_next_day(
     world: World,
 ) -> None:
-    world.client.set_budget(owner="alice", period="day", max_cost_usd=0.5)
+    world.client.admin.set_budget(owner="alice", period="day", max_cost_usd=0.5)
     first = world.client.create_conversation(tools=["add"], owner="alice")
     world.client.submit_message(first, "1 + 2?")
     scripted = fakes.ScriptedModel(
@@ -125,8 +125,8 @@ def test_an_owner_s_daily_money_budget_spans_their_conversations_and_resets_the_
 
 
 def test_an_unpriced_call_counts_its_tokens_but_no_money(world: World) -> None:
-    world.client.set_budget(owner="carol", max_cost_usd=0.01)
-    world.client.set_budget(owner="carol", period="day", max_tokens=1000)
+    world.client.admin.set_budget(owner="carol", max_cost_usd=0.01)
+    world.client.admin.set_budget(owner="carol", period="day", max_tokens=1000)
     conversation_id = world.client.create_conversation(tools=["add"], owner="carol")
     world.client.submit_message(conversation_id, "Hi")
     scripted = fakes.ScriptedModel(fakes.by_iteration([priced(fakes.text("Hello"), None)]))
@@ -137,7 +137,7 @@ def test_an_unpriced_call_counts_its_tokens_but_no_money(world: World) -> None:
             for limit in budgets.applying(connection, conversation_id)
         ]
     assert sorted(spent) == [(15, 0), (15, 0)]
-    listed = world.client.list_budgets("carol")
+    listed = world.client.admin.list_budgets("carol")
     assert {(b.period, b.max_tokens, b.max_cost_usd) for b in listed} == {
         ("total", None, 0.01),
         ("day", 1000, None),
@@ -167,27 +167,27 @@ def test_a_bad_budget_is_refused_and_writes_nothing(
     if options.get("conversation_id") == "new":
         options = {**options, "conversation_id": world.conversation()}
     with pytest.raises(InvalidRequest, match=refusal):
-        world.client.set_budget(**options)
-    assert world.client.list_budgets() == []
+        world.client.admin.set_budget(**options)
+    assert world.client.admin.list_budgets() == []
     if options.get("conversation_id") is not None:
         world.client.cancel(options["conversation_id"])
 
 
 def test_a_budget_of_an_unknown_conversation_is_refused(world: World) -> None:
     with pytest.raises(ConversationNotFound):
-        world.client.set_budget(conversation_id=uuid.uuid4(), max_tokens=5)
-    assert world.client.list_budgets() == []
+        world.client.admin.set_budget(conversation_id=uuid.uuid4(), max_tokens=5)
+    assert world.client.admin.list_budgets() == []
 
 
 def test_budgets_go_with_their_conversation_and_can_be_removed(world: World) -> None:
     conversation_id = world.conversation()
-    world.client.set_budget(conversation_id=conversation_id, max_tokens=5)
-    world.client.set_budget(owner="dave", max_tokens=5)
-    assert world.client.remove_budget(owner="dave") is True
-    assert world.client.remove_budget(owner="dave") is False
+    world.client.admin.set_budget(conversation_id=conversation_id, max_tokens=5)
+    world.client.admin.set_budget(owner="dave", max_tokens=5)
+    assert world.client.admin.remove_budget(owner="dave") is True
+    assert world.client.admin.remove_budget(owner="dave") is False
     world.client.cancel(conversation_id)
     world.client.delete_conversation(conversation_id)
-    assert world.client.list_budgets() == []
+    assert world.client.admin.list_budgets() == []
 
 
 # --- over HTTP ----------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def test_the_api_answers_a_submit_over_budget_with_429_budget_exceeded(sqlite_ur
     with TestClient(create_app(settings)) as http:
         conversation = http.post("/v1/conversations", json={"tools": []}).json()
         client = ChatClient(settings)
-        client.set_budget(conversation_id=conversation["id"], max_tokens=0)
+        client.admin.set_budget(conversation_id=conversation["id"], max_tokens=0)
         client.close()
         refused = http.post(
             f"/v1/conversations/{conversation['id']}/messages", json={"text": "hello"}

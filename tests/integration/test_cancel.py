@@ -540,7 +540,7 @@ def test_the_janitor_time_and_the_cancel_time_are_the_web_side_s_clock() -> None
     # holder_is_live compares in UTC whatever the database hands back (SQLite: naive)
     from types import SimpleNamespace
 
-    from app.client.ledger import holder_is_live
+    from app.client.store.journal import holder_is_live
 
     now = datetime.now(UTC)
     naive_future = (now + timedelta(seconds=5)).replace(tzinfo=None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import os
 import subprocess
@@ -349,10 +350,31 @@ def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID
         assert view.status == "processing"
         with pytest.raises(ConversationBusy):
             await async_client.submit_message(conversation_id, "again")
-        assert [t.name for t in await async_client.list_tools()] == ["add", "search"]
+        # (the tool catalogue is the admin client's now)
+        tools = await asyncio.to_thread(async_client.sync.admin.list_tools)
+        assert [t.name for t in tools] == ["add", "search"]
 
     asyncio.run(scenario())
     assert len(rung) == 1
+
+
+def test_the_async_client_has_every_method_of_the_client_with_its_signature() -> None:
+    synchronous = {
+        name: method
+        for name, method in inspect.getmembers(ChatClient, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    asynchronous = {
+        name: method
+        for name, method in inspect.getmembers(AsyncChatClient, inspect.iscoroutinefunction)
+        if not name.startswith("_")
+    }
+    assert sorted(asynchronous) == sorted(synchronous)
+    for name, method in synchronous.items():
+        mine, twin = inspect.signature(method), inspect.signature(asynchronous[name])
+        assert list(twin.parameters.values()) == list(mine.parameters.values()), name
+        expected = "AsyncFollowing" if name == "follow" else mine.return_annotation
+        assert twin.return_annotation == expected, name
 
 
 def test_the_client_module_does_not_import_litellm() -> None:

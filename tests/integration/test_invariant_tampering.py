@@ -24,9 +24,9 @@ from app.config import load_settings
 from app.db import make_engine
 from app.migrate import upgrade
 from app.testing import fakes, services
+from app.worker.lease_runner import Outcome
 from app.worker.ports import ModelError
 from app.worker.store import TurnStore, Upkeep
-from app.worker.turn import Outcome
 from tests.conftest import copy_rows
 from tests.integration.test_loop import ADD_THEN_ANSWER, World, _publish, make_tools, run
 from tests.invariants import (

@@ -47,11 +47,11 @@ def test_keys_are_made_shown_once_listed_and_revoked_from_the_command_line(
     assert (row["owner"], row["name"], row["revoked_at"]) == ("alice", "billing app", None)
     assert key not in listed.stdout  # never the secret again
     client = ChatClient(load_settings(database_url=database_url), enqueue=lambda _cid: None)
-    assert client.owner_of_key(key) == "alice"
+    assert client.admin.owner_of_key(key) == "alice"
     revoked = cli(database_url, "revoke", row["id"])
     assert revoked.returncode == 0 and "revoked" in revoked.stdout
     with pytest.raises(KeyRefused) as refused:
-        client.owner_of_key(key)
+        client.admin.owner_of_key(key)
     assert refused.value.code == "api_key_revoked"
     assert "revoked" in cli(database_url, "list").stdout
     # Only the hash is stored.
@@ -74,23 +74,23 @@ def test_revoking_an_unknown_key_says_so(database_url: str) -> None:
 )
 def test_a_malformed_or_unknown_key_is_refused(client: ChatClient, presented: str) -> None:
     with pytest.raises(KeyRefused) as refused:
-        client.owner_of_key(presented)
+        client.admin.owner_of_key(presented)
     assert refused.value.code == "invalid_api_key"
 
 
 def test_a_key_with_the_right_id_and_a_wrong_secret_is_refused(client: ChatClient) -> None:
-    view, key = client.create_key("alice")
+    view, key = client.admin.create_key("alice")
     with pytest.raises(KeyRefused):
-        client.owner_of_key(key[:-2] + ("AA" if not key.endswith("AA") else "BB"))
-    assert client.owner_of_key(key) == "alice"
-    assert client.revoke_key(view.id).revoked_at is not None
-    assert client.revoke_key(view.id).revoked_at is not None  # twice: harmless
+        client.admin.owner_of_key(key[:-2] + ("AA" if not key.endswith("AA") else "BB"))
+    assert client.admin.owner_of_key(key) == "alice"
+    assert client.admin.revoke_key(view.id).revoked_at is not None
+    assert client.admin.revoke_key(view.id).revoked_at is not None  # twice: harmless
 
 
 @pytest.mark.parametrize("owner", ["", "  ", "x" * 201, "tab\there"])
 def test_a_bad_owner_name_is_refused_and_nothing_is_written(client: ChatClient, owner: str) -> None:
     with pytest.raises(InvalidRequest):
-        client.create_key(owner)
-    assert client.list_keys() == []
+        client.admin.create_key(owner)
+    assert client.admin.list_keys() == []
     with pytest.raises(KeyNotFound):
-        client.revoke_key(uuid.uuid4())
+        client.admin.revoke_key(uuid.uuid4())

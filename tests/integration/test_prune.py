@@ -161,7 +161,7 @@ def test_a_bad_age_is_refused_and_deletes_nothing(
 
 
 def test_finished_webhook_deliveries_go_by_age_and_pending_ones_stay(world: World) -> None:
-    world.client.add_webhook("https://example.com/hooks")
+    world.client.admin.add_webhook("https://example.com/hooks")
     ids = [world.conversation("hello", tools=[]) for _ in range(3)]
     for conversation_id in ids:
         replies = fakes.ScriptedModel(lambda _: fakes.text("hi"))

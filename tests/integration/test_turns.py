@@ -31,8 +31,8 @@ from app.errors import (
     NotRetryable,
     TurnNotFound,
 )
-from app.follow import follow, render_event
 from app.models import Event, Message, Turn
+from app.printing import follow, render_event
 from app.testing import fakes
 from app.worker.janitor import clean_up
 from app.worker.lease_runner import Outcome, TurnRunner
@@ -501,9 +501,9 @@ def test_a_message_queued_while_the_final_answer_waits_for_the_row_is_not_forgot
     try:
         assert asked.wait(30)  # the worker holds the turn and waits on the model
         with engine.begin() as connection:  # the submit, not committed yet
-            from app.client import commands
+            from app.client import intake
 
-            queued = commands.submit_turn(
+            queued = intake.submit(
                 connection, conversation_id, "second", idempotency_key=None, on_busy="enqueue"
             )
             answer_now.set()

@@ -102,11 +102,11 @@ def chat(world: World, owner: str | None = "alice", text: str = "Hi") -> uuid.UU
 
 
 def test_a_completed_turn_writes_one_delivery_per_webhook_that_wants_it(world: World) -> None:
-    mine = world.client.add_webhook("https://alice.example/hooks", owner="alice")
-    only_failures = world.client.add_webhook(
+    mine = world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
+    only_failures = world.client.admin.add_webhook(
         "https://alice.example/failures", owner="alice", event_types=["turn.failed"]
     )
-    world.client.add_webhook("https://bob.example/hooks", owner="bob")
+    world.client.admin.add_webhook("https://bob.example/hooks", owner="bob")
     conversation_id = chat(world)
     assert outbox(world) == []  # nothing until a turn ends
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
@@ -127,7 +127,7 @@ def test_a_completed_turn_writes_one_delivery_per_webhook_that_wants_it(world: W
 def test_each_end_of_a_turn_is_told_whoever_writes_it(world: World) -> None:
     """The worker's failure (with its error), a pause, the web side's cancel and the janitor's
     failure: each terminal event has its delivery, written in its own transaction."""
-    world.client.add_webhook("https://alice.example/hooks", owner="alice")
+    world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
     failing = fakes.ScriptedModel(
         fakes.by_iteration([fakes.ModelError("LLM call failed (HTTP 400): bad request")])
     )
@@ -151,7 +151,7 @@ def test_each_end_of_a_turn_is_told_whoever_writes_it(world: World) -> None:
 
 def test_a_turn_that_waits_for_the_user_is_told_as_requires_action(world: World) -> None:
     conversation_id = world.client.create_conversation(owner="alice", tools=["add"])
-    hook = world.client.add_webhook(
+    hook = world.client.admin.add_webhook(
         "https://alice.example/hooks", conversation_id=conversation_id, owner="alice"
     )
     assert hook.conversation_id == conversation_id and hook.owner is None
@@ -166,23 +166,23 @@ def test_a_turn_that_waits_for_the_user_is_told_as_requires_action(world: World)
 
 
 def test_ownerless_conversations_are_told_to_ownerless_webhooks(world: World) -> None:
-    ownerless = world.client.add_webhook("https://ops.example/hooks")
-    world.client.add_webhook("https://alice.example/hooks", owner="alice")
+    ownerless = world.client.admin.add_webhook("https://ops.example/hooks")
+    world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
     conversation_id = chat(world, owner=None)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     assert [r.webhook_id for r in outbox(world)] == [ownerless.id]
 
 
 def test_deliveries_outlive_their_conversation_but_not_their_webhook(world: World) -> None:
-    hook = world.client.add_webhook("https://alice.example/hooks", owner="alice")
+    hook = world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     world.client.delete_conversation(conversation_id)
     assert len(outbox(world)) == 1  # still to be sent: the receiver reads a 404 if it asks
-    world.client.remove_webhook(hook.id)
+    world.client.admin.remove_webhook(hook.id)
     assert outbox(world) == []
     with pytest.raises(WebhookNotFound):
-        world.client.get_webhook(hook.id)
+        world.client.admin.get_webhook(hook.id)
 
 
 # --- delivery -------------------------------------------------------------------------------------
@@ -191,9 +191,9 @@ def test_deliveries_outlive_their_conversation_but_not_their_webhook(world: Worl
 def test_a_delivery_is_signed_by_the_standard_webhooks_scheme(
     world: World, receiver: Receiver
 ) -> None:
-    hook = world.client.add_webhook(receiver.url, owner="alice", description="CRM sync")
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice", description="CRM sync")
     assert hook.secret is not None and hook.secret.startswith("whsec_")
-    assert world.client.get_webhook(hook.id).secret is None  # shown once
+    assert world.client.admin.get_webhook(hook.id).secret is None  # shown once
     receiver.secret = hook.secret
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
@@ -215,7 +215,7 @@ def test_a_delivery_is_signed_by_the_standard_webhooks_scheme(
     assert got.id == message_id(hook.id, conversation_id, row.event_seq)
     assert got.headers["content-type"] == "application/json"
     assert (row.status, row.attempts, row.last_status_code) == ("delivered", 1, 200)
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert (listed.status, listed.message_id, listed.delivered_at is not None) == (
         "delivered",
         got.id,
@@ -227,14 +227,14 @@ def test_a_delivery_is_signed_by_the_standard_webhooks_scheme(
 def test_a_failing_receiver_gets_the_same_message_again_until_it_accepts(
     world: World, receiver: Receiver
 ) -> None:
-    hook = world.client.add_webhook(receiver.url, owner="alice")
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice")
     receiver.secret = hook.secret or ""
     receiver.script = [500, 503]
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
 
     assert deliver(world) == 1
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert (listed.status, listed.attempts, listed.last_status_code) == ("pending", 1, 500)
     assert listed.last_error == "HTTP 500: receiver says no"
     assert deliver(world) == 1
@@ -243,29 +243,29 @@ def test_a_failing_receiver_gets_the_same_message_again_until_it_accepts(
     assert len({r.id for r in receiver.received}) == 1  # one message, three attempts
     assert len({r.body for r in receiver.received}) == 1
     assert all(r.verified for r in receiver.received)
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert (listed.status, listed.attempts, listed.last_error) == ("delivered", 3, None)
 
 
 def test_a_receiver_that_does_not_answer_in_time_is_tried_again(
     world: World, receiver: Receiver
 ) -> None:
-    hook = world.client.add_webhook(receiver.url, owner="alice")
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice")
     receiver.secret = hook.secret or ""
     receiver.script = [2.0]  # silent for 2 s; the timeout is 0.5 s
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     assert deliver(world) == 1
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert (listed.status, listed.last_error) == ("pending", "no answer within 0.5 s")
     assert deliver(world) == 1
-    assert world.client.list_deliveries(hook.id)[0].status == "delivered"
+    assert world.client.admin.list_deliveries(hook.id)[0].status == "delivered"
 
 
 def test_waits_grow_by_the_schedule_then_the_delivery_is_given_up_and_listed(
     world: World, receiver: Receiver
 ) -> None:
-    hook = world.client.add_webhook(receiver.url, owner="alice")
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice")
     receiver.script = [500] * 3
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
@@ -273,7 +273,7 @@ def test_waits_grow_by_the_schedule_then_the_delivery_is_given_up_and_listed(
 
     assert deliver(world, **schedule) == 1  # attempt 1 fails: the next in 0 s
     assert deliver(world, **schedule) == 1  # attempt 2 fails: the next in an hour
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert listed.next_attempt_at is not None and listed.last_attempt_at is not None
     wait = listed.next_attempt_at - listed.last_attempt_at
     assert timedelta(minutes=59) < wait <= timedelta(hours=1, seconds=5)
@@ -282,42 +282,42 @@ def test_waits_grow_by_the_schedule_then_the_delivery_is_given_up_and_listed(
         table = WebhookDelivery.__table__
         connection.execute(table.update().values(next_attempt_at=listed.last_attempt_at))  # type: ignore[attr-defined]
     assert deliver(world, **schedule) == 1  # attempt 3, the schedule's last, fails: given up
-    [failed] = world.client.list_deliveries(hook.id, status="failed")
+    [failed] = world.client.admin.list_deliveries(hook.id, status="failed")
     assert (failed.attempts, failed.last_status_code, failed.next_attempt_at) == (3, 500, None)
     assert failed.last_error == "HTTP 500: receiver says no"
-    assert world.client.list_deliveries(hook.id, status="pending") == []
+    assert world.client.admin.list_deliveries(hook.id, status="pending") == []
     assert deliver(world, **schedule) == 0
 
-    again = world.client.redeliver(hook.id, failed.id)
+    again = world.client.admin.redeliver(hook.id, failed.id)
     assert (again.status, again.attempts) == ("pending", 0)
     assert deliver(world, **schedule) == 1  # the receiver accepts now
-    assert world.client.list_deliveries(hook.id)[0].status == "delivered"
-    assert world.client.redeliver(hook.id, failed.id).status == "delivered"  # unchanged
+    assert world.client.admin.list_deliveries(hook.id)[0].status == "delivered"
+    assert world.client.admin.redeliver(hook.id, failed.id).status == "delivered"  # unchanged
     assert len({r.id for r in receiver.received}) == 1
 
 
 def test_an_unreachable_receiver_is_an_error_the_delivery_keeps(world: World) -> None:
-    hook = world.client.add_webhook("http://127.0.0.1:9/nothing-listens", owner="alice")
+    hook = world.client.admin.add_webhook("http://127.0.0.1:9/nothing-listens", owner="alice")
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     assert deliver(world) == 1
-    [listed] = world.client.list_deliveries(hook.id)
+    [listed] = world.client.admin.list_deliveries(hook.id)
     assert listed.status == "pending" and listed.last_status_code is None
     assert "ConnectError" in (listed.last_error or "")
 
 
 def test_a_redirect_is_not_followed(world: World, receiver: Receiver) -> None:
-    hook = world.client.add_webhook(receiver.url, owner="alice")
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice")
     receiver.script = [307]
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     deliver(world)
-    assert world.client.list_deliveries(hook.id)[0].last_status_code == 307
+    assert world.client.admin.list_deliveries(hook.id)[0].last_status_code == 307
     assert len(receiver.received) == 1
 
 
 def test_a_taken_delivery_is_no_one_else_s_until_its_lease_ends(world: World) -> None:
-    world.client.add_webhook("https://alice.example/hooks", owner="alice")
+    world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
     conversation_id = chat(world)
     assert run(world.runner(answered()), conversation_id) is Outcome.IDLE
     first, second = DeliveryStore(world.engine), DeliveryStore(world.engine)
@@ -361,53 +361,53 @@ def test_each_bad_webhook_is_refused_and_nothing_is_written(
     options = dict(options)
     url = options.pop("url", "https://example.com/hooks")
     with pytest.raises(InvalidRequest, match=refusal):
-        world.client.add_webhook(url, owner="alice", **options)
-    assert world.client.list_webhooks() == []
+        world.client.admin.add_webhook(url, owner="alice", **options)
+    assert world.client.admin.list_webhooks() == []
 
 
 def test_other_owners_webhooks_and_conversations_are_not_found(world: World) -> None:
     bobs = world.client.create_conversation(owner="bob")
     with pytest.raises(ConversationNotFound):
-        world.client.add_webhook("https://a.example/", owner="alice", conversation_id=bobs)
+        world.client.admin.add_webhook("https://a.example/", owner="alice", conversation_id=bobs)
     with pytest.raises(ConversationNotFound):
-        world.client.add_webhook("https://a.example/", conversation_id=uuid.uuid4())
-    hook = world.client.add_webhook("https://b.example/", owner="bob")
-    convo_hook = world.client.add_webhook("https://b.example/one", conversation_id=bobs)
-    assert [h.id for h in world.client.list_webhooks(owner="bob")] == [hook.id, convo_hook.id]
-    assert world.client.list_webhooks(owner="alice") == []
+        world.client.admin.add_webhook("https://a.example/", conversation_id=uuid.uuid4())
+    hook = world.client.admin.add_webhook("https://b.example/", owner="bob")
+    convo_hook = world.client.admin.add_webhook("https://b.example/one", conversation_id=bobs)
+    assert [h.id for h in world.client.admin.list_webhooks(owner="bob")] == [hook.id, convo_hook.id]
+    assert world.client.admin.list_webhooks(owner="alice") == []
     for call in (
-        lambda: world.client.get_webhook(hook.id, owner="alice"),
-        lambda: world.client.get_webhook(convo_hook.id, owner="alice"),
-        lambda: world.client.remove_webhook(hook.id, owner="alice"),
-        lambda: world.client.list_deliveries(hook.id, owner="alice"),
-        lambda: world.client.redeliver(hook.id, 1, owner="alice"),
-        lambda: world.client.get_webhook("not-a-uuid"),
-        lambda: world.client.get_webhook(uuid.uuid4()),
-        lambda: world.client.redeliver(hook.id, 12345),
-        lambda: world.client.redeliver(hook.id, "1"),  # type: ignore[arg-type]
+        lambda: world.client.admin.get_webhook(hook.id, owner="alice"),
+        lambda: world.client.admin.get_webhook(convo_hook.id, owner="alice"),
+        lambda: world.client.admin.remove_webhook(hook.id, owner="alice"),
+        lambda: world.client.admin.list_deliveries(hook.id, owner="alice"),
+        lambda: world.client.admin.redeliver(hook.id, 1, owner="alice"),
+        lambda: world.client.admin.get_webhook("not-a-uuid"),
+        lambda: world.client.admin.get_webhook(uuid.uuid4()),
+        lambda: world.client.admin.redeliver(hook.id, 12345),
+        lambda: world.client.admin.redeliver(hook.id, "1"),  # type: ignore[arg-type]
     ):
         with pytest.raises(WebhookNotFound):
             call()
     with pytest.raises(InvalidRequest, match="status must be one of pending, delivered, failed"):
-        world.client.list_deliveries(hook.id, status="lost")
+        world.client.admin.list_deliveries(hook.id, status="lost")
     with pytest.raises(InvalidRequest, match="limit must be 1 to 200"):
-        world.client.list_deliveries(hook.id, limit=0)
-    assert len(world.client.list_webhooks()) == 2  # all still there
+        world.client.admin.list_deliveries(hook.id, limit=0)
+    assert len(world.client.admin.list_webhooks()) == 2  # all still there
 
 
 def test_the_secret_is_a_standard_webhooks_secret_and_stays_in_the_database(world: World) -> None:
-    hook = world.client.add_webhook("https://a.example/", owner="alice")
+    hook = world.client.admin.add_webhook("https://a.example/", owner="alice")
     with world.engine.connect() as connection:
         table = Webhook.__table__
         stored = connection.execute(select(table.c.secret)).scalar_one()  # type: ignore[attr-defined]
     assert stored == hook.secret
-    assert all(h.secret is None for h in world.client.list_webhooks())
-    assert "whsec_" not in json.dumps([str(h) for h in world.client.list_webhooks()])
+    assert all(h.secret is None for h in world.client.admin.list_webhooks())
+    assert "whsec_" not in json.dumps([str(h) for h in world.client.admin.list_webhooks()])
 
 
 def test_the_invariant_checker_catches_a_missing_or_wrong_delivery(database_url: str) -> None:
     for world in world_of(database_url, make_tools()):
-        hook = world.client.add_webhook("https://alice.example/hooks", owner="alice")
+        hook = world.client.admin.add_webhook("https://alice.example/hooks", owner="alice")
         with world.engine.begin() as connection:  # made well before the turn
             connection.execute(
                 Webhook.__table__.update().values(

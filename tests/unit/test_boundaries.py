@@ -56,12 +56,52 @@ def test_each_kind_of_crossing_is_caught(tmp_path: Path) -> None:
         Crossing(
             "app.helper", "litellm", "reached from app.client or app.api, which must stay light"
         ),
+        Crossing(
+            "app.worker.plan", "sqlalchemy", "SQL is built only in the two stores and app.models"
+        ),
         Crossing("app.worker.plan", "sqlalchemy", "the planner and the transcript are pure"),
+    ]
+
+
+def test_admission_may_import_only_the_standard_library_and_the_views(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "app.client.admission",
+        "import uuid\nfrom app.client.views import TurnView\nfrom app.models import IDLE\n",
+    )
+    write(tmp_path, "app.client.views", "import uuid\n")
+    write(tmp_path, "app.models", "")
+
+    assert check(tmp_path) == [
+        Crossing(
+            "app.client.admission",
+            "app.models",
+            "admission is pure: the standard library and views",
+        )
+    ]
+
+
+def test_sql_is_built_only_in_the_stores_and_the_models(tmp_path: Path) -> None:
+    write(tmp_path, "app.client.facade", "from sqlalchemy import Engine, select\n")
+    write(tmp_path, "app.budgets", "import sqlalchemy as sa\n")
+    write(tmp_path, "app.api.routes", "def go():\n    from sqlalchemy.sql import text\n")
+    # Its plumbing and its errors are no query building; the stores and the models build.
+    write(tmp_path, "app.db", "from sqlalchemy import Connection, create_engine, event\n")
+    write(tmp_path, "app.api.problems", "from sqlalchemy.exc import OperationalError\n")
+    write(tmp_path, "app.client.store.reads", "from sqlalchemy import select, func\n")
+    write(tmp_path, "app.worker.store.fence", "from sqlalchemy import update\n")
+    write(tmp_path, "app.models.tables", "from sqlalchemy import Table\n")
+
+    rule = "SQL is built only in the two stores and app.models"
+    assert check(tmp_path) == [
+        Crossing("app.api.routes", "sqlalchemy.sql.text", rule),
+        Crossing("app.budgets", "sqlalchemy", rule),
+        Crossing("app.client.facade", "sqlalchemy.select", rule),
     ]
 
 
 def test_a_clean_tree_passes(tmp_path: Path) -> None:
     write(tmp_path, "app.worker.plan", "import json\nfrom dataclasses import dataclass\n")
-    write(tmp_path, "app.client.facade", "import sqlalchemy\nfrom app import queue\n")
+    write(tmp_path, "app.client.facade", "from sqlalchemy import Engine\nfrom app import queue\n")
     write(tmp_path, "app.queue", "import dramatiq\n")
     assert check(tmp_path) == []

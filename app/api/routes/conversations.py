@@ -9,18 +9,11 @@ from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
+from app.api.bodies import ConversationCreate, MessageCreate
 from app.api.context import Context
 from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
-from app.api.schemas import (
-    Conversation,
-    ConversationCreate,
-    ConversationList,
-    MessageCreate,
-    Submission,
-    Turn,
-    TurnResult,
-)
+from app.api.schemas import Conversation, ConversationList, Submission, Turn, TurnResult
 from app.models import REQUIRES_ACTION
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
@@ -57,7 +50,7 @@ def create_conversation(
 ) -> Conversation:
     """A new idle conversation (201); with a chosen `id` that exists with the same fields, that
     one (200); with other fields, 409 `conversation_conflict`."""
-    conversation_id, created = context.client.create_or_get(
+    view, created = context.client.create_or_get(
         conversation_id=body.id,
         model=body.model,
         instructions=body.instructions,
@@ -71,8 +64,7 @@ def create_conversation(
         clarify=body.clarify,
     )
     response.status_code = 201 if created else 200
-    response.headers["Location"] = f"/v1/conversations/{conversation_id}"
-    view = context.client.get_conversation(conversation_id, after_seq=0, owner=caller.owner)
+    response.headers["Location"] = f"/v1/conversations/{view.id}"
     return Conversation.of(view, messages=False)
 
 
@@ -164,8 +156,8 @@ async def submit_message(
             on_busy=body.on_busy,
             owner=caller.owner,
         )
-        assert submitted.turn_id is not None
-        return Submission.of(submitted, client.get_turn(submitted.turn_id)), submitted.turn_id
+        assert submitted.turn is not None
+        return Submission.of(submitted, submitted.turn), submitted.turn.id
 
     submission, turn_id = await run_in_threadpool(submit)
     response.headers["Location"] = f"/v1/turns/{turn_id}"
@@ -195,9 +187,9 @@ def retry_conversation(
     """A new turn that continues a failed one from its transcript; 409 `not_retryable` unless
     the conversation failed."""
     submitted = context.client.retry_conversation(conversation_id, owner=caller.owner)
-    assert submitted.turn_id is not None
-    response.headers["Location"] = f"/v1/turns/{submitted.turn_id}"
-    return Submission.of(submitted, context.client.get_turn(submitted.turn_id))
+    assert submitted.turn is not None
+    response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
+    return Submission.of(submitted, submitted.turn)
 
 
 @router.post(

@@ -25,7 +25,7 @@ async def health() -> Health:
 )
 def ready(context: Context, response: Response) -> Readiness:
     """The database and the live channel answer (a readiness probe)."""
-    found = context.client.check_ready()
+    found = context.client.admin.check_ready()
     up = all(state == "ok" for state in found.values())
     if not up:
         response.status_code = 503
@@ -36,4 +36,4 @@ def ready(context: Context, response: Response) -> Readiness:
 @router.get("/tools", response_model=ToolList, responses=documented(401, 503))
 def list_tools(caller: Authenticated, context: Context) -> ToolList:
     """The tools a conversation may use, as the workers last published them."""
-    return ToolList(data=[Tool.of(info) for info in context.client.list_tools()])
+    return ToolList(data=[Tool.of(info) for info in context.client.admin.list_tools()])

@@ -7,9 +7,10 @@ import uuid
 from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
+from app.api.bodies import ActionOutput, ActionsSubmit
 from app.api.context import Context
 from app.api.problems import documented
-from app.api.schemas import ActionOutput, ActionsSubmit, Turn
+from app.api.schemas import Turn
 from app.client import Decision, TurnView
 from app.errors import InvalidRequest
 

@@ -9,15 +9,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, Response
 
 from app.api.auth import Authenticated
+from app.api.bodies import WebhookCreate
 from app.api.context import Context
 from app.api.problems import documented
-from app.api.schemas import (
-    DeliveryList,
-    DeliveryOut,
-    WebhookCreate,
-    WebhookList,
-    WebhookOut,
-)
+from app.api.schemas import DeliveryList, DeliveryOut, WebhookList, WebhookOut
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 
@@ -32,7 +27,7 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, context: Context) ->
     `secret` of this answer. Body: `{"type", "timestamp", "data": {"conversation_id",
     "turn_id", "status", "error", "event_seq"}}`. A receiver answers 2xx within the timeout, or
     it is tried again with growing waits for about a day; deduplicate by `webhook-id`."""
-    view = context.client.add_webhook(
+    view = context.client.admin.add_webhook(
         body.url,
         owner=caller.owner,
         conversation_id=body.conversation_id,
@@ -46,19 +41,21 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, context: Context) ->
 def list_webhooks(caller: Authenticated, context: Context) -> WebhookList:
     """Your webhooks (never their secrets)."""
     return WebhookList(
-        data=[WebhookOut.of(view) for view in context.client.list_webhooks(owner=caller.owner)]
+        data=[
+            WebhookOut.of(view) for view in context.client.admin.list_webhooks(owner=caller.owner)
+        ]
     )
 
 
 @router.get("/{webhook_id}", response_model=WebhookOut, responses=documented(401, 404, 422, 503))
 def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> WebhookOut:
-    return WebhookOut.of(context.client.get_webhook(webhook_id, owner=caller.owner))
+    return WebhookOut.of(context.client.admin.get_webhook(webhook_id, owner=caller.owner))
 
 
 @router.delete("/{webhook_id}", status_code=204, responses=documented(401, 404, 422, 503))
 def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> Response:
     """The webhook and its deliveries, pending ones included: nothing more is sent."""
-    context.client.remove_webhook(webhook_id, owner=caller.owner)
+    context.client.admin.remove_webhook(webhook_id, owner=caller.owner)
     return Response(status_code=204)
 
 
@@ -76,7 +73,7 @@ def list_deliveries(
 ) -> DeliveryList:
     """The webhook's deliveries, newest first: each attempt's count, the receiver's last
     status and error; `status=failed` lists the ones given up."""
-    views = context.client.list_deliveries(
+    views = context.client.admin.list_deliveries(
         webhook_id, owner=caller.owner, status=status, limit=limit
     )
     return DeliveryList(data=[DeliveryOut.of(view) for view in views])
@@ -95,4 +92,6 @@ def redeliver(
 ) -> DeliveryOut:
     """Send a given-up delivery again from now, with a fresh schedule (a pending or delivered
     one comes back unchanged)."""
-    return DeliveryOut.of(context.client.redeliver(webhook_id, delivery_id, owner=caller.owner))
+    return DeliveryOut.of(
+        context.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner)
+    )

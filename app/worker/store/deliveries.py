@@ -13,15 +13,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import cast
 
-from sqlalchemy import Engine, Table, select, update
+from sqlalchemy import Engine, select, update
 
-from app.models import DELIVERED, GAVE_UP, PENDING, Webhook, WebhookDelivery
+from app.models import DELIVERED, GAVE_UP, PENDING
+from app.models.tables import deliveries, webhooks
 from app.worker.store.clock import Clock, utc_now
-
-deliveries = cast(Table, WebhookDelivery.__table__)
-webhooks = cast(Table, Webhook.__table__)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from typing import cast as typed
 
 from sqlalchemy import (
     CompoundSelect,
@@ -17,7 +16,6 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
-    Table,
     case,
     cast,
     func,
@@ -36,11 +34,9 @@ from app.models import (
     TOOL_LOOP,
     TURN_RESUMED,
     TURN_STARTED,
-    Event,
 )
+from app.models.tables import events
 from app.worker.store.fence import NOW, OLD_STATUS, TURN_ID
-
-events = typed(Table, Event.__table__)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import enum
 from datetime import datetime, timedelta
 from typing import Any
-from typing import cast as typed
 
 from sqlalchemy import (
     ColumnElement,
@@ -33,7 +32,6 @@ from sqlalchemy import (
     Integer,
     Numeric,
     String,
-    Table,
     Text,
     Update,
     Uuid,
@@ -56,15 +54,10 @@ from app.models import (
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
-    Budget,
-    Conversation,
-    Message,
-    Turn,
 )
+from app.models.tables import budgets as _budgets
+from app.models.tables import conversations, messages, turns
 
-conversations = typed(Table, Conversation.__table__)
-messages = typed(Table, Message.__table__)
-turns = typed(Table, Turn.__table__)
 c = conversations.c
 
 NOW = bindparam("now", type_=DateTime(timezone=True))
@@ -74,7 +67,6 @@ OLD_STATUS = bindparam("old_status", type_=String)
 
 FENCE = and_(c.id == bindparam("fence_id"), c.lease_epoch == bindparam("fence_epoch"))
 PROGRESS = {"lease_expires_at": _EXPIRES, "attempts": 0}
-_budgets = typed(Table, Budget.__table__)
 TURN_ID = bindparam("turn_id", type_=Uuid)  # the turn the lease holder is running
 NEXT_TURN = c.turn_count > c.turn_number
 CANCEL_ASKED = (

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
-from typing import cast as typed
 
 from sqlalchemy import (
     JSON,
@@ -28,7 +27,6 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
-    Table,
     Text,
     Update,
     bindparam,
@@ -53,8 +51,8 @@ from app.models import (
     TURN_FAILED,
     TURN_FAILED_EVENT,
     USER,
-    ToolOutput,
 )
+from app.models.tables import messages, tool_outputs, turns
 from app.worker.plan import Entry
 from app.worker.ports import Usage
 from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
@@ -70,11 +68,7 @@ from app.worker.store.fence import (
     TURN_ID,
     StepKind,
     Write,
-    messages,
-    turns,
 )
-
-tool_outputs = typed(Table, ToolOutput.__table__)
 
 Part = Callable[[FromClause], Insert | Update]
 

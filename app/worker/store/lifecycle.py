@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 
-from app import budgets
+from app.client.store import budgets
 from app.errors import ChatWorkerError
 from app.models import APPROVED, TOOL_LOOP
 from app.worker.plan import Entry, ToolCall

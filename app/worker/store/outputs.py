@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import uuid
 from typing import Any, NamedTuple
-from typing import cast as typed
 
-from sqlalchemy import Engine, Table, func, select
+from sqlalchemy import Engine, func, select
 
-from app.models import ToolOutput, Turn
-
-tool_outputs = typed(Table, ToolOutput.__table__)
-turns = typed(Table, Turn.__table__)
+from app.models.tables import tool_outputs, turns
 
 
 class ListedOutput(NamedTuple):

@@ -14,12 +14,11 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     Connection,
     Engine,
-    Table,
     and_,
     delete,
     exists,
@@ -37,21 +36,14 @@ from app.models import (
     PENDING,
     REQUIRES_ACTION,
     RUNNING_STATUSES,
-    CatalogTool,
-    Conversation,
-    Turn,
-    WebhookDelivery,
 )
+from app.models.tables import catalog, conversations, deliveries, turns
 from app.worker.ports import ToolDefinition
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Sequenced
 from app.worker.store.fence import Write, fence_parameters
 from app.worker.store.journal import COMPOSITES, usage_parameters
 
-conversations = cast(Table, Conversation.__table__)
-deliveries = cast(Table, WebhookDelivery.__table__)
-catalog = cast(Table, CatalogTool.__table__)
-turns = cast(Table, Turn.__table__)
 JANITOR = "janitor"  # the lease owner for the moment the janitor fails a turn
 
 # Serializes recovery sweeps across the worker processes of one Postgres database.

@@ -1,5 +1,5 @@
-"""What every web-side write does first and last: lock the conversation's row, and append its
-events with the conversation's counters moved past them in one UPDATE.
+"""The web side's journal: what every web-side write does first and last: lock the conversation's
+row, and append its events with the conversation's counters moved past them in one UPDATE.
 
 Locking the row orders a web-side write against the worker's fenced statements, so the events it
 appends take the next seqs in commit order and its reads of the conversation are fresh.
@@ -10,26 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from app.errors import ConversationNotFound
-from app.models import (
-    FAILED,
-    IDLE,
-    MESSAGE_COMMITTED,
-    TOOL,
-    Conversation,
-    Event,
-    Message,
-    Turn,
-)
-
-conversations = cast(Table, Conversation.__table__)
-messages = cast(Table, Message.__table__)
-turns = cast(Table, Turn.__table__)
-events = cast(Table, Event.__table__)
+from app.models import FAILED, IDLE, MESSAGE_COMMITTED, TOOL
+from app.models.tables import conversations, events, messages, turns
 
 AT_REST = (IDLE, FAILED)
 
@@ -147,13 +134,9 @@ def last_message_seq(connection: Connection, conversation_id: uuid.UUID) -> int:
 __all__ = [
     "AT_REST",
     "append",
-    "conversations",
-    "events",
     "holder_is_live",
     "insert_results",
     "last_message_seq",
     "lock_conversation",
-    "messages",
     "turn_id_of",
-    "turns",
 ]

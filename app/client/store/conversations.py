@@ -1,59 +1,42 @@
-"""The web app's writes: create a conversation, submit a message as a turn, retry a failed turn.
+"""The web side's writes of a conversation and its turns: a conversation created or deleted, a
+turn started, queued behind the running one, or started again after a failure, with their events;
+and the reads a submit is admitted on (the turn of an idempotency key).
 
-Flat functions over a `Connection` in the caller's transaction; a refusal raises before the
-transaction commits, so a refused command writes nothing. Every command that changes a
-conversation first locks its row (`lock_conversation`), so its reads are fresh and the events it
-appends take the next seqs in commit order, interleaved correctly with a worker's.
+Flat functions over a `Connection` in the caller's transaction (`intake` decides which to run).
+Every write that changes a conversation comes after its row is locked (`lock_conversation`), so
+the events it appends take the next seqs in commit order, interleaved correctly with a worker's.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 
-from app.client.actions import answer_actions, open_clarifications, waiting_turn
-from app.client.cancel import cancel_current, cancel_waiting, waiting_turns
-from app.client.ledger import (
+from app.client.admission import Keyed
+from app.client.store.journal import (
     AT_REST,
     append,
-    conversations,
     last_message_seq,
     lock_conversation,
-    messages,
     turn_id_of,
-    turns,
 )
-from app.errors import (
-    ConversationBusy,
-    ConversationConflict,
-    ConversationNotFound,
-    IdempotencyKeyReused,
-    NotRetryable,
-)
+from app.errors import ConversationBusy, ConversationConflict, ConversationNotFound
 from app.models import (
-    FAILED,
     FOR_MESSAGE,
     FOR_RETRY,
-    IDLE,
     MESSAGE_COMMITTED,
     PROCESSING,
     RELEASED_LEASE,
-    REQUIRES_ACTION,
-    RUNNING,
     STATUS_CHANGED,
     TURN_QUEUED,
 )
+from app.models.tables import conversations, messages, turns
 from app.telemetry import tracing
-
-REJECT = "reject"
-ENQUEUE = "enqueue"
-INTERRUPT = "interrupt"
-BUSY_POLICIES = (REJECT, ENQUEUE, INTERRUPT)
 
 
 @dataclass(frozen=True)
@@ -128,97 +111,52 @@ def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> N
     connection.execute(delete(conversations).where(conversations.c.id == conversation_id))
 
 
-def submit_turn(
-    connection: Connection,
-    conversation_id: uuid.UUID,
-    text: str,
-    *,
-    idempotency_key: str | None,
-    on_busy: str,
+def start_turn(
+    connection: Connection, conversation_id: uuid.UUID, row: Any, text: str, key: str | None
 ) -> NewTurn:
-    """A turn for the user's message: started at once when the conversation rests, else refused
-    (`reject`), queued behind the running turn (`enqueue`), or queued next while the running turn
-    and any other waiting turn are cancelled (`interrupt`). A key seen before with the same text
-    returns that turn and writes nothing; with another text, `IdempotencyKeyReused`."""
-    row = lock_conversation(connection, conversation_id)
-    if idempotency_key is not None:
-        seen = _turn_with_key(connection, conversation_id, idempotency_key, text)
-        if seen is not None:
-            return seen
+    """The user's message as a turn that runs now (`row`: the locked, resting conversation)."""
     number = row.turn_count + 1
-    # (only a resting conversation's current turn can wait for the user)
-    waiting = None
-    if row.status == IDLE and row.turn_number:
-        waiting = waiting_turn(connection, conversation_id, row.turn_number)
-    asked = [] if waiting is None else open_clarifications(connection, conversation_id, waiting)
-    if waiting is not None and asked:  # the message is the answer to the model's question
-        answered = answer_actions(
-            connection,
-            conversation_id,
-            waiting.id,
-            dict.fromkeys(asked, text),
-            now=datetime.now(UTC),
+    message_seq = last_message_seq(connection, conversation_id) + 1
+    turn = _insert_turn(connection, conversation_id, number, key, message_seq=message_seq)
+    connection.execute(
+        insert(messages).values(
+            conversation_id=conversation_id, seq=message_seq, role="user", content=text
         )
-        status = RUNNING if answered.resumes else REQUIRES_ACTION
-        return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
-    if row.status in AT_REST and waiting is None:
-        message_seq = last_message_seq(connection, conversation_id) + 1
-        turn = _insert_turn(
-            connection, conversation_id, number, idempotency_key, message_seq=message_seq
-        )
-        connection.execute(
-            insert(messages).values(
-                conversation_id=conversation_id, seq=message_seq, role="user", content=text
-            )
-        )
-        append(
-            connection,
-            conversation_id,
-            row.event_seq,
-            [
-                {"type": TURN_QUEUED, "turn_id": turn.id},
-                {"type": MESSAGE_COMMITTED, "turn_id": turn.id, "message_seq": message_seq},
-                {"type": STATUS_CHANGED, "turn_id": turn.id, "status": PROCESSING},
-            ],
-            **_started(number),
-        )
-        return turn
-    running = turn_id_of(connection, conversation_id, row.turn_number)
-    if on_busy == REJECT:
-        doing = "waits for its client's tool outputs" if waiting is not None else "is running"
-        raise ConversationBusy(
-            f"conversation {conversation_id} is {row.status}: turn {running} {doing}; "
-            "submit with on_busy='enqueue' to queue the message behind it, or 'interrupt' to "
-            "cancel it and run this one",
-            turn_id=running,
-        )
-    last_seq = row.event_seq
-    now = datetime.now(UTC)
-    if on_busy == INTERRUPT:
-        waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
-        last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
-    turn = _insert_turn(connection, conversation_id, number, idempotency_key, waiting_text=text)
-    queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
-    append(connection, conversation_id, last_seq, queued, turn_count=number)
-    if on_busy != INTERRUPT or running is None:
-        return turn
-    cancelled = cancel_current(
+    )
+    append(
         connection,
         conversation_id,
-        lock_conversation(connection, conversation_id),
-        running,
-        now=now,
+        row.event_seq,
+        [
+            {"type": TURN_QUEUED, "turn_id": turn.id},
+            {"type": MESSAGE_COMMITTED, "turn_id": turn.id, "message_seq": message_seq},
+            {"type": STATUS_CHANGED, "turn_id": turn.id, "status": PROCESSING},
+        ],
+        **_started(number),
     )
-    return replace(turn, waits=not cancelled.ring, announce=cancelled.announce)
+    return turn
 
 
-def retry_turn(connection: Connection, conversation_id: uuid.UUID) -> NewTurn:
-    """A new turn that continues a failed one from its transcript; `NotRetryable` otherwise."""
-    row = lock_conversation(connection, conversation_id)
-    if row.status != FAILED:
-        raise NotRetryable(
-            f"conversation {conversation_id} is {row.status}; only a failed one can be retried"
-        )
+def queue_turn(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    row: Any,
+    last_seq: int,
+    *,
+    text: str,
+    key: str | None,
+) -> NewTurn:
+    """The user's message as a turn waiting behind the current one, its text outside the
+    transcript until its time comes; `last_seq`: the log's last seq now."""
+    number = row.turn_count + 1
+    turn = _insert_turn(connection, conversation_id, number, key, waiting_text=text)
+    queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
+    append(connection, conversation_id, last_seq, queued, turn_count=number)
+    return turn
+
+
+def retry_turn(connection: Connection, conversation_id: uuid.UUID, row: Any) -> NewTurn:
+    """A new turn that continues the failed conversation (`row`, locked) from its transcript."""
     number = row.turn_count + 1
     turn = _insert_turn(connection, conversation_id, number, None, kind=FOR_RETRY)
     append(
@@ -244,9 +182,8 @@ def status_of(connection: Connection, conversation_id: uuid.UUID) -> str:
     return str(status)
 
 
-def _turn_with_key(
-    connection: Connection, conversation_id: uuid.UUID, key: str, text: str
-) -> NewTurn | None:
+def keyed_turn(connection: Connection, conversation_id: uuid.UUID, key: str) -> Keyed | None:
+    """The turn the idempotency key was used for, with the text it was submitted with."""
     found = connection.execute(
         select(
             turns.c.id,
@@ -266,13 +203,8 @@ def _turn_with_key(
     if found is None:
         return None
     submitted = found.input if found.input is not None else found.content
-    if submitted != text:
-        raise IdempotencyKeyReused(
-            f"idempotency key {key!r} was already used for turn {found.id} of conversation "
-            f"{conversation_id} with another text; use a new key for a new message"
-        )
     waits = found.input is not None
-    return NewTurn(found.id, found.number, found.status, found.message_seq, waits, repeated=True)
+    return Keyed(found.id, found.number, found.status, found.message_seq, submitted, waits)
 
 
 def _insert_turn(
@@ -319,13 +251,12 @@ def _started(number: int) -> dict[str, Any]:
 
 
 __all__ = [
-    "BUSY_POLICIES",
-    "ENQUEUE",
-    "INTERRUPT",
-    "REJECT",
     "NewTurn",
+    "delete_conversation",
     "insert_conversation",
+    "keyed_turn",
+    "queue_turn",
     "retry_turn",
+    "start_turn",
     "status_of",
-    "submit_turn",
 ]

@@ -1,10 +1,10 @@
-"""Webhooks, from the web side: add one (its signing secret shown once), list them, remove one,
-list a webhook's deliveries (what was sent, what failed and why), send a failed one again.
+"""Webhooks' rows, from the web side: add one (its signing secret shown once), list them, remove
+one, list a webhook's deliveries (what was sent, what failed and why), send a failed one again.
 
-Each bad value is an `InvalidRequest` naming it, and writes nothing. With an `owner`, only that
-owner's webhooks (and its conversations') are seen: another owner's are `WebhookNotFound`. The
-outbox itself is written by the database (the trigger of migration 0014) and delivered by the
-workers (`app/worker/webhooks.py`).
+Each bad value is an `InvalidRequest` naming it (`checks`), and writes nothing. With an `owner`,
+only that owner's webhooks (and its conversations') are seen: another owner's are
+`WebhookNotFound`. The outbox itself is written by the database (the trigger of migration 0014)
+and delivered by the workers (`app/worker/webhooks.py`).
 """
 
 from __future__ import annotations
@@ -13,103 +13,23 @@ import base64
 import secrets
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from typing import cast as typed
-from urllib.parse import urlsplit
 
-from sqlalchemy import Connection, Row, Select, Table, delete, insert, select, update
+from sqlalchemy import Connection, Row, Select, delete, insert, select, update
 
+from app.client.checks import MAX_DESCRIPTION_CHARS, check_event_types, check_url
+from app.client.views import DeliveryView, WebhookView
 from app.errors import ConversationNotFound, InvalidRequest, WebhookNotFound
-from app.models import (
-    DELIVERY_STATUSES,
-    GAVE_UP,
-    PENDING,
-    WEBHOOK_EVENT_TYPES,
-    Conversation,
-    Webhook,
-    WebhookDelivery,
-    message_id,
-)
-from app.models.webhook import MAX_URL_CHARS
+from app.models import DELIVERY_STATUSES, GAVE_UP, PENDING, message_id
+from app.models.tables import conversations, deliveries, webhooks
 
-webhooks = typed(Table, Webhook.__table__)
-deliveries = typed(Table, WebhookDelivery.__table__)
-conversations = typed(Table, Conversation.__table__)
-
-MAX_DESCRIPTION_CHARS = 500
 MAX_DELIVERIES_PAGE = 200
-
-
-@dataclass(frozen=True)
-class WebhookView:
-    id: uuid.UUID
-    owner: str | None
-    conversation_id: uuid.UUID | None  # None: every conversation of the owner
-    url: str
-    event_types: tuple[str, ...]
-    description: str | None
-    created_at: datetime
-    secret: str | None = None  # only when it was just made: store it, it is not shown again
-
-
-@dataclass(frozen=True)
-class DeliveryView:
-    id: int
-    webhook_id: uuid.UUID
-    message_id: str  # the `webhook-id` header: the same on every attempt
-    type: str
-    conversation_id: uuid.UUID
-    turn_id: uuid.UUID | None
-    event_seq: int
-    status: str  # pending | delivered | failed (gave up)
-    attempts: int
-    next_attempt_at: datetime | None  # pending only
-    last_attempt_at: datetime | None
-    last_status_code: int | None
-    last_error: str | None
-    delivered_at: datetime | None
-    created_at: datetime
 
 
 def new_secret() -> str:
     """A Standard Webhooks signing secret: `whsec_` and 32 random bytes in base64."""
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def check_url(url: object) -> str:
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidRequest(f"url must be an http or https URL, not {url!r}")
-    if len(url) > MAX_URL_CHARS:
-        raise InvalidRequest(f"url is over {MAX_URL_CHARS} characters")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (a bad port raises here)
-    except ValueError as exc:
-        raise InvalidRequest(f"url {url!r} is not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(f"url must be an http or https URL with a host, not {url!r}")
-    if parts.username or parts.password:
-        raise InvalidRequest("url must not carry credentials: the signature authenticates")
-    if parts.fragment:
-        raise InvalidRequest("url must not have a #fragment")
-    return url
-
-
-def check_event_types(event_types: Sequence[str] | None) -> tuple[str, ...]:
-    if event_types is None:
-        return WEBHOOK_EVENT_TYPES
-    if isinstance(event_types, str) or not isinstance(event_types, Sequence):
-        raise InvalidRequest(f"event_types must be a list of event types, not {event_types!r}")
-    if not event_types:
-        raise InvalidRequest("event_types must name at least one event type (omit it: all)")
-    unknown = [name for name in event_types if name not in WEBHOOK_EVENT_TYPES]
-    if unknown:
-        raise InvalidRequest(
-            f"unknown event type {unknown[0]!r}; use {', '.join(WEBHOOK_EVENT_TYPES)}"
-        )
-    return tuple(name for name in WEBHOOK_EVENT_TYPES if name in event_types)
 
 
 def add_webhook(
@@ -270,11 +190,7 @@ def _delivery(row: Row[Any]) -> DeliveryView:
 
 
 __all__ = [
-    "DeliveryView",
-    "WebhookView",
     "add_webhook",
-    "check_event_types",
-    "check_url",
     "get_webhook",
     "list_deliveries",
     "list_webhooks",

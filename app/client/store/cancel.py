@@ -35,16 +35,13 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from app.client.ledger import (
+from app.client.store.journal import (
     AT_REST,
     append,
-    conversations,
     holder_is_live,
     insert_results,
     lock_conversation,
-    messages,
     turn_id_of,
-    turns,
 )
 from app.errors import TurnNotFound
 from app.models import (
@@ -63,6 +60,7 @@ from app.models import (
     TURN_CANCELLED,
     USER,
 )
+from app.models.tables import conversations, messages, turns
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The web app's reads: a conversation with its messages after a cursor, a turn, a page of the
-event log, and the tool catalogue.
+"""The web side's reads: a conversation with its messages after a cursor, a turn, a page of the
+event log, the tool catalogue, and the database's readiness.
 
 Each function runs its queries on the caller's `Connection` and returns views, never rows.
 """
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, func, select
+from sqlalchemy import Connection, func, select, text
 
 from app.client.views import (
     ActionView,
@@ -24,13 +24,9 @@ from app.client.views import (
     TurnView,
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
-from app.models import APPROVED, MESSAGE_COMMITTED, CatalogTool, Conversation, Event, Message, Turn
-
-conversations = cast(Table, Conversation.__table__)
-messages = cast(Table, Message.__table__)
-catalog = cast(Table, CatalogTool.__table__)
-turns = cast(Table, Turn.__table__)
-events = cast(Table, Event.__table__)
+from app.models import APPROVED, MESSAGE_COMMITTED
+from app.models import tables as table
+from app.models.tables import catalog, conversations, events, messages, turns
 
 _CONVERSATION_COLUMNS = (
     conversations.c.id,
@@ -121,18 +117,25 @@ def turn_messages(connection: Connection, turn_id: uuid.UUID) -> list[MessageVie
 
 
 def read_conversation(
-    connection: Connection, conversation_id: uuid.UUID, after_seq: int | None
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    after_seq: int | None,
+    *,
+    messages: bool = True,
 ) -> ConversationView:
-    """The conversation and its messages with `seq > after_seq` (all when None)."""
+    """The conversation and its messages with `seq > after_seq` (all when None; none without
+    `messages`)."""
     row = connection.execute(
         select(*_CONVERSATION_COLUMNS).where(conversations.c.id == conversation_id)
     ).one_or_none()
     if row is None:
         raise ConversationNotFound(f"no conversation {conversation_id}")
-    query = select(messages).where(messages.c.conversation_id == conversation_id)
+    if not messages:
+        return _conversation_view(row, [])
+    query = select(table.messages).where(table.messages.c.conversation_id == conversation_id)
     if after_seq is not None:
-        query = query.where(messages.c.seq > after_seq)
-    rows = connection.execute(query.order_by(messages.c.seq)).all()
+        query = query.where(table.messages.c.seq > after_seq)
+    rows = connection.execute(query.order_by(table.messages.c.seq)).all()
     return _conversation_view(row, [_message_view(m) for m in rows])
 
 
@@ -227,6 +230,11 @@ def read_catalogue(connection: Connection) -> list[ToolInfo]:
 def catalogue_names(connection: Connection) -> set[str]:
     """The names of the published tools."""
     return set(connection.execute(select(catalog.c.name)).scalars())
+
+
+def ping(connection: Connection) -> None:
+    """The cheapest round trip: raises when the database does not answer."""
+    connection.execute(text("SELECT 1"))
 
 
 def _conversation_view(row: Any, message_views: list[MessageView]) -> ConversationView:

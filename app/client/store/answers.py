@@ -21,7 +21,7 @@ the workers.
 
 One request is all or nothing: a refused answer refuses the whole request. A clarification
 (`agent_clarify`) is answered the same way, or by the next message the user submits
-(`commands.submit_turn`): its text becomes the call's result, not a new user message.
+(`intake.submit`): its text becomes the call's result, not a new user message.
 """
 
 from __future__ import annotations
@@ -34,13 +34,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from app.client.ledger import (
-    append,
-    insert_results,
-    lock_conversation,
-    messages,
-    turns,
-)
+from app.client.store.journal import append, insert_results, lock_conversation
 from app.client.views import Decision
 from app.errors import ActionAlreadyAnswered, ActionNotFound, InvalidRequest, TurnNotFound
 from app.models import (
@@ -54,6 +48,7 @@ from app.models import (
     STATUS_CHANGED,
     TOOL,
 )
+from app.models.tables import messages, turns
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,85 @@
+"""The API's request bodies: each refuses unknown fields (a typo is an error, not a silent
+default); their fixed value sets are the `Literal`s of `schemas`, and a client tool's shape
+(`ClientTool`) is the one both directions share."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from pydantic import Field
+
+from app.api.schemas import Body, BusyPolicy, ClientTool, ToolChoice, WebhookEventType
+
+
+class ActionOutput(Body):
+    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
+    output: str = Field(description="a client tool's output, or the answer to a clarification")
+
+
+class ActionApproval(Body):
+    call_id: str = Field(description="the waiting call's id (`actions[].call_id` of the turn)")
+    approve: bool = Field(
+        strict=True, description="true runs the call; false tells the model it was denied"
+    )
+    reason: str | None = Field(None, description="why (the model reads it with a denial)")
+
+
+class ActionsSubmit(Body):
+    outputs: list[ActionOutput | ActionApproval] = Field(
+        min_length=1, description="one per answered call: an output, or an approval"
+    )
+
+
+class ConversationCreate(Body):
+    id: uuid.UUID | None = Field(
+        None,
+        description="choose the id (a retried create then returns the same conversation); "
+        "omitted: a new one",
+    )
+    model: str | None = Field(None, description="a litellm model string; default: the server's")
+    instructions: str | None = Field(None, description="the system prompt")
+    tools: list[str] = Field(default_factory=list, description="tool names from GET /v1/tools")
+    tool_choice: ToolChoice = "auto"
+    context: dict[str, Any] | None = Field(
+        None, description="your own data, stored and returned untouched"
+    )
+    client_tools: list[ClientTool] | None = Field(
+        None,
+        description="tools your client executes: a call of one pauses the turn "
+        "(requires_action) until you POST its output to /v1/turns/{id}/actions",
+    )
+    clarify: bool = Field(
+        True,
+        description="the model may ask the user a question (agent_clarify) when it has tools; "
+        "the next message (or an action output) answers it",
+    )
+
+
+class MessageCreate(Body):
+    text: str = Field(description="the user's message")
+    on_busy: BusyPolicy = Field(
+        "reject",
+        description="while a turn runs: reject (409), enqueue behind it, or interrupt it",
+    )
+
+
+class WebhookCreate(Body):
+    url: str = Field(description="where to POST (http or https)", max_length=2000)
+    conversation_id: uuid.UUID | None = Field(
+        None, description="only this conversation (yours); omitted: every one of yours"
+    )
+    event_types: list[WebhookEventType] | None = Field(
+        None, description="what to be told of; omitted: all four", min_length=1
+    )
+    description: str | None = Field(None, max_length=500)
+
+
+__all__ = [
+    "ActionApproval",
+    "ActionOutput",
+    "ActionsSubmit",
+    "ConversationCreate",
+    "MessageCreate",
+    "WebhookCreate",
+]

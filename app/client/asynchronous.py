@@ -1,0 +1,262 @@
+"""`AsyncChatClient`: `ChatClient` for asyncio apps (FastAPI, Starlette), every call run in a
+worker thread, never on the loop; each method has its `ChatClient` twin's exact signature
+(`tests/integration/test_client.py` compares them, so they cannot drift).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+
+from app.client.admission import REJECT
+from app.client.doorbell import Enqueue
+from app.client.facade import ChatClient
+from app.client.following import REST, AsyncFollowing
+from app.client.merge import Cursor
+from app.client.views import (
+    ConversationPage,
+    ConversationView,
+    Decision,
+    EventPage,
+    FinishedTurn,
+    Submitted,
+    TurnView,
+)
+from app.config import Settings
+from app.live import LiveChannel
+
+
+class AsyncChatClient:
+    """`ChatClient`'s calls as coroutines; `sync` is the client they run on."""
+
+    def __init__(
+        self,
+        client: ChatClient | None = None,
+        *,
+        settings: Settings | None = None,
+        engine: Engine | None = None,
+        enqueue: Enqueue | None = None,
+        live: LiveChannel | None = None,
+    ) -> None:
+        self.sync = client or ChatClient(settings, engine=engine, enqueue=enqueue, live=live)
+
+    async def create_conversation(
+        self,
+        *,
+        model: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[str] = (),
+        tool_choice: str = "auto",
+        context: dict[str, Any] | None = None,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+        client_tools: Sequence[dict[str, Any]] | None = None,
+        clarify: bool = True,
+    ) -> uuid.UUID:
+        """`ChatClient.create_conversation`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.create_conversation(
+                model=model,
+                instructions=instructions,
+                tools=tools,
+                tool_choice=tool_choice,
+                context=context,
+                owner=owner,
+                conversation_id=conversation_id,
+                client_tools=client_tools,
+                clarify=clarify,
+            )
+        )
+
+    async def create_or_get(
+        self,
+        *,
+        model: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[str] = (),
+        tool_choice: str = "auto",
+        context: dict[str, Any] | None = None,
+        owner: str | None = None,
+        conversation_id: uuid.UUID | str | None = None,
+        client_tools: Sequence[dict[str, Any]] | None = None,
+        clarify: bool = True,
+    ) -> tuple[ConversationView, bool]:
+        """`ChatClient.create_or_get`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.create_or_get(
+                model=model,
+                instructions=instructions,
+                tools=tools,
+                tool_choice=tool_choice,
+                context=context,
+                owner=owner,
+                conversation_id=conversation_id,
+                client_tools=client_tools,
+                clarify=clarify,
+            )
+        )
+
+    async def list_conversations(
+        self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
+    ) -> ConversationPage:
+        """`ChatClient.list_conversations`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.list_conversations(owner=owner, limit=limit, before=before)
+        )
+
+    async def delete_conversation(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> None:
+        """`ChatClient.delete_conversation`, in a worker thread."""
+        await asyncio.to_thread(lambda: self.sync.delete_conversation(conversation_id, owner=owner))
+
+    async def submit_message(
+        self,
+        conversation_id: uuid.UUID | str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+    ) -> Submitted:
+        """`ChatClient.submit_message`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.submit_message(
+                conversation_id, text, idempotency_key=idempotency_key, on_busy=on_busy, owner=owner
+            )
+        )
+
+    async def retry_conversation(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> Submitted:
+        """`ChatClient.retry_conversation`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.retry_conversation(conversation_id, owner=owner)
+        )
+
+    async def answer_actions(
+        self,
+        turn_id: uuid.UUID | str,
+        outputs: Mapping[str, str] | None = None,
+        *,
+        approvals: Mapping[str, bool | Decision] | None = None,
+        owner: str | None = None,
+    ) -> TurnView:
+        """`ChatClient.answer_actions`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.answer_actions(turn_id, outputs, approvals=approvals, owner=owner)
+        )
+
+    async def cancel(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnView | None:
+        """`ChatClient.cancel`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.cancel(conversation_id, owner=owner))
+
+    async def cancel_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
+        """`ChatClient.cancel_turn`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.cancel_turn(turn_id, owner=owner))
+
+    async def follow(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: Cursor | int | str = 0,
+        *,
+        until: str | None = REST,
+        turn_id: uuid.UUID | str | None = None,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> AsyncFollowing:
+        """`ChatClient.follow`, in a worker thread."""
+        following = await asyncio.to_thread(
+            lambda: self.sync.follow(
+                conversation_id,
+                after,
+                until=until,
+                turn_id=turn_id,
+                timeout=timeout,
+                poll_interval=poll_interval,
+                log_interval=log_interval,
+                owner=owner,
+            )
+        )
+        return AsyncFollowing(following)
+
+    async def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
+        """`ChatClient.get_turn`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.get_turn(turn_id, owner=owner))
+
+    async def wait_for_turn(
+        self,
+        turn_id: uuid.UUID | str,
+        timeout: float,
+        *,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> FinishedTurn:
+        """`ChatClient.wait_for_turn`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.wait_for_turn(
+                turn_id, timeout, log_interval=log_interval, owner=owner
+            )
+        )
+
+    async def current_turn(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnView | None:
+        """`ChatClient.current_turn`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.current_turn(conversation_id, owner=owner))
+
+    async def events(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        owner: str | None = None,
+    ) -> EventPage:
+        """`ChatClient.events`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.events(conversation_id, after, limit, owner=owner)
+        )
+
+    async def wait_for_events(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        wait: float = 0.0,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> EventPage:
+        """`ChatClient.wait_for_events`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.wait_for_events(
+                conversation_id, after, limit, wait=wait, log_interval=log_interval, owner=owner
+            )
+        )
+
+    async def get_conversation(
+        self,
+        conversation_id: uuid.UUID | str,
+        after_seq: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> ConversationView:
+        """`ChatClient.get_conversation`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.get_conversation(conversation_id, after_seq, owner=owner)
+        )
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+
+__all__ = ["AsyncChatClient"]

@@ -1,0 +1,216 @@
+"""The reading half of `ChatClient`: a conversation, a page of them, a turn, the event log, and
+following it live (`Following`), or waiting on it (a turn's end, the next events).
+
+Each read runs in one transaction of its own; an `owner` sees only its conversations (another's
+is not found). Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+from sqlalchemy import Engine
+
+from app.client.checks import (
+    check_cursor,
+    check_page_size,
+    parse_conversation_id,
+    parse_turn_id,
+)
+from app.client.following import REST, TURN_END, UNTIL, Following
+from app.client.merge import Cursor
+from app.client.store import conversations, reads
+from app.client.views import (
+    ConversationPage,
+    ConversationView,
+    EventPage,
+    EventView,
+    FinishedTurn,
+    TurnView,
+)
+from app.config import Settings
+from app.errors import InvalidRequest
+from app.live import LiveChannel, open_channel
+
+
+class ChatReader:
+    """What `ChatClient` reads and follows (its base: construct a `ChatClient`)."""
+
+    settings: Settings
+    engine: Engine
+    _live: LiveChannel | None
+
+    @property
+    def live(self) -> LiveChannel:
+        """The live channel (Redis at `REDIS_URL`, else this process's hub), opened on first use."""
+        if self._live is None:
+            self._live = open_channel(self.settings.redis_url)
+        return self._live
+
+    def list_conversations(
+        self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
+    ) -> ConversationPage:
+        """The owner's conversations (everyone's for None), newest first, without messages;
+        `before` is the previous page's `next_before`."""
+        limit = check_page_size(limit)
+        mark = None if before is None else parse_conversation_id(before)
+        with self.engine.connect() as connection:
+            found = reads.list_conversations(connection, owner, limit + 1, mark)
+        more = len(found) > limit
+        return ConversationPage(found[:limit], found[limit - 1].id if more else None)
+
+    def follow(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: Cursor | int | str = 0,
+        *,
+        until: str | None = REST,
+        turn_id: uuid.UUID | str | None = None,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> Following:
+        """The conversation's committed events after the cursor `after`, then live as they
+        happen, with the reply's deltas in between: iterate it (it blocks), resume from its
+        `cursor` after any item. Stops when the conversation rests (`until='rest'`), after the
+        followed turn's terminal event (`'turn_end'`: `turn_id`, or the next turn to end), or
+        never (None). The channel is read `poll_interval` seconds at a time, and, while it is
+        quiet, the committed log every `log_interval` (default: `poll_interval`) in case a
+        commit notice was lost. `InvalidCursor` for a cursor that is malformed, negative or
+        beyond the last event; `ConversationNotFound`."""
+        conversation_id = parse_conversation_id(conversation_id)
+        cursor = Cursor.parse(after)
+        if until not in UNTIL:
+            raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
+        if not poll_interval > 0:
+            raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
+        if log_interval is not None and not log_interval >= poll_interval:
+            raise InvalidRequest(
+                f"log_interval must be >= poll_interval ({poll_interval}), not {log_interval!r}"
+            )
+        # Bad ids and cursors, now.
+        self.events(conversation_id, after=cursor.after, limit=1, owner=owner)
+        return Following(
+            self,
+            conversation_id,
+            cursor,
+            until=until,
+            turn_id=None if turn_id is None else parse_turn_id(turn_id),
+            timeout=timeout,
+            poll_interval=poll_interval,
+            log_interval=log_interval,
+        )
+
+    def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
+        """A turn's status, error, usage and times; `TurnNotFound`."""
+        turn_id = parse_turn_id(turn_id)
+        with self.engine.connect() as connection:
+            reads.conversation_of_turn(connection, turn_id, owner)
+            return reads.read_turn(connection, turn_id)
+
+    def wait_for_turn(
+        self,
+        turn_id: uuid.UUID | str,
+        timeout: float,
+        *,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> FinishedTurn:
+        """The turn once it has ended (or after `timeout` seconds, still going) with the
+        messages it committed (`log_interval` as `follow`'s); `TurnNotFound`."""
+        turn = self.get_turn(turn_id, owner=owner)
+        if not turn.is_finished:
+            following = self.follow(
+                turn.conversation_id,
+                0,
+                until=TURN_END,
+                turn_id=turn.id,
+                timeout=timeout,
+                log_interval=log_interval,
+            )
+            with contextlib.suppress(TimeoutError):
+                for _ in following:
+                    pass
+        with self.engine.connect() as connection:
+            turn = reads.read_turn(connection, turn.id)
+            return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
+
+    def current_turn(
+        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnView | None:
+        """The conversation's current (or last) turn; None before the first message."""
+        conversation_id = parse_conversation_id(conversation_id)
+        with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            turn = reads.current_turn(connection, conversation_id)
+            if turn is None:
+                conversations.status_of(connection, conversation_id)  # ConversationNotFound
+            return turn
+
+    def events(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        owner: str | None = None,
+    ) -> EventPage:
+        """Committed events with `seq > after` (at most `limit`), oldest first; `InvalidCursor`
+        for a negative cursor or one beyond the last event."""
+        conversation_id = parse_conversation_id(conversation_id)
+        after, limit = check_cursor(after, limit)
+        with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            return reads.read_events(connection, conversation_id, after, limit)
+
+    def wait_for_events(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        wait: float = 0.0,
+        log_interval: float | None = None,
+        owner: str | None = None,
+    ) -> EventPage:
+        """`events`, but when none is committed after `after` yet, wait up to `wait` seconds
+        for the first (a long poll; `log_interval` as `follow`'s); the page may still be
+        empty."""
+        page = self.events(conversation_id, after, limit, owner=owner)
+        if page.events or wait <= 0:
+            return page
+        poll = min(1.0, wait)
+        following = self.follow(
+            conversation_id,
+            after,
+            until=None,
+            timeout=wait,
+            poll_interval=poll,
+            log_interval=None if log_interval is None else max(log_interval, poll),
+        )
+        try:
+            if not any(isinstance(item, EventView) for item in following):
+                return page  # pragma: no cover (until=None: it ends by timing out)
+        except TimeoutError:
+            return page
+        finally:
+            following.close()
+        return self.events(conversation_id, after, limit, owner=owner)
+
+    def get_conversation(
+        self,
+        conversation_id: uuid.UUID | str,
+        after_seq: int | None = None,
+        *,
+        owner: str | None = None,
+    ) -> ConversationView:
+        """Status, error, setup, counters and the messages with `seq > after_seq` (all if None)."""
+        conversation_id = parse_conversation_id(conversation_id)
+        with self.engine.connect() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            return reads.read_conversation(connection, conversation_id, after_seq)
+
+
+__all__ = ["ChatReader"]
