@@ -24,8 +24,9 @@ question of the same data, so they are the same path):
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       has arguments its tool's inputSchema refuses              RejectCall(naming the field)
       was running when its worker stopped (`in_flight`), of a   Pause for approval ("may or may
-        tool that is neither read-only nor idempotent, not        not have happened"), or by
-        approved since                                            policy RejectCall(UNKNOWN)
+        tool that is neither read-only nor idempotent (even       not have happened"), or by
+        one approved before that run: an approval covers one      policy RejectCall(UNKNOWN)
+        run; approving this question clears the mark)
       a tool only the user or their client answers              (waiting: the next call first)
         (`agent_clarify`, a client-executed tool), or a tool
         whose calls the user approves first, not yet approved
@@ -294,7 +295,7 @@ def _waiting(
     call: ToolCall, tools: Toolbox, checked: dict[str, Any]
 ) -> RejectCall | PendingAction | None:
     """Whether a call with good arguments waits for the user (or is refused after a crash)."""
-    if call.id == tools.in_flight and call.name in tools.guarded and call.id not in tools.approved:
+    if call.id == tools.in_flight and call.name in tools.guarded:
         if tools.in_flight_policy == ERROR:
             return RejectCall(call, OUTCOME_UNKNOWN_RESULT)
         return PendingAction(call, APPROVAL, checked, IN_FLIGHT_REASON)

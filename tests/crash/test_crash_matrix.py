@@ -8,6 +8,7 @@ was committed ran exactly once; only the call in flight at the kill (`tool_ran`)
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -244,6 +245,41 @@ def test_with_the_error_policy_a_call_in_flight_at_a_kill_is_reported_unknown_no
     result = next(m for m in view.messages if m.tool_call_id == "call_tool")
     assert (result.content, result.is_error) == (OUTCOME_UNKNOWN_RESULT, True)
     assert deployment.tool_runs() == Counter({"write_note": 1, "add": 1})
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def test_an_approval_covers_one_run_a_call_approved_then_killed_mid_run_is_asked_about_again(
+    deployment: Deployment,
+) -> None:
+    """`write_note` needs the user's approval (`tool_approval: always`). Approved, it starts
+    running (committed in flight) and its worker is SIGKILLed after the tool ran, before its
+    result: the approval given before that run does not cover a second one, so the replacement
+    asks again ("may or may not have happened") instead of running it silently; approved again,
+    it runs a second time and the turn completes."""
+    servers = json.loads(mcp_servers_json(deployment.ledger, deployment.tmp_path / "notes.txt"))
+    servers["mcpServers"]["tools"]["tool_approval"] = {"write_note": "always"}
+    deployment.env["CHATWORKER_MCP_SERVERS"] = json.dumps(servers)
+    script(deployment.llm, "write_note", {"text": "approved once"})
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": "tool_ran@write_note"})
+    conversation_id = deployment.chat(QUESTION, ["write_note", "add"])
+    turn = waiting_turn(deployment, conversation_id)
+    ((asked,),) = [turn.pending_actions]
+    assert (asked.call_id, asked.kind, asked.reason) == ("call_tool", "approval", None)
+    replacement = deployment.start_worker("replacement", ready=False)
+    replacement.wait_until_ready()
+    replacement.pause()  # the armed worker must be the one that runs the approved call
+    deployment.client.answer_actions(turn.id, approvals={"call_tool": True})
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    replacement.resume()
+
+    again = waiting_turn(deployment, conversation_id)
+    ((asked,),) = [again.pending_actions]
+    assert (asked.call_id, asked.kind, asked.reason) == ("call_tool", "approval", IN_FLIGHT_REASON)
+    assert deployment.tool_runs()["write_note"] == 1  # not run again without the user
+    deployment.client.answer_actions(again.id, approvals={"call_tool": True})
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{replacement.log()}"
+    assert deployment.tool_runs() == Counter({"write_note": 2, "add": 1})
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
 
 

@@ -547,7 +547,10 @@ def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -
         (PendingAction(note, "approval", {"text": "x"}, IN_FLIGHT_REASON),)
     )
     assert plan(in_flight="n", in_flight_policy="error") == RejectCall(note, OUTCOME_UNKNOWN_RESULT)
-    assert plan(in_flight="n", approved={"n"}) == marked  # the user said so
+    # An approval given before that run does not cover a second one: the user is asked again
+    # (approving the question clears the in-flight mark: the web side's answer).
+    assert plan(in_flight="n", approved={"n"}) == plan(in_flight="n")
+    assert plan(approved={"n"}) == marked  # the user said so (the mark cleared)
     # A tool that may run again (read-only or idempotent: not guarded) simply runs again.
     searching = [Entry(1, "user", "go"), Entry(2, "assistant", None, (look,))]
     tools = toolbox(names, names, guarded={"write_note"}, in_flight="l")

@@ -10,7 +10,11 @@ the workers.
       (or cancelled meanwhile)                     "cancelled" result counts as an answer)
     a waiting call                               its result (a tool message, `message.committed`)
     an approval: approve                         the decision in the turn's actions (the worker
-                                                   runs the call when the turn goes on)
+                                                   runs the call when the turn goes on); if the
+                                                   call is the one a stopped worker was running
+                                                   (`conversations.in_flight`), that mark goes:
+                                                   the user has settled its unknown outcome, and a
+                                                   later stop during the new run asks again
     an approval: deny                            the decision, and the call's result: "Denied by
                                                    the user" (with the reason), an error the model
                                                    reads
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, case, null, select, update
 
 from app.client.store.journal import append, insert_results, lock_conversation
 from app.client.views import Decision
@@ -48,7 +52,7 @@ from app.models import (
     STATUS_CHANGED,
     TOOL,
 )
-from app.models.tables import messages, turns
+from app.models.tables import conversations, messages, turns
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,11 @@ def answer_actions(
     resumes = judge.resolved()
     turn_values: dict[str, Any] = {"actions": judge.actions} if judge.decided else {}
     values: dict[str, Any] = {"updated_at": now}
+    if judge.approved:
+        # An approval covers one run: the call's next run is marked in flight afresh.
+        values["in_flight"] = case(
+            (conversations.c.in_flight.in_(judge.approved), null()), else_=conversations.c.in_flight
+        )
     if resumes:
         turn_values["status"] = RUNNING
         logged.append({"type": STATUS_CHANGED, "turn_id": turn_id, "status": PROCESSING})
@@ -124,6 +133,7 @@ class _Judge:
         self.results: dict[str, str | None] = {}
         self.new: list[tuple[dict[str, Any], str]] = []  # results to write
         self.decided = False
+        self.approved: list[str] = []  # call ids approved by this request
 
     def output(self, call_id: str, output: str) -> None:
         action = self._action(call_id)
@@ -150,7 +160,9 @@ class _Judge:
         self._check_waiting()
         action["decision"] = wanted
         self.decided = True
-        if not decision.approve:
+        if decision.approve:
+            self.approved.append(call_id)
+        else:
             self.new.append((action, denied_result(decision.reason)))
 
     def resolved(self) -> bool:
