@@ -1,5 +1,5 @@
 """The HTTP API as an ASGI app: `create_app(settings)` for a server of its own, `install(app)` to
-mount the same routes, error handlers and context in an existing FastAPI app.
+mount the same routes, error handlers and state in an existing FastAPI app.
 
 It is a skin over the client layer (`app.client`): it never imports the worker, and a route holds
 no SQL and no business rule. The chat page (`app/api/page/`) is served at `/` by `create_app`.
@@ -18,10 +18,10 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.api.body_limit import BodyLimit
-from app.api.context import ApiContext
 from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
 from app.api.routes import router
+from app.api.state import ApiState
 from app.client import ChatClient
 from app.config import Settings, get_settings
 from app.db import make_engine
@@ -74,9 +74,9 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
 
 def install(
     app: FastAPI, settings: Settings | None = None, *, client: ChatClient | None = None
-) -> ApiContext:
+) -> ApiState:
     """Mount the `/v1` routes and `/metrics` on `app` with the problem handlers, the body limit
-    and the request metrics; returns the context (close it when the app stops; `create_app`
+    and the request metrics; returns the `ApiState` (close it when the app stops; `create_app`
     does)."""
     settings = settings or get_settings()
     owned = client is None
@@ -85,15 +85,15 @@ def install(
         pool = {} if settings.is_sqlite else {"pool_size": 10, "max_overflow": 20}
         engine = make_engine(settings.database_url, **pool)
         client = ChatClient(settings, engine=engine)
-    context = ApiContext(settings, client, owns_client=owned)
-    app.state.chatworker = context
+    api = ApiState(settings, client, owns_client=owned)
+    app.state.chatworker = api
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
     app.add_middleware(Observed)
     app.include_router(router)
     add_metrics_route(app)
     _document_problems(app)
-    return context
+    return api
 
 
 def _document_problems(app: FastAPI) -> None:

@@ -24,9 +24,9 @@ import jwt
 from fastapi import Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.api.context import Context
 from app.api.problems import ApiProblem
 from app.api.rate import caller_of_key
+from app.api.state import Api
 from app.client.keys import PREFIX, KeyRefused
 from app.config import API_KEY_AUTH, JWT_AUTH, NO_AUTH
 from app.models import MAX_OWNER_CHARS
@@ -49,19 +49,19 @@ def refused(code: str, detail: str) -> ApiProblem:
 def authenticate(
     request: Request,
     response: Response,
-    context: Context,
+    api: Api,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     key_header: Annotated[str | None, Depends(_key_header)],
 ) -> Caller:
     """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`."""
-    caller, identity = _identify(request, context, bearer, key_header)
-    if context.limiter is not None and identity is not None:
-        verdict = context.limiter.check(identity)
+    caller, identity = _identify(request, api, bearer, key_header)
+    if api.limiter is not None and identity is not None:
+        verdict = api.limiter.check(identity)
         if not verdict.allowed:
             raise ApiProblem(
                 429,
                 "rate_limited",
-                f"this credential's request rate is {context.settings.api_rate_limit}; retry in "
+                f"this credential's request rate is {api.settings.api_rate_limit}; retry in "
                 f"{verdict.headers()['Retry-After']} s",
                 verdict.headers(),
             )
@@ -71,12 +71,12 @@ def authenticate(
 
 def _identify(
     request: Request,
-    context: Context,
+    api: Api,
     bearer: HTTPAuthorizationCredentials | None,
     key_header: str | None,
 ) -> tuple[Caller, str | None]:
     """The caller and whom its rate is counted for (a key's digest, a token's subject)."""
-    modes = context.settings.api_auth
+    modes = api.settings.api_auth
     if modes == (NO_AUTH,):
         return Caller(None), None
     presented = key_header if key_header else (bearer.credentials if bearer else None)
@@ -91,17 +91,17 @@ def _identify(
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
-            return Caller(context.client.admin.owner_of_key(presented)), caller_of_key(presented)
+            return Caller(api.client.admin.owner_of_key(presented)), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None
     if JWT_AUTH not in modes:
         raise refused("invalid_api_key", f"an API key starts with {PREFIX!r}")
-    subject = _owner_of_token(context, presented)
+    subject = _owner_of_token(api, presented)
     return Caller(subject), "sub:" + subject
 
 
-def _owner_of_token(context: Context, token: str) -> str:
-    settings = context.settings
+def _owner_of_token(api: Api, token: str) -> str:
+    settings = api.settings
     assert settings.jwt_secret is not None  # the settings refuse jwt without one
     try:
         claims = jwt.decode(

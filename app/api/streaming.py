@@ -27,8 +27,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import ServerSentEvent
 
-from app.api.context import ApiContext
 from app.api.schemas import DeltaOut, DiscardedOut, Event
+from app.api.state import ApiState
 from app.client import Delta, Discarded, EventView, Following
 from app.errors import DatabaseUnavailable
 
@@ -49,7 +49,7 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
     return ServerSentEvent(data=DiscardedOut.of(item).model_dump_json(), event=DISCARDED, id=cursor)
 
 
-async def sse_events(context: ApiContext, following: Following) -> AsyncIterator[ServerSentEvent]:
+async def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until the following ends (its `until`) or the reader leaves."""
 
     def step() -> list[tuple[EventView | Delta | Discarded, str]]:
@@ -65,7 +65,7 @@ async def sse_events(context: ApiContext, following: Following) -> AsyncIterator
     try:
         while True:
             try:
-                items = await context.follow_step(step)
+                items = await api.follow_step(step)
             except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                 log.warning(
                     "stream of %s: database unavailable (%s)", following.conversation_id, exc
@@ -79,4 +79,4 @@ async def sse_events(context: ApiContext, following: Following) -> AsyncIterator
         yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
     finally:
         following.close()
-        context.close_stream()
+        api.close_stream()

@@ -32,7 +32,7 @@ def default_enqueue(settings: Settings) -> QueueRinger | None:
     return QueueRinger(settings) if settings.redis_url else None
 
 
-WAITING = (
+QUEUED_BEHIND = (
     "the turn waits behind the running one; the worker that finishes that turn starts this one"
 )
 

@@ -37,7 +37,7 @@ from app.client.checks import (
     parse_conversation_id,
     parse_turn_id,
 )
-from app.client.doorbell import WAITING, Enqueue, QueueRinger, default_enqueue, ring
+from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enqueue, ring
 from app.client.keys import check_owner_name
 from app.client.reader import ChatReader
 from app.client.store import conversations, reads
@@ -111,7 +111,7 @@ class ChatClient(ChatReader):
 
         `client_tools`: tools the web app's client executes ({"name", "description",
         "parameters": a JSON Schema}); a call of one pauses the turn (`requires_action`) until
-        the client posts its output (`submit_action_outputs`). `clarify`: the model may ask the
+        the client posts its output (`answer_actions`). `clarify`: the model may ask the
         user a question (`agent_clarify`) when it has tools; the next message answers it."""
         return self.create_or_get(
             model=model,
@@ -369,7 +369,7 @@ class ChatClient(ChatReader):
             turn=view,
         )
         if turn.waits:
-            return replace(submitted, detail=WAITING)
+            return replace(submitted, detail=QUEUED_BEHIND)
         if turn.status != "queued" and not turn.resumes:
             return submitted  # a repeated submit of a turn that has started already
         return ring(self._enqueue, submitted)

@@ -113,11 +113,11 @@ def toolset(
 ) -> tuple[list[ToolDefinition], dict[str, str]]:
     """What a turn offers beyond its MCP tools, and the action kind each of them waits on."""
     definitions = client_definitions(client_tools)
-    waits = {d.name: CLIENT_TOOL for d in definitions}
+    action_kinds = {d.name: CLIENT_TOOL for d in definitions}
     if clarify:
         definitions.append(CLARIFY_DEFINITION)
-        waits[CLARIFY] = CLARIFICATION
-    return definitions, waits
+        action_kinds[CLARIFY] = CLARIFICATION
+    return definitions, action_kinds
 
 
 __all__ = [

@@ -47,7 +47,7 @@ DB_THREADS = 8
 HEARTBEAT_SECONDS = 5.0  # how often the loop beats for the liveness probe
 #: Outcomes after which this worker released a lease it held (a turn ended or paused here): its
 #: webhook deliveries may be due, and its owner may run another turn.
-FREED_A_SLOT = frozenset({Outcome.IDLE, Outcome.FAILED, Outcome.CANCELLED, Outcome.WAITING})
+FREED_A_SLOT = frozenset({Outcome.IDLE, Outcome.FAILED, Outcome.CANCELLED, Outcome.REQUIRES_ACTION})
 
 
 def worker_id() -> str:

@@ -178,7 +178,7 @@ _ENDED = {Outcome.IDLE: "completed", Outcome.FAILED: "failed", Outcome.CANCELLED
 
 
 def _count_end(model: str, outcome: Outcome) -> None:
-    if outcome is Outcome.WAITING:
+    if outcome is Outcome.REQUIRES_ACTION:
         metrics.TURNS_PAUSED.labels(model).inc()
     elif outcome in _ENDED:
         metrics.TURNS_ENDED.labels(model, _ENDED[outcome]).inc()

@@ -24,12 +24,12 @@ class Toolbox(NamedTuple):
     """The tool names a turn may call (`offered`), every name the worker has (`known`, to word a
     refusal), the check of a call's arguments against its tool's schema (`check`: None when
     they pass, else the error result; `arguments.ArgumentCheck`), and the tools the worker never
-    runs because the user or their client answers them (`waits`: name -> action kind)."""
+    runs because the user or their client answers them (`action_kinds`: name -> action kind)."""
 
     offered: frozenset[str] = frozenset()
     known: frozenset[str] = frozenset()
     check: Callable[[str, dict[str, Any]], str | None] | None = None
-    waits: Mapping[str, str] = MappingProxyType({})
+    action_kinds: Mapping[str, str] = MappingProxyType({})
     approval: frozenset[str] = frozenset()  # tools whose every call the user approves first
     approved: frozenset[str] = frozenset()  # call ids the user approved
     guarded: frozenset[str] = frozenset()  # tools that may not simply run again
@@ -52,7 +52,7 @@ def toolbox(
     allowed: Collection[str],
     available: Iterable[str],
     check: Callable[[str, dict[str, Any]], str | None] | None = None,
-    waits: Mapping[str, str] | None = None,
+    action_kinds: Mapping[str, str] | None = None,
     *,
     own: Iterable[str] = (),
     cache: Iterable[str] = (),
@@ -66,21 +66,21 @@ def toolbox(
 ) -> Toolbox:
     """Least privilege (rows 16-18): only the allowed tools of the servers (`available`) are
     offered, and only they run (with arguments `check` accepts), unless one of the worker's own
-    takes their name (`reserved`, and `waits`); the tools the user or their client answers
-    (`waits`) are offered too, and never run; so are the worker's `own`, which it answers itself,
-    and the session cache's readers (`cache`), offered only beside a server's tool and while the
-    cache is on (`session_cache`)."""
-    waits = MappingProxyType(dict(waits or {}))
-    servers = frozenset(available) - frozenset(reserved) - waits.keys()
+    takes their name (`reserved`, and `action_kinds`); the tools the user or their client
+    answers (`action_kinds`) are offered too, and never run; so are the worker's `own`, which it
+    answers itself, and the session cache's readers (`cache`), offered only beside a server's
+    tool and while the cache is on (`session_cache`)."""
+    action_kinds = MappingProxyType(dict(action_kinds or {}))
+    servers = frozenset(available) - frozenset(reserved) - action_kinds.keys()
     served = servers & frozenset(allowed)
     readers = frozenset(cache) if served and session_cache else frozenset()
     runs_itself = frozenset(own) | readers
-    own = runs_itself | frozenset(waits)
+    own = runs_itself | frozenset(action_kinds)
     return Toolbox(
         offered=served | own,
         known=servers | own,
         check=check,
-        waits=waits,
+        action_kinds=action_kinds,
         approval=frozenset(approval),
         approved=frozenset(approved),
         guarded=frozenset(guarded),

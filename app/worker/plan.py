@@ -1,10 +1,10 @@
 """The pure planner: every decision about a turn's fate, from what is committed. No I/O here.
 
-`on_claim` decides whether a claimed turn may go on at all; then `next_action` reads the turn's
+`on_claim` decides whether a claimed turn may go on at all; then `next_step` reads the turn's
 committed messages and counters (the crash-point table: a fresh run and a resumed one ask the same
 question of the same data, so they are the same path):
 
-    committed state                                             next action
+    committed state                                             next step
     ----------------------------------------------------------  ----------------------------------
  1  this claim is attempt `max_attempts` + 1 without a          Fail(GAVE_UP): the step keeps
     committed step in between, and no cancel was requested        killing its worker
@@ -23,9 +23,9 @@ question of the same data, so they are the same path):
       names a tool not offered to this conversation             RejectCall(not allowed / unknown)
       has arguments that are not a JSON object                  RejectCall(invalid arguments)
       has arguments its tool's inputSchema refuses              RejectCall(naming the field)
-      was running when its worker stopped (`in_flight`), of a   Pause for approval ("may or may
-        tool that is neither read-only nor idempotent (even       not have happened"), or by
-        one approved before that run: an approval covers one      policy RejectCall(UNKNOWN)
+      was running when its worker stopped (`in_flight`), of a   RequireAction: approval ("may
+        tool that is neither read-only nor idempotent (even       or may not have happened"), or
+        one approved before that run: an approval covers one      by policy RejectCall(UNKNOWN)
         run; approving this question clears the mark)
       a tool only the user or their client answers              (waiting: the next call first)
         (`agent_clarify`, a client-executed tool), or a tool
@@ -37,8 +37,9 @@ question of the same data, so they are the same path):
         read-only nor idempotent)                                 call is committed `in_flight`
                                                                   before it runs
       otherwise                                                 RunTool(call, arguments)
-    every unanswered call is waiting                            Pause: the turn requires action,
-                                                                  one pending action per call
+    every unanswered call is waiting                            RequireAction: the turn requires
+                                                                  action, one pending action per
+                                                                  call
  6  every call answered, and the last `max_error_rounds`        Fail(ERROR_ROUNDS)
     rounds of calls all came back as errors
  7  a user message, or every call answered, and `iterations`    Fail(MAX_ITERATIONS)
@@ -77,7 +78,7 @@ A paused turn (`requires_action`) holds no lease and runs nothing; the user's an
 committed as the waiting calls' results by the web side, which hands the turn back to the
 workers, and the next claim plans from row 1 again like after any other step.
 
-Every action commits one step (one transaction) and the next action is planned again from what is
+Every step commits (one transaction) and the next step is planned again from what is
 then committed: a crash anywhere resumes at the row that matches the database. Crash points:
 after submit or during the model call (9), after the tool calls are committed or between two
 results (5, only unanswered calls run), after the last result (9), after the answer (nothing: idle).
@@ -180,7 +181,7 @@ class PendingAction(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Pause:
+class RequireAction:
     """Every unanswered call waits for the user or their client: the turn requires action
     (lease released, nothing running) until the web side commits their results."""
 
@@ -204,7 +205,7 @@ class Cancel:
     """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
 
 
-Action = CallModel | RunTool | RunOwnTool | RejectCall | Pause | Finish | Fail | Cancel
+Step = CallModel | RunTool | RunOwnTool | RejectCall | RequireAction | Finish | Fail | Cancel
 
 
 # --- the decisions ------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def on_claim(attempts: int, max_attempts: int, cancel_requested: bool = False) -
     return None
 
 
-def next_action(
+def next_step(
     transcript: Sequence[Entry],
     iterations: int,
     max_iterations: int,
@@ -229,7 +230,7 @@ def next_action(
     *,
     tools: Toolbox = NO_TOOLS,
     cancel_requested: bool = False,
-) -> Action:
+) -> Step:
     """The next step of the turn (rows 2-7 and 9 of the table), from what is committed.
 
     `iterations` counts the turn's committed LLM calls; `tools` are the names it may call;
@@ -252,7 +253,7 @@ def next_action(
             if not isinstance(step, PendingAction):
                 return step
             waiting.append(step)
-        return Pause(tuple(waiting))
+        return RequireAction(tuple(waiting))
     return _model_step(turn, iterations, max_iterations, max_error_rounds)
 
 
@@ -299,7 +300,7 @@ def _waiting(
         if tools.in_flight_policy == ERROR:
             return RejectCall(call, OUTCOME_UNKNOWN_RESULT)
         return PendingAction(call, APPROVAL, checked, IN_FLIGHT_REASON)
-    kind = tools.waits.get(call.name)
+    kind = tools.action_kinds.get(call.name)
     if kind is not None:
         return PendingAction(call, kind, checked)
     if call.name in tools.approval and call.id not in tools.approved:
@@ -367,20 +368,20 @@ def recovery_delay(attempts: int, draw: float, base: float = 1.0, cap: float = 8
 
 
 __all__ = [
-    "Action",
     "CallModel",
     "Cancel",
     "Entry",
     "Fail",
     "Finish",
-    "Pause",
     "PendingAction",
     "RejectCall",
+    "RequireAction",
     "RunOwnTool",
     "RunTool",
+    "Step",
     "ToolCall",
     "current_turn",
-    "next_action",
+    "next_step",
     "on_claim",
     "over_budget",
     "pending_calls",

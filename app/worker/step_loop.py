@@ -27,8 +27,8 @@ from app.worker.plan import (
     Entry,
     Fail,
     Finish,
-    Pause,
     RejectCall,
+    RequireAction,
     RunOwnTool,
     RunTool,
     ToolCall,
@@ -57,9 +57,9 @@ class Outcome(enum.Enum):
     IDLE = "idle"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    WAITING = "requires_action"  # the turn waits for the user or their client
+    REQUIRES_ACTION = "requires_action"  # the turn action_kinds for the user or their client
     NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
-    DEFERRED = "deferred"  # its owner runs its limit of turns: it waits (per-owner limits)
+    DEFERRED = "deferred"  # its owner runs its limit of turns: it action_kinds (per-owner limits)
     LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
 
 
@@ -115,7 +115,7 @@ class StepLoop:
         await self._load_tools()
         settings = self.runner.settings
         while True:
-            action = plan.next_action(
+            action = plan.next_step(
                 self.transcript,
                 self.iterations,
                 settings.max_iterations,
@@ -136,7 +136,7 @@ class StepLoop:
                     await self._run_tool(call, arguments, mark_in_flight)
                 case RejectCall(call, error):
                     await self._record_result(call, error, is_error=True)
-                case Pause(actions):
+                case RequireAction(actions):
                     waiting = {action.call.id for action in actions}
                     await self._commit(
                         self.store.pause,
@@ -149,7 +149,7 @@ class StepLoop:
                         ],
                     )
                     failpoints.hit("paused")
-                    return Outcome.WAITING
+                    return Outcome.REQUIRES_ACTION
                 case Finish():
                     await self._commit(self.store.finish, self.claim, status=self.status)
                     return Outcome.IDLE
@@ -182,14 +182,16 @@ class StepLoop:
         names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
         if not offer.uses_tools(names, snapshot.tool_choice):
             return  # the simple path: the model gets no tools, so one call answers
-        own, waits = builtin.toolset(snapshot.client_tools, snapshot.clarify and settings.clarify)
+        own, action_kinds = builtin.toolset(
+            snapshot.client_tools, snapshot.clarify and settings.clarify
+        )
         readers = builtin.cache_definitions(settings.tool_context_chars)
         servers = await self.runner.tools.definitions()
         box = offer.toolbox(
             allowed,
             (d.name for d in servers),
             None,
-            waits,
+            action_kinds,
             cache=(d.name for d in readers),
             session_cache=settings.session_cache,
             reserved=BUILTIN_TOOL_NAMES,

@@ -135,7 +135,7 @@ def test_a_turn_that_waits_for_the_user_and_a_cancelled_one_are_counted(world: W
     handover = here("chatworker_turns_resumed_total", model=model, after="handover")
     ask = fakes.calls(("ask", "agent_clarify", {"question": "Which?"}))
     scripted = fakes.ScriptedModel(fakes.by_iteration([ask, fakes.text("ok")]))
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     assert here("chatworker_turns_paused_total", model=model) == paused + 1
     world.client.submit_message(conversation_id, "That one")  # answers: handed back
     assert run(world.runner(scripted), conversation_id) is Outcome.IDLE

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from httpx_sse import connect_sse
 
 from app.api import create_app
-from app.api.context import ApiContext, get_context
+from app.api.state import ApiState, get_state
 from app.config import load_settings
 from app.migrate import upgrade
 from tests.api.conftest import Deployment, assert_problem
@@ -57,10 +57,10 @@ def buggy(sqlite_url: str) -> Iterator[TestClient]:
     upgrade(sqlite_url)
     app = create_app(load_settings(database_url=sqlite_url, api_auth="none"))
 
-    def broken() -> ApiContext:
+    def broken() -> ApiState:
         raise RuntimeError("secret detail of a bug")
 
-    app.dependency_overrides[get_context] = broken
+    app.dependency_overrides[get_state] = broken
     with TestClient(app, raise_server_exceptions=False) as http:
         yield http
 

@@ -77,7 +77,10 @@ def populate(url: str) -> dict[str, uuid.UUID]:
         assert run(world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER)), done) is Outcome.IDLE
         waiting = world.conversation("Send me the report", tools=["add"])
         ask = fakes.calls(("ask", "agent_clarify", {"question": "Q2 or Q3?", "reason": "two"}))
-        assert run(world.runner(fakes.ScriptedModel(lambda _: ask)), waiting) is Outcome.WAITING
+        assert (
+            run(world.runner(fakes.ScriptedModel(lambda _: ask)), waiting)
+            is Outcome.REQUIRES_ACTION
+        )
         failed = world.conversation("Hello", tools=[])
         error = ModelError("LLM call failed (HTTP 400 BadRequestError): bad")
         refusing = fakes.ScriptedModel(fakes.by_iteration([error]))

@@ -78,7 +78,9 @@ def test_only_resting_conversations_untouched_since_the_cutoff_go_with_all_that_
     ask = fakes.ScriptedModel(
         fakes.by_iteration([fakes.calls(("q", "agent_clarify", {"question": "Which?"}))])
     )
-    assert run(world.runner(ask), waiting) is Outcome.WAITING  # idle, but waits for the user
+    assert (
+        run(world.runner(ask), waiting) is Outcome.REQUIRES_ACTION
+    )  # idle, but waits for the user
     for conversation_id in (answered, failed, queued, waiting):
         age(world, conversation_id)
     assert rows(world, answered)["tool_outputs"] == 1

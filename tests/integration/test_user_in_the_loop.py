@@ -79,7 +79,7 @@ def test_the_model_s_question_pauses_the_turn_and_the_next_message_answers_it(
     )
     conversation_id = world.conversation("Send me the report", tools=["add"])
 
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn = world.client.current_turn(conversation_id)
     assert turn is not None and turn.status == "requires_action"
     ((action,),) = [turn.actions]
@@ -148,7 +148,7 @@ def test_server_calls_run_at_once_and_client_calls_wait_for_their_outputs(world:
     conversation_id = world.conversation(
         "Where am I, and what is 1 + 2?", tools=["add"], client_tools=[LOCATE]
     )
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     offered = {t["function"]["name"] for t in scripted.requests[0].tools}
     assert offered == {
         "add",
@@ -202,7 +202,7 @@ def test_answers_come_one_by_one_and_the_last_one_resumes_the_turn(world: World)
         fakes.text("Paris, France."),
     )
     conversation_id = world.conversation("Where?", tools=[], client_tools=[LOCATE])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn_id = world.client.current_turn(conversation_id).id  # type: ignore[union-attr]
     rung = len(world.rung)
     first = world.client.answer_actions(turn_id, {"c2": "France"})
@@ -222,7 +222,7 @@ def test_a_message_while_a_client_tool_waits_is_refused_queued_or_interrupts(
         fakes.calls(("c_loc", "get_location", {"precision": "city"})), fakes.text("Done.")
     )
     conversation_id = world.conversation("Where am I?", tools=[], client_tools=[LOCATE])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     waiting = world.client.current_turn(conversation_id)
     assert waiting is not None
     with pytest.raises(ConversationBusy, match="waits for its client's tool outputs") as refused:
@@ -244,7 +244,7 @@ def test_cancel_while_waiting_ends_the_turn_and_answers_its_calls_cancelled(
 ) -> None:
     scripted = model(fakes.calls(("c_loc", "get_location", {"precision": "city"})))
     conversation_id = world.conversation("Where am I?", tools=[], client_tools=[LOCATE])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn = world.client.current_turn(conversation_id)
     assert turn is not None
     cancelled = world.client.cancel(conversation_id)
@@ -281,7 +281,7 @@ def test_a_bad_answer_is_refused_and_writes_nothing(
 ) -> None:
     scripted = model(fakes.calls(("c_loc", "get_location", {"precision": "city"})))
     conversation_id = world.conversation("Where am I?", tools=[], client_tools=[LOCATE])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn = world.client.current_turn(conversation_id)
     assert turn is not None
     seq = world.row(conversation_id).event_seq
@@ -335,7 +335,7 @@ def test_a_turn_left_waiting_is_a_resting_state_the_recovery_sweep_leaves_alone(
 ) -> None:
     scripted = model(fakes.calls(("ask", "agent_clarify", {"question": "Which one?"})))
     conversation_id = world.conversation("Pick one", tools=["add"])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     # Nothing to claim: no worker may run a turn that waits for the user.
     assert run(world.runner(scripted), conversation_id) is Outcome.NOT_CLAIMED
     assert len(scripted.requests) == 1
@@ -367,7 +367,7 @@ def note_then_answer() -> fakes.ScriptedModel:
 def test_a_call_that_needs_approval_waits_and_runs_once_approved(guarded: World) -> None:
     scripted = note_then_answer()
     conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
-    assert run(guarded.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     assert guarded.tools.executed == [("add", {"a": 1, "b": 2})]  # the other call ran
     turn = guarded.client.current_turn(conversation_id)
     assert turn is not None
@@ -387,7 +387,7 @@ def test_a_call_that_needs_approval_waits_and_runs_once_approved(guarded: World)
 def test_a_denied_call_never_runs_and_the_model_is_told_why(guarded: World) -> None:
     scripted = note_then_answer()
     conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
-    assert run(guarded.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn = guarded.client.current_turn(conversation_id)
     assert turn is not None
     denied = guarded.client.answer_actions(
@@ -422,7 +422,7 @@ def test_a_bad_approval_is_refused_and_writes_nothing(
     guarded: World, outputs: Any, approvals: Any, says: str
 ) -> None:
     conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])
-    assert run(guarded.runner(note_then_answer()), conversation_id) is Outcome.WAITING
+    assert run(guarded.runner(note_then_answer()), conversation_id) is Outcome.REQUIRES_ACTION
     turn = guarded.client.current_turn(conversation_id)
     assert turn is not None
     seq = guarded.row(conversation_id).event_seq
@@ -439,11 +439,11 @@ def test_a_turn_that_waits_twice_keeps_its_first_question_on_record(world: World
         fakes.text("Paris, France."),
     )
     conversation_id = world.conversation("Where?", tools=[], client_tools=[LOCATE])
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     turn = world.client.current_turn(conversation_id)
     assert turn is not None
     world.client.submit_message(conversation_id, "Paris")
-    assert run(world.runner(scripted), conversation_id) is Outcome.WAITING
+    assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     again = world.client.get_turn(turn.id)
     assert [(a.call_id, a.answered) for a in again.actions] == [("ask", True), ("c_loc", False)]
     world.client.answer_actions(turn.id, {"c_loc": "France"})

@@ -158,7 +158,7 @@ def test_a_turn_that_waits_for_the_user_is_told_as_requires_action(world: World)
     world.client.submit_message(conversation_id, "Add, but ask me first")
     question = fakes.calls(("q1", "agent_clarify", {"question": "Which numbers?"}))
     asking = fakes.ScriptedModel(fakes.by_iteration([question]))
-    assert run(world.runner(asking), conversation_id) is Outcome.WAITING
+    assert run(world.runner(asking), conversation_id) is Outcome.REQUIRES_ACTION
     assert [(r.type, r.webhook_id) for r in outbox(world)] == [("turn.requires_action", hook.id)]
     other = chat(world)  # the same owner's other conversation: not this webhook's
     assert run(world.runner(answered()), other) is Outcome.IDLE

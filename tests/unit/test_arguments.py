@@ -10,7 +10,7 @@ import pytest
 
 from app.worker.arguments import ArgumentCheck
 from app.worker.offer import toolbox
-from app.worker.plan import Entry, RejectCall, RunTool, ToolCall, next_action
+from app.worker.plan import Entry, RejectCall, RunTool, ToolCall, next_step
 
 ADD = {
     "type": "object",
@@ -101,7 +101,7 @@ def test_the_planner_rejects_a_call_its_schema_refuses_and_runs_one_it_accepts()
         Entry(1, "user", "add"),
         Entry(2, "assistant", None, (bad, good)),
     ]
-    action = next_action(transcript, 1, 20, tools=tools)
+    action = next_step(transcript, 1, 20, tools=tools)
     assert isinstance(action, RejectCall) and "'b' is a required property" in action.error
     answered = [*transcript, Entry(3, "tool", action.error, (), "c1", "add", True)]
-    assert next_action(answered, 1, 20, tools=tools) == RunTool(good, {"a": 1, "b": 2})
+    assert next_step(answered, 1, 20, tools=tools) == RunTool(good, {"a": 1, "b": 2})

@@ -21,7 +21,6 @@ from app.worker.plan import (
     GAVE_UP_ERROR,
     MAX_ITERATIONS_ERROR,
     NO_USER_MESSAGE_ERROR,
-    Action,
     CallModel,
     Cancel,
     Entry,
@@ -30,9 +29,10 @@ from app.worker.plan import (
     RejectCall,
     RunOwnTool,
     RunTool,
+    Step,
     ToolCall,
     current_turn,
-    next_action,
+    next_step,
     on_claim,
     over_budget,
     pending_calls,
@@ -53,13 +53,11 @@ CAP = 20
 TOOLS = toolbox(allowed={A.name, B.name, C.name}, available={A.name, B.name, C.name})
 
 
-def plan(
-    transcript: list[Entry], iterations: int = 1, max_error_rounds: int | None = None
-) -> Action:
+def plan(transcript: list[Entry], iterations: int = 1, max_error_rounds: int | None = None) -> Step:
     """The planner's next action for a turn that may call A, B and C."""
     if max_error_rounds is None:
-        return next_action(transcript, iterations, CAP, tools=TOOLS)
-    return next_action(transcript, iterations, CAP, max_error_rounds, tools=TOOLS)
+        return next_step(transcript, iterations, CAP, tools=TOOLS)
+    return next_step(transcript, iterations, CAP, max_error_rounds, tools=TOOLS)
 
 
 def runs(call: ToolCall) -> RunTool:
@@ -107,7 +105,7 @@ CRASH_POINTS = {
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_crash_point_table(point: str) -> None:
     transcript, expected, still_to_run = CRASH_POINTS[point]
-    assert next_action(transcript, iterations=1, max_iterations=CAP, tools=TOOLS) == expected
+    assert next_step(transcript, iterations=1, max_iterations=CAP, tools=TOOLS) == expected
     assert pending(transcript) == still_to_run
 
 
@@ -140,54 +138,54 @@ def test_results_out_of_call_order_still_leave_only_the_unanswered() -> None:
 @pytest.mark.row(7, 9)
 def test_the_21st_llm_call_fails_the_turn() -> None:
     transcript = [user(1), calls(2, A), result(3, A)]
-    assert next_action(transcript, iterations=19, max_iterations=CAP) == CallModel()
-    assert next_action(transcript, iterations=20, max_iterations=CAP) == Fail(MAX_ITERATIONS_ERROR)
+    assert next_step(transcript, iterations=19, max_iterations=CAP) == CallModel()
+    assert next_step(transcript, iterations=20, max_iterations=CAP) == Fail(MAX_ITERATIONS_ERROR)
 
 
 @pytest.mark.row(5, 7)
 def test_pending_tools_still_run_at_the_cap() -> None:
     # The 20th call asked for tools: their results are committed before the turn fails.
     transcript = [user(1), calls(2, A)]
-    assert next_action(transcript, iterations=20, max_iterations=CAP, tools=TOOLS) == runs(A)
+    assert next_step(transcript, iterations=20, max_iterations=CAP, tools=TOOLS) == runs(A)
 
 
 @pytest.mark.row(2)
 def test_a_final_answer_at_the_cap_finishes() -> None:
-    assert next_action([user(1), answer(2)], iterations=20, max_iterations=CAP) == Finish()
+    assert next_step([user(1), answer(2)], iterations=20, max_iterations=CAP) == Finish()
 
 
 @pytest.mark.row(4)
 def test_no_user_message_fails() -> None:
-    assert next_action([], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
-    assert next_action([answer(1)], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
+    assert next_step([], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
+    assert next_step([answer(1)], 0, CAP) == Fail(NO_USER_MESSAGE_ERROR)
 
 
 @pytest.mark.row(9)
 def test_a_new_user_message_starts_a_new_turn_past_an_old_dangling_call() -> None:
     # A failed turn left call A unanswered; the user wrote again: answer the new message.
     transcript = [user(1), calls(2, A), user(3, "never mind")]
-    assert next_action(transcript, 0, CAP) == CallModel()
+    assert next_step(transcript, 0, CAP) == CallModel()
 
 
 @pytest.mark.row(2, 9)
 def test_a_finished_earlier_turn_does_not_finish_the_new_one() -> None:
     transcript = [user(1), answer(2), user(3, "and then?")]
-    assert next_action(transcript, 0, CAP) == CallModel()
+    assert next_step(transcript, 0, CAP) == CallModel()
 
 
 @pytest.mark.row(5)
 def test_planning_is_pure() -> None:
     transcript = [user(1), calls(2, A, B), result(3, A)]
     snapshot = list(transcript)
-    assert next_action(transcript, 1, CAP) == next_action(transcript, 1, CAP)
+    assert next_step(transcript, 1, CAP) == next_step(transcript, 1, CAP)
     assert transcript == snapshot
 
 
 # --- a cancelled turn (row 3) ---------------------------------------------------------------------
 
 
-def cancelled(transcript: list[Entry], iterations: int = 1) -> Action:
-    return next_action(transcript, iterations, CAP, tools=TOOLS, cancel_requested=True)
+def cancelled(transcript: list[Entry], iterations: int = 1) -> Step:
+    return next_step(transcript, iterations, CAP, tools=TOOLS, cancel_requested=True)
 
 
 @pytest.mark.row(3)
@@ -261,7 +259,7 @@ def failed(seq: int, call: ToolCall) -> Entry:
 @pytest.mark.row(6, 9)
 def test_one_round_of_errors_goes_back_to_the_model() -> None:
     transcript = [user(1), calls(2, A), failed(3, A)]
-    assert next_action(transcript, 1, CAP) == CallModel()
+    assert next_step(transcript, 1, CAP) == CallModel()
 
 
 @pytest.mark.row(6)
@@ -275,7 +273,7 @@ def test_three_rounds_of_only_errors_fail_the_turn() -> None:
         calls(6, C),
         failed(7, C),
     ]
-    action = next_action(transcript, 3, CAP)
+    action = next_step(transcript, 3, CAP)
     assert isinstance(action, Fail)
     assert action.error.startswith("The model's tool calls failed 3 rounds in a row")
     assert "bad arguments" in action.error
@@ -285,20 +283,20 @@ def test_three_rounds_of_only_errors_fail_the_turn() -> None:
 def test_a_round_with_one_success_resets_the_count() -> None:
     mixed = [user(1), calls(2, A), failed(3, A), calls(4, A, B), failed(5, A), result(6, B)]
     transcript = [*mixed, calls(7, C), failed(8, C), calls(9, A), failed(10, A)]
-    assert next_action(transcript, 5, CAP) == CallModel()
+    assert next_step(transcript, 5, CAP) == CallModel()
 
 
 @pytest.mark.row(6)
 def test_errors_of_an_earlier_turn_do_not_count() -> None:
     earlier = [user(1), calls(2, A), failed(3, A), calls(4, B), failed(5, B), answer(6)]
     transcript = [*earlier, user(7), calls(8, C), failed(9, C)]
-    assert next_action(transcript, 1, CAP) == CallModel()
+    assert next_step(transcript, 1, CAP) == CallModel()
 
 
 @pytest.mark.row(6)
 def test_the_cap_is_configurable() -> None:
     transcript = [user(1), calls(2, A), failed(3, A)]
-    assert isinstance(next_action(transcript, 1, CAP, max_error_rounds=1), Fail)
+    assert isinstance(next_step(transcript, 1, CAP, max_error_rounds=1), Fail)
     assert isinstance(plan(transcript, max_error_rounds=1), Fail)
     assert plan(transcript, max_error_rounds=2) == CallModel()
 
@@ -354,9 +352,9 @@ def test_a_call_whose_reply_was_cut_off_is_rejected_not_run() -> None:
 def test_a_tool_not_offered_is_rejected_even_when_the_worker_has_it() -> None:
     only_a = toolbox(allowed={A.name}, available={A.name, B.name})
     transcript = [user(1), calls(2, B)]
-    action = next_action(transcript, 1, CAP, tools=only_a)
+    action = next_step(transcript, 1, CAP, tools=only_a)
     assert action == RejectCall(B, "Tool add is not allowed in this conversation.")
-    unknown = next_action(transcript, 1, CAP, tools=NO_TOOLS)
+    unknown = next_step(transcript, 1, CAP, tools=NO_TOOLS)
     assert isinstance(unknown, RejectCall) and unknown.error.startswith("Unknown tool: add")
 
 
@@ -387,7 +385,7 @@ def test_a_server_s_tool_named_like_one_of_the_worker_s_own_is_not_served() -> N
     box = toolbox(
         allowed=["add", "agent_clarify", "locate"],
         available=["add", "agent_clarify", "locate"],
-        waits={"locate": "client_tool"},
+        action_kinds={"locate": "client_tool"},
         reserved=["agent_clarify"],
     )
     assert box.served == {"add"}
@@ -403,7 +401,7 @@ def test_the_session_cache_s_readers_are_offered_beside_a_server_s_tool_while_th
     beside = toolbox(["add"], ["add"], cache=readers)
     assert beside.offered == {"add", *readers} and beside.own == set(readers)
     assert toolbox(["add"], ["add"], cache=readers, session_cache=False).own == frozenset()
-    alone = toolbox([], ["add"], waits={"locate": "client_tool"}, cache=readers)
+    alone = toolbox([], ["add"], action_kinds={"locate": "client_tool"}, cache=readers)
     assert alone.offered == {"locate"} and alone.own == frozenset()
 
 
@@ -468,15 +466,17 @@ def test_a_used_up_budget_fails_the_turn_before_the_model_call() -> None:
 
 @pytest.mark.row(3, 5, 17)
 def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses() -> None:
-    from app.worker.plan import Pause, PendingAction
+    from app.worker.plan import PendingAction, RequireAction
 
-    tools = toolbox({"add"}, {"add"}, waits={"ask_user": "clarification", "locate": "client_tool"})
+    tools = toolbox(
+        {"add"}, {"add"}, action_kinds={"ask_user": "clarification", "locate": "client_tool"}
+    )
     ask, loc = ToolCall("q", "ask_user", '{"question": "?"}'), ToolCall("l", "locate", "{}")
     add = ToolCall("a", "add", '{"a": 1}')
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (ask, loc, add))]
-    assert next_action(transcript, 1, CAP, tools=tools) == RunTool(add, {"a": 1})
+    assert next_step(transcript, 1, CAP, tools=tools) == RunTool(add, {"a": 1})
     answered = [*transcript, Entry(3, "tool", "1", (), "a", "add")]
-    assert next_action(answered, 1, CAP, tools=tools) == Pause(
+    assert next_step(answered, 1, CAP, tools=tools) == RequireAction(
         (
             PendingAction(ask, "clarification", {"question": "?"}),
             PendingAction(loc, "client_tool", {}),
@@ -488,34 +488,34 @@ def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses()
         Entry(4, "tool", "yes", (), "q", "ask_user"),
         Entry(5, "tool", "Paris", (), "l", "locate"),
     ]
-    assert next_action(done, 1, CAP, tools=tools) == CallModel()
+    assert next_step(done, 1, CAP, tools=tools) == CallModel()
     # A cancel answers the waiting calls "cancelled" (row 3 comes first).
-    assert next_action(answered, 1, CAP, tools=tools, cancel_requested=True) == RejectCall(
+    assert next_step(answered, 1, CAP, tools=tools, cancel_requested=True) == RejectCall(
         ask, CANCELLED_RESULT
     )
 
 
 @pytest.mark.row(5)
 def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_user() -> None:
-    tools = toolbox(set(), set(), waits={"locate": "client_tool"})
+    tools = toolbox(set(), set(), action_kinds={"locate": "client_tool"})
     broken = ToolCall("l", "locate", "{oops")
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (broken,))]
-    action = next_action(transcript, 1, CAP, tools=tools)
+    action = next_step(transcript, 1, CAP, tools=tools)
     assert isinstance(action, RejectCall) and "not valid JSON" in action.error
 
 
 @pytest.mark.row(5)
 def test_a_call_needing_approval_waits_until_approved() -> None:
-    from app.worker.plan import Pause, PendingAction
+    from app.worker.plan import PendingAction, RequireAction
 
     note = ToolCall("n", "write_note", '{"text": "x"}')
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (note,))]
     asks = toolbox({"write_note"}, {"write_note"}, approval={"write_note"})
-    assert next_action(transcript, 1, CAP, tools=asks) == Pause(
+    assert next_step(transcript, 1, CAP, tools=asks) == RequireAction(
         (PendingAction(note, "approval", {"text": "x"}),)
     )
     approved = toolbox({"write_note"}, {"write_note"}, approval={"write_note"}, approved={"n"})
-    assert next_action(transcript, 1, CAP, tools=approved) == RunTool(note, {"text": "x"})
+    assert next_step(transcript, 1, CAP, tools=approved) == RunTool(note, {"text": "x"})
 
 
 @pytest.mark.row(5, 18)
@@ -523,27 +523,32 @@ def test_a_call_of_the_worker_s_own_tools_is_answered_by_the_worker_not_run_on_a
     tools = toolbox([A.name], [A.name], cache=["session_cache_get"])
     read = ToolCall("r", "session_cache_get", '{"id": "call_a"}')
     transcript = [user(1), calls(2, read, A)]
-    assert next_action(transcript, 1, CAP, tools=tools) == RunOwnTool(read, {"id": "call_a"})
+    assert next_step(transcript, 1, CAP, tools=tools) == RunOwnTool(read, {"id": "call_a"})
     transcript.append(result(3, read))
-    assert next_action(transcript, 1, CAP, tools=tools) == runs(A)
+    assert next_step(transcript, 1, CAP, tools=tools) == runs(A)
 
 
 @pytest.mark.row(5)
 def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -> None:
-    from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT, Pause, PendingAction
+    from app.worker.plan import (
+        IN_FLIGHT_REASON,
+        OUTCOME_UNKNOWN_RESULT,
+        PendingAction,
+        RequireAction,
+    )
 
     note = ToolCall("n", "write_note", '{"text": "x"}')
     look = ToolCall("l", "search", '{"q": "x"}')
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (note,))]
     names = {"write_note", "search"}
 
-    def plan(**options: Any) -> Action:
+    def plan(**options: Any) -> Step:
         tools = toolbox(names, names, guarded={"write_note"}, **options)
-        return next_action(transcript, 1, CAP, tools=tools)
+        return next_step(transcript, 1, CAP, tools=tools)
 
     marked = RunTool(note, {"text": "x"}, mark_in_flight=True)
     assert plan() == marked  # not in flight: it runs (marked first)
-    assert plan(in_flight="n") == Pause(
+    assert plan(in_flight="n") == RequireAction(
         (PendingAction(note, "approval", {"text": "x"}, IN_FLIGHT_REASON),)
     )
     assert plan(in_flight="n", in_flight_policy="error") == RejectCall(note, OUTCOME_UNKNOWN_RESULT)
@@ -554,4 +559,4 @@ def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -
     # A tool that may run again (read-only or idempotent: not guarded) simply runs again.
     searching = [Entry(1, "user", "go"), Entry(2, "assistant", None, (look,))]
     tools = toolbox(names, names, guarded={"write_note"}, in_flight="l")
-    assert next_action(searching, 1, CAP, tools=tools) == RunTool(look, {"q": "x"})
+    assert next_step(searching, 1, CAP, tools=tools) == RunTool(look, {"q": "x"})

@@ -56,7 +56,7 @@ def test_the_worker_s_own_tools_are_offered_and_run_without_being_allowed() -> N
     tools = offer.toolbox(["add"], ["add"], own=["session_cache_get"])
     assert tools.offered == {"add", "session_cache_get"}
     call = ToolCall("c1", "session_cache_get", '{"id": "c0"}')
-    assert plan.next_action(
+    assert plan.next_step(
         [plan.Entry(1, "user", "hi"), plan.Entry(2, "assistant", None, (call,))],
         1,
         20,

@@ -10,10 +10,10 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
 from app.api.bodies import ConversationCreate, MessageCreate
-from app.api.context import Context
 from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import Conversation, ConversationList, Submission, Turn, TurnResult
+from app.api.state import Api
 from app.models import REQUIRES_ACTION
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
@@ -46,11 +46,11 @@ IdempotencyKey = Annotated[
     ),
 )
 def create_conversation(
-    body: ConversationCreate, caller: Authenticated, context: Context, response: Response
+    body: ConversationCreate, caller: Authenticated, api: Api, response: Response
 ) -> Conversation:
     """A new idle conversation (201); with a chosen `id` that exists with the same fields, that
     one (200); with other fields, 409 `conversation_conflict`."""
-    view, created = context.client.create_or_get(
+    view, created = api.client.create_or_get(
         conversation_id=body.id,
         model=body.model,
         instructions=body.instructions,
@@ -71,14 +71,14 @@ def create_conversation(
 @router.get("", response_model=ConversationList, responses=documented(400, 401, 422, 503))
 def list_conversations(
     caller: Authenticated,
-    context: Context,
+    api: Api,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     before: Annotated[
         uuid.UUID | None, Query(description="the previous page's next_before")
     ] = None,
 ) -> ConversationList:
     """The caller's conversations, newest first."""
-    page = context.client.list_conversations(owner=caller.owner, limit=limit, before=before)
+    page = api.client.list_conversations(owner=caller.owner, limit=limit, before=before)
     return ConversationList(
         data=[Conversation.of(view, messages=False) for view in page.conversations],
         next_before=page.next_before,
@@ -91,23 +91,21 @@ def list_conversations(
 def get_conversation(
     conversation_id: uuid.UUID,
     caller: Authenticated,
-    context: Context,
+    api: Api,
     after_seq: Annotated[
         int | None, Query(ge=0, le=MAX_SEQ, description="only the messages after this seq")
     ] = None,
 ) -> Conversation:
     """Its status, setup, usage and transcript."""
-    view = context.client.get_conversation(conversation_id, after_seq, owner=caller.owner)
+    view = api.client.get_conversation(conversation_id, after_seq, owner=caller.owner)
     return Conversation.of(view, messages=True)
 
 
 @router.delete("/{conversation_id}", status_code=204, responses=documented(401, 404, 409, 422, 503))
-def delete_conversation(
-    conversation_id: uuid.UUID, caller: Authenticated, context: Context
-) -> None:
+def delete_conversation(conversation_id: uuid.UUID, caller: Authenticated, api: Api) -> None:
     """Delete it with its turns, messages and events; 409 `conversation_busy` while a turn runs
     or waits (cancel it first)."""
-    context.client.delete_conversation(conversation_id, owner=caller.owner)
+    api.client.delete_conversation(conversation_id, owner=caller.owner)
 
 
 @router.post(
@@ -137,7 +135,7 @@ async def submit_message(
     *,
     body: MessageCreate,
     caller: Authenticated,
-    context: Context,
+    api: Api,
     response: Response,
     idempotency_key: IdempotencyKey = None,
     wait: Annotated[
@@ -146,7 +144,7 @@ async def submit_message(
 ) -> Submission | TurnResult:
     """The user's message as a new turn (202, `Location` names the turn). While a turn runs,
     `on_busy` decides: 409 `conversation_busy` naming it, queued behind it, or interrupting it."""
-    client = context.client
+    client = api.client
 
     def submit() -> tuple[Submission, uuid.UUID]:
         submitted = client.submit_message(
@@ -165,9 +163,9 @@ async def submit_message(
         response.headers["Idempotent-Replayed"] = "true"
     if not wait:
         return submission
-    timeout = context.settings.api_max_wait_seconds
-    log_interval = context.settings.api_log_poll_seconds
-    result = await context.follow_step(
+    timeout = api.settings.api_max_wait_seconds
+    log_interval = api.settings.api_log_poll_seconds
+    result = await api.follow_step(
         lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
     )
     # 200 once the turn rests: ended, or waiting for an answer (`requires_action`)
@@ -182,11 +180,11 @@ async def submit_message(
     responses=documented(401, 404, 409, 422, 429, 503),
 )
 def retry_conversation(
-    conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
+    conversation_id: uuid.UUID, caller: Authenticated, api: Api, response: Response
 ) -> Submission:
     """A new turn that continues a failed one from its transcript; 409 `not_retryable` unless
     the conversation failed."""
-    submitted = context.client.retry_conversation(conversation_id, owner=caller.owner)
+    submitted = api.client.retry_conversation(conversation_id, owner=caller.owner)
     assert submitted.turn is not None
     response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
     return Submission.of(submitted, submitted.turn)
@@ -198,9 +196,9 @@ def retry_conversation(
     responses=CANCEL_RESPONSES,
 )
 def cancel_current(
-    conversation_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
+    conversation_id: uuid.UUID, caller: Authenticated, api: Api, response: Response
 ) -> Turn | None:
     """Stop the conversation's current turn (see POST /v1/turns/{id}/cancel); null before its
     first turn."""
-    turn = context.client.cancel(conversation_id, owner=caller.owner)
+    turn = api.client.cancel(conversation_id, owner=caller.owner)
     return None if turn is None else as_cancelled(turn, response)

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse
 
 from app.api.auth import Authenticated
-from app.api.context import Context
 from app.api.problems import documented
 from app.api.schemas import Event, EventList
+from app.api.state import Api
 from app.api.streaming import sse_events
 from app.client import Cursor
 from app.client.following import REST, TURN_END
@@ -33,7 +33,7 @@ async def list_events(
     conversation_id: uuid.UUID,
     *,
     caller: Authenticated,
-    context: Context,
+    api: Api,
     after: Annotated[
         int,
         Query(
@@ -47,14 +47,14 @@ async def list_events(
     ] = 0,
 ) -> EventList:
     """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
-    wait = min(wait, context.settings.api_max_wait_seconds)
-    page = await context.follow_step(
-        lambda: context.client.wait_for_events(
+    wait = min(wait, api.settings.api_max_wait_seconds)
+    page = await api.follow_step(
+        lambda: api.client.wait_for_events(
             conversation_id,
             after,
             limit,
             wait=wait,
-            log_interval=context.settings.api_log_poll_seconds,
+            log_interval=api.settings.api_log_poll_seconds,
             owner=caller.owner,
         )
     )
@@ -89,7 +89,7 @@ async def stream_events(
     conversation_id: uuid.UUID,
     *,
     caller: Authenticated,
-    context: Context,
+    api: Api,
     after: Annotated[
         str | None, Query(description="a cursor: an event seq, or an SSE id received before")
     ] = None,
@@ -105,23 +105,23 @@ async def stream_events(
     then continues live: the reply's words as `message.delta`, every event as it commits."""
     cursor = Cursor.parse(last_event_id if last_event_id is not None else (after or 0))
     ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
-    context.open_stream()
+    api.open_stream()
     try:
-        following = await context.follow_step(
-            lambda: context.client.follow(
+        following = await api.follow_step(
+            lambda: api.client.follow(
                 conversation_id,
                 cursor,
                 until=ends,
                 poll_interval=STREAM_WAKE_SECONDS,
-                log_interval=max(STREAM_WAKE_SECONDS, context.settings.api_log_poll_seconds),
+                log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
                 owner=caller.owner,
             )
         )
     except BaseException:
-        context.close_stream()
+        api.close_stream()
         raise
     return EventSourceResponse(
-        sse_events(context, following),
-        ping=context.settings.api_heartbeat_seconds,
+        sse_events(api, following),
+        ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

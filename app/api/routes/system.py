@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
-from app.api.context import Context
 from app.api.problems import documented
 from app.api.schemas import Health, Readiness, Tool, ToolList
+from app.api.state import Api
 
 router = APIRouter(tags=["system"])
 
@@ -23,9 +23,9 @@ async def health() -> Health:
     response_model=Readiness,
     responses={503: {"model": Readiness, "description": "the database or Redis is down"}},
 )
-def ready(context: Context, response: Response) -> Readiness:
+def ready(api: Api, response: Response) -> Readiness:
     """The database and the live channel answer (a readiness probe)."""
-    found = context.client.admin.check_ready()
+    found = api.client.admin.check_ready()
     up = all(state == "ok" for state in found.values())
     if not up:
         response.status_code = 503
@@ -34,6 +34,6 @@ def ready(context: Context, response: Response) -> Readiness:
 
 
 @router.get("/tools", response_model=ToolList, responses=documented(401, 503))
-def list_tools(caller: Authenticated, context: Context) -> ToolList:
+def list_tools(caller: Authenticated, api: Api) -> ToolList:
     """The tools a conversation may use, as the workers last published them."""
-    return ToolList(data=[Tool.of(info) for info in context.client.admin.list_tools()])
+    return ToolList(data=[Tool.of(info) for info in api.client.admin.list_tools()])

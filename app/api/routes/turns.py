@@ -8,9 +8,9 @@ from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import ActionOutput, ActionsSubmit
-from app.api.context import Context
 from app.api.problems import documented
 from app.api.schemas import Turn
+from app.api.state import Api
 from app.client import Decision, TurnView
 from app.errors import InvalidRequest
 
@@ -34,9 +34,9 @@ def as_cancelled(turn: TurnView, response: Response) -> Turn:
 
 
 @router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
-def get_turn(turn_id: uuid.UUID, caller: Authenticated, context: Context) -> Turn:
+def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
     """Its status, error, usage and times."""
-    return Turn.of(context.client.get_turn(turn_id, owner=caller.owner))
+    return Turn.of(api.client.get_turn(turn_id, owner=caller.owner))
 
 
 @router.post(
@@ -44,14 +44,12 @@ def get_turn(turn_id: uuid.UUID, caller: Authenticated, context: Context) -> Tur
     response_model=Turn,
     responses=CANCEL_RESPONSES,
 )
-def cancel_turn(
-    turn_id: uuid.UUID, caller: Authenticated, context: Context, response: Response
-) -> Turn:
+def cancel_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api, response: Response) -> Turn:
     """Stop the turn: 200 when it has ended (a finished turn comes back unchanged: asking twice
     is harmless), 202 while its worker is told (`cancel_requested_at` set; `turn.cancelled`
     follows in moments). A waiting turn is cancelled when its time comes, before any model
     call."""
-    return as_cancelled(context.client.cancel_turn(turn_id, owner=caller.owner), response)
+    return as_cancelled(api.client.cancel_turn(turn_id, owner=caller.owner), response)
 
 
 @router.post(
@@ -60,7 +58,7 @@ def cancel_turn(
     responses=documented(400, 401, 404, 409, 413, 422, 503),
 )
 def answer_actions(
-    turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, context: Context
+    turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, api: Api
 ) -> Turn:
     """Answer what the turn waits for (`requires_action`), by call id: a client tool's output,
     the user's answer to the model's question (`agent_clarify`), or an approval (`approve`:
@@ -78,5 +76,5 @@ def answer_actions(
             outputs[answer.call_id] = answer.output
         else:
             approvals[answer.call_id] = Decision(answer.approve, answer.reason)
-    turn = context.client.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
+    turn = api.client.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
     return Turn.of(turn)

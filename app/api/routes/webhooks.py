@@ -10,9 +10,9 @@ from fastapi import APIRouter, Path, Query, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import WebhookCreate
-from app.api.context import Context
 from app.api.problems import documented
 from app.api.schemas import DeliveryList, DeliveryOut, WebhookList, WebhookOut
+from app.api.state import Api
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 
@@ -20,14 +20,14 @@ router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 @router.post(
     "", response_model=WebhookOut, status_code=201, responses=documented(400, 401, 404, 422, 503)
 )
-def add_webhook(body: WebhookCreate, caller: Authenticated, context: Context) -> WebhookOut:
+def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> WebhookOut:
     """Be told when a turn of yours ends (`turn.completed`, `turn.failed`, `turn.cancelled`)
     or waits for you (`turn.requires_action`): a POST to `url`, at least once, signed by the
     Standard Webhooks scheme (`webhook-id`, `webhook-timestamp`, `webhook-signature`) with the
     `secret` of this answer. Body: `{"type", "timestamp", "data": {"conversation_id",
     "turn_id", "status", "error", "event_seq"}}`. A receiver answers 2xx within the timeout, or
     it is tried again with growing waits for about a day; deduplicate by `webhook-id`."""
-    view = context.client.admin.add_webhook(
+    view = api.client.admin.add_webhook(
         body.url,
         owner=caller.owner,
         conversation_id=body.conversation_id,
@@ -38,24 +38,22 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, context: Context) ->
 
 
 @router.get("", response_model=WebhookList, responses=documented(401, 503))
-def list_webhooks(caller: Authenticated, context: Context) -> WebhookList:
+def list_webhooks(caller: Authenticated, api: Api) -> WebhookList:
     """Your webhooks (never their secrets)."""
     return WebhookList(
-        data=[
-            WebhookOut.of(view) for view in context.client.admin.list_webhooks(owner=caller.owner)
-        ]
+        data=[WebhookOut.of(view) for view in api.client.admin.list_webhooks(owner=caller.owner)]
     )
 
 
 @router.get("/{webhook_id}", response_model=WebhookOut, responses=documented(401, 404, 422, 503))
-def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> WebhookOut:
-    return WebhookOut.of(context.client.admin.get_webhook(webhook_id, owner=caller.owner))
+def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> WebhookOut:
+    return WebhookOut.of(api.client.admin.get_webhook(webhook_id, owner=caller.owner))
 
 
 @router.delete("/{webhook_id}", status_code=204, responses=documented(401, 404, 422, 503))
-def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Context) -> Response:
+def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> Response:
     """The webhook and its deliveries, pending ones included: nothing more is sent."""
-    context.client.admin.remove_webhook(webhook_id, owner=caller.owner)
+    api.client.admin.remove_webhook(webhook_id, owner=caller.owner)
     return Response(status_code=204)
 
 
@@ -67,13 +65,13 @@ def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, context: Contex
 def list_deliveries(
     webhook_id: uuid.UUID,
     caller: Authenticated,
-    context: Context,
+    api: Api,
     status: Annotated[Literal["pending", "delivered", "failed"] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
 ) -> DeliveryList:
     """The webhook's deliveries, newest first: each attempt's count, the receiver's last
     status and error; `status=failed` lists the ones given up."""
-    views = context.client.admin.list_deliveries(
+    views = api.client.admin.list_deliveries(
         webhook_id, owner=caller.owner, status=status, limit=limit
     )
     return DeliveryList(data=[DeliveryOut.of(view) for view in views])
@@ -88,10 +86,8 @@ def redeliver(
     webhook_id: uuid.UUID,
     delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     caller: Authenticated,
-    context: Context,
+    api: Api,
 ) -> DeliveryOut:
     """Send a given-up delivery again from now, with a fresh schedule (a pending or delivered
     one comes back unchanged)."""
-    return DeliveryOut.of(
-        context.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner)
-    )
+    return DeliveryOut.of(api.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner))

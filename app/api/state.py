@@ -1,7 +1,7 @@
 """What every route reaches through its dependencies: the settings, the client layer, and the
 threads that follow conversations for event streams and waits.
 
-One `ApiContext` per app (`app.state.chatworker`), made by `create_app` or `install`.
+One `ApiState` per app (`app.state.chatworker`), made by `create_app` or `install`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 @dataclass
-class ApiContext:
+class ApiState:
     settings: Settings
     client: ChatClient
     owns_client: bool = True
@@ -77,9 +77,9 @@ class ApiContext:
             self.client.close()
 
 
-def get_context(request: Request) -> ApiContext:
-    context: ApiContext = request.app.state.chatworker
-    return context
+def get_state(request: Request) -> ApiState:
+    api: ApiState = request.app.state.chatworker
+    return api
 
 
-Context = Annotated[ApiContext, Depends(get_context)]
+Api = Annotated[ApiState, Depends(get_state)]
