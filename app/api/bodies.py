@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import Field
 
-from app.api.schemas import Body, BusyPolicy, ClientTool, ToolChoice, WebhookEventType
+from app.api.schemas import Body, BusyPolicy, ClientTool, WebhookEventType
+from app.client.views import ToolChoice
 
 
 class ActionOutput(Body):

@@ -1,7 +1,8 @@
-"""The API's response bodies, and how each is built from the client layer's views; the fixed
-value sets both directions share (the request bodies are `bodies.py`'s).
+"""The API's response bodies: each is read from the client layer's view of the same name, field
+for field (`Turn.model_validate(turn_view)`), so no converter restates a field; the fixed value
+sets are the views' own `Literal`s (the request bodies are `bodies.py`'s).
 
-Responses are the views, field for field, with times in ISO 8601 and usage grouped: a turn maps
+Responses are the views with times in ISO 8601 and usage grouped: a turn maps
 onto an OpenAI Responses object (`id`, `status`, `error`, `usage`, background by default,
 `starting_after` = an event seq) and a client tool's output onto `function_call_output`, without
 another table.
@@ -16,21 +17,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.client.views import (
-    ActionView,
+    ActionKind,
+    ConversationStatus,
     ConversationView,
-    DeliveryView,
-    EventView,
-    FinishedTurn,
-    MessageView,
-    Submitted,
-    ToolInfo,
-    TurnView,
-    WebhookView,
+    DecisionWord,
+    DeliveryStatus,
+    Role,
+    ToolChoice,
+    TurnKind,
+    TurnStatus,
 )
-from app.live import Delta, Discarded
 
 BusyPolicy = Literal["reject", "enqueue", "interrupt"]
-ToolChoice = Literal["auto", "none", "required"]
+
+
+class View(BaseModel):
+    """A response body, read from a view's attributes (`model_validate(view)`); a field the view
+    does not have takes its default."""
+
+    model_config = ConfigDict(from_attributes=True)
 
 
 class Body(BaseModel):
@@ -48,21 +53,17 @@ class ClientTool(Body):
     )
 
 
-class Action(BaseModel):
+class Action(View):
     call_id: str
-    kind: Literal["clarification", "client_tool", "approval"]
+    kind: ActionKind
     name: str
     arguments: dict[str, Any] = Field(description="for a clarification: question (and reason)")
     answered: bool | None = Field(description="it has its answer (an approval: its decision)")
-    decision: Literal["approved", "denied"] | None = None
+    decision: DecisionWord | None = None
     reason: str | None = Field(None, description="why it is asked, when that is not obvious")
 
-    @classmethod
-    def of(cls, view: ActionView) -> Action:
-        return cls(**view.__dict__)
 
-
-class Usage(BaseModel):
+class Usage(View):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -72,9 +73,9 @@ class Usage(BaseModel):
     )
 
 
-class Message(BaseModel):
+class Message(View):
     seq: int
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str | None
     tool_calls: list[dict[str, Any]]
     tool_call_id: str | None
@@ -82,18 +83,14 @@ class Message(BaseModel):
     is_error: bool
     created_at: datetime
 
-    @classmethod
-    def of(cls, view: MessageView) -> Message:
-        return cls(**view.__dict__)
 
-
-class Turn(BaseModel):
+class Turn(View):
     id: uuid.UUID
     object: Literal["turn"] = "turn"
     conversation_id: uuid.UUID
     number: int
-    status: Literal["queued", "running", "requires_action", "completed", "failed", "cancelled"]
-    kind: Literal["message", "retry"]
+    status: TurnStatus
+    kind: TurnKind
     message_seq: int | None = Field(description="the user's message, once in the transcript")
     idempotency_key: str | None
     error: str | None
@@ -107,27 +104,8 @@ class Turn(BaseModel):
         description="what the turn waits for while requires_action (answered: has its output)",
     )
 
-    @classmethod
-    def of(cls, view: TurnView) -> Turn:
-        return cls(
-            id=view.id,
-            conversation_id=view.conversation_id,
-            number=view.number,
-            status=view.status,  # type: ignore[arg-type]
-            kind=view.kind,  # type: ignore[arg-type]
-            message_seq=view.message_seq,
-            idempotency_key=view.idempotency_key,
-            error=view.error,
-            usage=_usage(view.prompt_tokens, view.completion_tokens, view.cost_usd),
-            created_at=view.created_at,
-            started_at=view.started_at,
-            finished_at=view.finished_at,
-            cancel_requested_at=view.cancel_requested_at,
-            actions=[Action.of(action) for action in view.actions],
-        )
 
-
-class Submission(BaseModel):
+class Submission(View):
     """A submitted message: its turn (202, `Location` names it)."""
 
     turn: Turn
@@ -135,17 +113,8 @@ class Submission(BaseModel):
     enqueued: bool = Field(description="a worker was rung (else the recovery sweep starts it)")
     detail: str | None
 
-    @classmethod
-    def of(cls, submitted: Submitted, turn: TurnView) -> Submission:
-        return cls(
-            turn=Turn.of(turn),
-            repeated=submitted.repeated,
-            enqueued=submitted.enqueued,
-            detail=submitted.detail,
-        )
 
-
-class TurnResult(BaseModel):
+class TurnResult(View):
     """`?wait=true`: the turn when it ended, with every message it committed."""
 
     turn: Turn
@@ -153,21 +122,11 @@ class TurnResult(BaseModel):
     output_text: str | None = Field(description="the final answer's text, if it has one")
     messages: list[Message]
 
-    @classmethod
-    def of(cls, result: FinishedTurn) -> TurnResult:
-        answers = [m for m in result.messages if m.role == "assistant" and not m.tool_calls]
-        return cls(
-            turn=Turn.of(result.turn),
-            finished=result.finished,
-            output_text=answers[-1].content if answers and result.finished else None,
-            messages=[Message.of(m) for m in result.messages],
-        )
 
-
-class Conversation(BaseModel):
+class Conversation(View):
     id: uuid.UUID
     object: Literal["conversation"] = "conversation"
-    status: Literal["idle", "processing", "tool_loop", "failed"]
+    status: ConversationStatus
     error: str | None
     model: str
     instructions: str | None
@@ -186,33 +145,17 @@ class Conversation(BaseModel):
     )
 
     @classmethod
-    def of(cls, view: ConversationView, *, messages: bool) -> Conversation:
-        return cls(
-            id=view.id,
-            status=view.status,  # type: ignore[arg-type]
-            error=view.error,
-            model=view.model,
-            instructions=view.instructions,
-            tools=view.tools,
-            tool_choice=view.tool_choice,  # type: ignore[arg-type]
-            context=view.context,
-            client_tools=[ClientTool(**tool) for tool in view.client_tools],
-            clarify=view.clarify,
-            iterations=view.iterations,
-            turn_number=view.turn_number,
-            usage=_usage(view.prompt_tokens, view.completion_tokens, view.cost_usd),
-            created_at=view.created_at,
-            updated_at=view.updated_at,
-            messages=[Message.of(m) for m in view.messages] if messages else None,
-        )
+    def summary(cls, view: ConversationView) -> Conversation:
+        """Lists and creation: the conversation without its transcript (`messages` null)."""
+        return cls.model_validate(view).model_copy(update={"messages": None})
 
 
-class ConversationList(BaseModel):
+class ConversationList(View):
     data: list[Conversation]
     next_before: uuid.UUID | None = Field(description="pass as ?before= for the next page")
 
 
-class Event(BaseModel):
+class Event(View):
     """A committed event: `seq` orders a conversation's events, gap-free; the SSE `id`."""
 
     seq: int
@@ -226,23 +169,8 @@ class Event(BaseModel):
     message: Message | None = Field(None, description="message.committed: the message")
     turn: Turn | None = Field(None, description="turn.*: the turn as it is now")
 
-    @classmethod
-    def of(cls, view: EventView) -> Event:
-        return cls(
-            seq=view.seq,
-            type=view.type,
-            conversation_id=view.conversation_id,
-            turn_id=view.turn_id,
-            created_at=view.created_at,
-            status=view.status,
-            attempt=view.attempt,
-            message_seq=view.message_seq,
-            message=None if view.message is None else Message.of(view.message),
-            turn=None if view.turn is None else Turn.of(view.turn),
-        )
 
-
-class EventList(BaseModel):
+class EventList(View):
     conversation_id: uuid.UUID
     data: list[Event]
     last_seq: int = Field(description="the conversation's last event when read")
@@ -250,7 +178,7 @@ class EventList(BaseModel):
     next_after: int | None = Field(description="pass as ?after= for the next page")
 
 
-class FragmentOut(BaseModel):
+class FragmentOut(View):
     part: Literal["text", "call"]
     index: int = Field(description="the tool call's position in the reply (0 for text)")
     offset: int = Field(description="where `text` starts in its part")
@@ -259,7 +187,7 @@ class FragmentOut(BaseModel):
     name: str | None = None
 
 
-class DeltaOut(BaseModel):
+class DeltaOut(View):
     """SSE `message.delta`: the next piece of a reply that is not committed yet."""
 
     message_seq: int = Field(description="the seq the reply will be committed under")
@@ -268,41 +196,23 @@ class DeltaOut(BaseModel):
     text: str = Field(description="the text this delta adds")
     fragments: list[FragmentOut]
 
-    @classmethod
-    def of(cls, delta: Delta) -> DeltaOut:
-        return cls(
-            message_seq=delta.message_seq,
-            stream=delta.stream,
-            index=delta.index,
-            text=delta.text,
-            fragments=[FragmentOut(**f.__dict__) for f in delta.fragments],
-        )
 
-
-class DiscardedOut(BaseModel):
+class DiscardedOut(View):
     """SSE `message.discarded`: drop what was shown of this reply (it will not be committed)."""
 
     message_seq: int
     stream: str = Field(description="the attempt to drop, or * for every one of the message")
     reason: str
 
-    @classmethod
-    def of(cls, discarded: Discarded) -> DiscardedOut:
-        return cls(**discarded.__dict__)
 
-
-class Tool(BaseModel):
+class Tool(View):
     name: str
     server: str
     description: str
     input_schema: dict[str, Any]
 
-    @classmethod
-    def of(cls, info: ToolInfo) -> Tool:
-        return cls(**info.__dict__)
 
-
-class ToolList(BaseModel):
+class ToolList(View):
     data: list[Tool]
 
 
@@ -316,15 +226,6 @@ class Readiness(BaseModel):
     live: str = Field(description="the live channel: Redis, or this process's hub")
 
 
-def _usage(prompt: int, completion: int, cost: float | None) -> Usage:
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=prompt + completion,
-        cost_usd=cost,
-    )
-
-
 # --- webhooks --------------------------------------------------------------------------------
 
 WebhookEventType = Literal[
@@ -332,7 +233,7 @@ WebhookEventType = Literal[
 ]
 
 
-class WebhookOut(BaseModel):
+class WebhookOut(View):
     id: uuid.UUID
     url: str
     conversation_id: uuid.UUID | None
@@ -345,31 +246,19 @@ class WebhookOut(BaseModel):
         "(whsec_...) that verifies each delivery; store it, it is not shown again",
     )
 
-    @classmethod
-    def of(cls, view: WebhookView) -> WebhookOut:
-        return cls(
-            id=view.id,
-            url=view.url,
-            conversation_id=view.conversation_id,
-            event_types=list(view.event_types),
-            description=view.description,
-            created_at=view.created_at,
-            secret=view.secret,
-        )
 
-
-class WebhookList(BaseModel):
+class WebhookList(View):
     data: list[WebhookOut]
 
 
-class DeliveryOut(BaseModel):
+class DeliveryOut(View):
     id: int
     message_id: str = Field(description="the `webhook-id` header: the same on every attempt")
     type: str
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
     event_seq: int
-    status: Literal["pending", "delivered", "failed"] = Field(
+    status: DeliveryStatus = Field(
         description="failed: every attempt of the schedule failed; it is not sent again "
         "unless you ask (POST .../redeliver)"
     )
@@ -381,10 +270,6 @@ class DeliveryOut(BaseModel):
     delivered_at: datetime | None
     created_at: datetime
 
-    @classmethod
-    def of(cls, view: DeliveryView) -> DeliveryOut:
-        return cls(**{name: getattr(view, name) for name in cls.model_fields})
 
-
-class DeliveryList(BaseModel):
+class DeliveryList(View):
     data: list[DeliveryOut]

@@ -42,11 +42,15 @@ DATABASE_PAUSE_SECONDS = 1.0
 
 def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
     if isinstance(item, EventView):
-        body = Event.of(item).model_dump_json(exclude_none=True)
+        body = Event.model_validate(item).model_dump_json(exclude_none=True)
         return ServerSentEvent(data=body, event=item.type, id=cursor)
     if isinstance(item, Delta):
-        return ServerSentEvent(data=DeltaOut.of(item).model_dump_json(), event=DELTA, id=cursor)
-    return ServerSentEvent(data=DiscardedOut.of(item).model_dump_json(), event=DISCARDED, id=cursor)
+        return ServerSentEvent(
+            data=DeltaOut.model_validate(item).model_dump_json(), event=DELTA, id=cursor
+        )
+    return ServerSentEvent(
+        data=DiscardedOut.model_validate(item).model_dump_json(), event=DISCARDED, id=cursor
+    )
 
 
 async def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:

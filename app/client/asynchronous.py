@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app.client.admission import REJECT
+from app.client.asynchronous_admin import AsyncAdminClient
 from app.client.doorbell import Enqueue
 from app.client.facade import ChatClient
 from app.client.following import REST, AsyncFollowing
@@ -43,6 +44,15 @@ class AsyncChatClient:
         live: LiveChannel | None = None,
     ) -> None:
         self.sync = client or ChatClient(settings, engine=engine, enqueue=enqueue, live=live)
+        self._admin: AsyncAdminClient | None = None
+
+    @property
+    def admin(self) -> AsyncAdminClient:
+        """The operator's calls (keys, budgets, webhooks, tools, readiness) as coroutines, over
+        the same engine."""
+        if self._admin is None:
+            self._admin = AsyncAdminClient(self.sync.admin)
+        return self._admin
 
     async def create_conversation(
         self,

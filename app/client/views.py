@@ -10,15 +10,40 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from app.models import FAILED, FINISHED_TURN_STATUSES, IDLE
+from app.models import ASSISTANT, FAILED, FINISHED_TURN_STATUSES, IDLE
+
+# The fixed value sets, typed once: the API's response bodies (`app/api/schemas.py`) are these
+# views field for field, so each set is spelt here and nowhere else on the web side.
+Role = Literal["system", "user", "assistant", "tool"]
+ConversationStatus = Literal["idle", "processing", "tool_loop", "failed"]
+ToolChoice = Literal["auto", "none", "required"]
+TurnStatus = Literal["queued", "running", "requires_action", "completed", "failed", "cancelled"]
+TurnKind = Literal["message", "retry"]
+ActionKind = Literal["clarification", "client_tool", "approval"]
+DecisionWord = Literal["approved", "denied"]
+BudgetPeriod = Literal["total", "day"]
+DeliveryStatus = Literal["pending", "delivered", "failed"]
+
+
+@dataclass(frozen=True)
+class UsageView:
+    """Tokens and cost of a turn's or a conversation's model calls."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None  # litellm's prices; None: a call's price was unknown
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True)
 class MessageView:
     seq: int
-    role: str
+    role: Role
     content: str | None
     tool_calls: list[dict[str, Any]]
     tool_call_id: str | None
@@ -33,12 +58,12 @@ class ConversationView:
 
     id: uuid.UUID
     owner: str | None
-    status: str
+    status: ConversationStatus
     error: str | None
     model: str
     instructions: str | None
     tools: list[str]
-    tool_choice: str
+    tool_choice: ToolChoice
     context: dict[str, Any] | None
     iterations: int
     prompt_tokens: int
@@ -58,6 +83,10 @@ class ConversationView:
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def usage(self) -> UsageView:
+        return UsageView(self.prompt_tokens, self.completion_tokens, self.cost_usd)
 
     def cursor(self, previous: int | None = None) -> int | None:
         """The `after_seq` for the next poll."""
@@ -79,11 +108,11 @@ class ActionView:
     (`client_tool`, with its arguments). `answered`: the call has its result (None: not read)."""
 
     call_id: str
-    kind: str
+    kind: ActionKind
     name: str
     arguments: dict[str, Any]
     answered: bool | None = None
-    decision: str | None = None  # an approval's: approved | denied
+    decision: DecisionWord | None = None  # an approval's
     reason: str | None = None  # why it is asked, when not obvious (a call in flight at a crash)
 
 
@@ -94,8 +123,8 @@ class TurnView:
     id: uuid.UUID
     conversation_id: uuid.UUID
     number: int
-    status: str  # queued | running | requires_action | completed | failed | cancelled
-    kind: str  # message | retry
+    status: TurnStatus
+    kind: TurnKind
     message_seq: int | None  # the user's message, once it is in the transcript
     idempotency_key: str | None
     error: str | None
@@ -116,6 +145,10 @@ class TurnView:
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_TURN_STATUSES
+
+    @property
+    def usage(self) -> UsageView:
+        return UsageView(self.prompt_tokens, self.completion_tokens, self.cost_usd)
 
 
 @dataclass(frozen=True)
@@ -189,6 +222,15 @@ class FinishedTurn:
     messages: list[MessageView]
     finished: bool
 
+    @property
+    def output_text(self) -> str | None:
+        """The final answer's text: the last assistant message without tool calls, once the
+        turn ended (None while it runs, or when it ended without one)."""
+        if not self.finished:
+            return None
+        answers = [m for m in self.messages if m.role == ASSISTANT and not m.tool_calls]
+        return answers[-1].content if answers else None
+
 
 @dataclass(frozen=True)
 class ApiKeyView:
@@ -213,7 +255,7 @@ class ToolInfo:
 class BudgetView:
     owner: str | None
     conversation_id: uuid.UUID | None
-    period: str  # total | day (UTC)
+    period: BudgetPeriod  # day: the UTC day
     max_tokens: int | None
     max_cost_usd: float | None
     created_at: datetime
@@ -240,7 +282,7 @@ class DeliveryView:
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
     event_seq: int
-    status: str  # pending | delivered | failed (gave up)
+    status: DeliveryStatus  # failed: gave up
     attempts: int
     next_attempt_at: datetime | None  # pending only
     last_attempt_at: datetime | None

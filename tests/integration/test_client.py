@@ -34,7 +34,7 @@ import pytest
 import redis
 from sqlalchemy import Engine, func, select
 
-from app.client import AsyncChatClient, ChatClient
+from app.client import AdminClient, AsyncAdminClient, AsyncChatClient, ChatClient
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
@@ -350,23 +350,35 @@ def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID
         assert view.status == "processing"
         with pytest.raises(ConversationBusy):
             await async_client.submit_message(conversation_id, "again")
-        # (the tool catalogue is the admin client's now)
-        tools = await asyncio.to_thread(async_client.sync.admin.list_tools)
+        # the operator's calls are the admin client's, as coroutines over the same engine
+        tools = await async_client.admin.list_tools()
         assert [t.name for t in tools] == ["add", "search"]
+        key, secret = await async_client.admin.create_key("alice", "laptop")
+        assert await async_client.admin.owner_of_key(secret) == "alice"
+        assert [k.id for k in await async_client.admin.list_keys("alice")] == [key.id]
+        ready = await async_client.admin.check_ready()
+        assert ready["database"] == "ok"
 
     asyncio.run(scenario())
     assert len(rung) == 1
 
 
-def test_the_async_client_has_every_method_of_the_client_with_its_signature() -> None:
+@pytest.mark.parametrize(
+    ("sync_class", "async_class"),
+    [(ChatClient, AsyncChatClient), (AdminClient, AsyncAdminClient)],
+    ids=["chat", "admin"],
+)
+def test_the_async_client_has_every_method_of_the_client_with_its_signature(
+    sync_class: type, async_class: type
+) -> None:
     synchronous = {
         name: method
-        for name, method in inspect.getmembers(ChatClient, inspect.isfunction)
+        for name, method in inspect.getmembers(sync_class, inspect.isfunction)
         if not name.startswith("_")
     }
     asynchronous = {
         name: method
-        for name, method in inspect.getmembers(AsyncChatClient, inspect.iscoroutinefunction)
+        for name, method in inspect.getmembers(async_class, inspect.iscoroutinefunction)
         if not name.startswith("_")
     }
     assert sorted(asynchronous) == sorted(synchronous)

@@ -65,7 +65,7 @@ def create_conversation(
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{view.id}"
-    return Conversation.of(view, messages=False)
+    return Conversation.summary(view)
 
 
 @router.get("", response_model=ConversationList, responses=documented(400, 401, 422, 503))
@@ -80,7 +80,7 @@ def list_conversations(
     """The caller's conversations, newest first."""
     page = api.client.list_conversations(owner=caller.owner, limit=limit, before=before)
     return ConversationList(
-        data=[Conversation.of(view, messages=False) for view in page.conversations],
+        data=[Conversation.summary(view) for view in page.conversations],
         next_before=page.next_before,
     )
 
@@ -98,7 +98,7 @@ def get_conversation(
 ) -> Conversation:
     """Its status, setup, usage and transcript."""
     view = api.client.get_conversation(conversation_id, after_seq, owner=caller.owner)
-    return Conversation.of(view, messages=True)
+    return Conversation.model_validate(view)
 
 
 @router.delete("/{conversation_id}", status_code=204, responses=documented(401, 404, 409, 422, 503))
@@ -155,7 +155,7 @@ async def submit_message(
             owner=caller.owner,
         )
         assert submitted.turn is not None
-        return Submission.of(submitted, submitted.turn), submitted.turn.id
+        return Submission.model_validate(submitted), submitted.turn.id
 
     submission, turn_id = await run_in_threadpool(submit)
     response.headers["Location"] = f"/v1/turns/{turn_id}"
@@ -170,7 +170,7 @@ async def submit_message(
     )
     # 200 once the turn rests: ended, or waiting for an answer (`requires_action`)
     response.status_code = 200 if result.finished or result.turn.status == REQUIRES_ACTION else 202
-    return TurnResult.of(result)
+    return TurnResult.model_validate(result)
 
 
 @router.post(
@@ -187,7 +187,7 @@ def retry_conversation(
     submitted = api.client.retry_conversation(conversation_id, owner=caller.owner)
     assert submitted.turn is not None
     response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
-    return Submission.of(submitted, submitted.turn)
+    return Submission.model_validate(submitted)
 
 
 @router.post(

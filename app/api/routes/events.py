@@ -60,7 +60,7 @@ async def list_events(
     )
     return EventList(
         conversation_id=page.conversation_id,
-        data=[Event.of(view) for view in page.events],
+        data=[Event.model_validate(view) for view in page.events],
         last_seq=page.last_seq,
         status=page.status,
         next_after=page.next_after,

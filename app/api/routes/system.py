@@ -36,4 +36,4 @@ def ready(api: Api, response: Response) -> Readiness:
 @router.get("/tools", response_model=ToolList, responses=documented(401, 503))
 def list_tools(caller: Authenticated, api: Api) -> ToolList:
     """The tools a conversation may use, as the workers last published them."""
-    return ToolList(data=[Tool.of(info) for info in api.client.admin.list_tools()])
+    return ToolList(data=[Tool.model_validate(info) for info in api.client.admin.list_tools()])

@@ -30,13 +30,13 @@ def as_cancelled(turn: TurnView, response: Response) -> Turn:
     """The turn a cancel left, 202 while it still runs."""
     if not turn.is_finished:
         response.status_code = 202
-    return Turn.of(turn)
+    return Turn.model_validate(turn)
 
 
 @router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
 def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
     """Its status, error, usage and times."""
-    return Turn.of(api.client.get_turn(turn_id, owner=caller.owner))
+    return Turn.model_validate(api.client.get_turn(turn_id, owner=caller.owner))
 
 
 @router.post(
@@ -77,4 +77,4 @@ def answer_actions(
         else:
             approvals[answer.call_id] = Decision(answer.approve, answer.reason)
     turn = api.client.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
-    return Turn.of(turn)
+    return Turn.model_validate(turn)

@@ -34,20 +34,23 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> Webhook
         event_types=body.event_types,
         description=body.description,
     )
-    return WebhookOut.of(view)
+    return WebhookOut.model_validate(view)
 
 
 @router.get("", response_model=WebhookList, responses=documented(401, 503))
 def list_webhooks(caller: Authenticated, api: Api) -> WebhookList:
     """Your webhooks (never their secrets)."""
     return WebhookList(
-        data=[WebhookOut.of(view) for view in api.client.admin.list_webhooks(owner=caller.owner)]
+        data=[
+            WebhookOut.model_validate(view)
+            for view in api.client.admin.list_webhooks(owner=caller.owner)
+        ]
     )
 
 
 @router.get("/{webhook_id}", response_model=WebhookOut, responses=documented(401, 404, 422, 503))
 def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> WebhookOut:
-    return WebhookOut.of(api.client.admin.get_webhook(webhook_id, owner=caller.owner))
+    return WebhookOut.model_validate(api.client.admin.get_webhook(webhook_id, owner=caller.owner))
 
 
 @router.delete("/{webhook_id}", status_code=204, responses=documented(401, 404, 422, 503))
@@ -74,7 +77,7 @@ def list_deliveries(
     views = api.client.admin.list_deliveries(
         webhook_id, owner=caller.owner, status=status, limit=limit
     )
-    return DeliveryList(data=[DeliveryOut.of(view) for view in views])
+    return DeliveryList(data=[DeliveryOut.model_validate(view) for view in views])
 
 
 @router.post(
@@ -90,4 +93,6 @@ def redeliver(
 ) -> DeliveryOut:
     """Send a given-up delivery again from now, with a fresh schedule (a pending or delivered
     one comes back unchanged)."""
-    return DeliveryOut.of(api.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner))
+    return DeliveryOut.model_validate(
+        api.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner)
+    )
