@@ -20,7 +20,13 @@ from app.migrate import upgrade
 from app.models import Base
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
+from app.testing.zygote import ENABLE_ENV as ZYGOTE_ENV
 from tests.invariants import violations_after_test
+
+# The worker and API processes tests start are forked from one warm process per test runner
+# (`app/testing/zygote.py`): a real process each, without paying ~8 s of CPU to import litellm
+# again. CHATWORKER_TEST_ZYGOTE=0 starts each from a new interpreter instead.
+os.environ.setdefault(ZYGOTE_ENV, "1")
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 # Every test of these directories needs a service (PostgreSQL, Redis, an MCP server, the fake

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from app.testing.zygote import ZygoteChild, start_process
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,7 +33,7 @@ class ApiProcess:
     cwd: Path | None = None
     port: int = field(default_factory=free_port)
     workers: int = 1
-    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    process: subprocess.Popen[bytes] | ZygoteChild | None = field(default=None, init=False)
 
     @property
     def url(self) -> str:
@@ -47,11 +49,7 @@ class ApiProcess:
             "HOME": os.environ.get("HOME", "/tmp"),
             **self.env,
         }
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, cwd=self.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        self.process = start_process(command, env, self.cwd, self.log_path)
         self.wait_until_ready(timeout)
         return self
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.testing.zygote import ZygoteChild, start_process
+
 FAKE_MODEL = "openai/fake-model"
 FAKE_KEY = "sk-test-worker-key-0123456789"
 READY_LINE = "Worker process is ready for action"
@@ -54,7 +56,7 @@ class WorkerProcess:
     threads: int = 2
     cwd: Path | None = None
     processes: int = 1
-    process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    process: subprocess.Popen[bytes] | ZygoteChild | None = field(default=None, init=False)
 
     def start(self, ready: bool = True, timeout: float = BOOT_TIMEOUT_S) -> WorkerProcess:
         # `chatworker worker` execs the dramatiq CLI in place, so the pid stays the group leader.
@@ -62,11 +64,8 @@ class WorkerProcess:
             sys.executable, "-m", "app.cli", "worker", "--processes", str(self.processes),
             "--threads", str(self.threads),
         ]  # fmt: skip
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        # tests: forked from a warm zygote (see zygote.py); else a new interpreter
+        self.process = start_process(command, self.env, self.cwd, self.log_path)
         if ready:
             self.wait_until_ready(timeout)
         return self

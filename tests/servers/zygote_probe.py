@@ -1,0 +1,56 @@
+"""A program for `tests/integration/test_zygote.py`: reports what a process started by the zygote
+sees, or sets some state up and execs itself (`python -m tests.servers.zygote_probe ...`).
+
+    report CODE    print one JSON line (session, env, cwd, argv, modules, logging), exit CODE
+    exec CODE      configure logging, import app.config, install a SIGUSR1 handler, then exec
+                   `report CODE`: the report must show none of it
+    sleep          sleep until killed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+
+
+def report(code: int) -> None:
+    print(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "session_leader": os.getsid(0) == os.getpid(),
+                "env": dict(os.environ),
+                "cwd": os.getcwd(),
+                "argv": sys.argv[1:],
+                "app_config_imported": "app.config" in sys.modules,
+                "litellm_imported": "litellm" in sys.modules,
+                "root_handlers": len(logging.getLogger().handlers),
+                "sigusr1_default": signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL,
+            }
+        ),
+        flush=True,
+    )
+    raise SystemExit(code)
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "report":
+        report(int(argv[1]))
+    if argv[0] == "exec":
+        logging.basicConfig(level=logging.INFO)
+        import app.config  # noqa: F401
+
+        signal.signal(signal.SIGUSR1, lambda *_: None)
+        os.execv(sys.executable, [sys.executable, "-m", __spec__.name, "report", argv[1]])
+    if argv[0] == "sleep":
+        print("sleeping", flush=True)
+        while True:
+            time.sleep(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
