@@ -107,14 +107,14 @@ class _Pristine:
             logger = logging.getLogger(name or None)
             logger.setLevel(level)
             logger.handlers[:] = handlers
-            logger.propagate, logger.disabled = propagate, disabled
-        logging.root.manager._clear_cache()  # type: ignore[attr-defined]
+            logger.propagate, logger.disabled = propagate, disabled  # (setLevel cleared caches)
         for sig, handler in self.signals.items():
             if handler is not None and signal.getsignal(sig) is not handler:
                 signal.signal(sig, handler)
 
 
 _pristine: list[_Pristine] = []  # the zygote's, once its imports are done
+_real_execv = os.execv
 
 
 def _execv_in_place(path: Any, argv: Any) -> NoReturn:
@@ -126,9 +126,6 @@ def _execv_in_place(path: Any, argv: Any) -> NoReturn:
         _pristine[0].restore()
         _run_module_in_place(argv[2], argv[3:])
     _real_execv(path, argv)
-
-
-_real_execv = os.execv
 
 
 def _become(request: dict[str, Any]) -> NoReturn:
@@ -304,8 +301,8 @@ class Zygote:
         self, argv: list[str], env: dict[str, str], cwd: str | None, log: str
     ) -> ZygoteChild | None:
         """A child running `argv` (`python -m MODULE ...`), or None when the zygote refuses it."""
-        if refusal(env) is not None or argv[:1] != [sys.executable] or argv[1:2] != ["-m"]:
-            return None
+        if argv[:1] != [sys.executable] or argv[1:2] != ["-m"]:
+            return None  # (the zygote judges the environment: `refusal`)
         request = {"argv": argv, "env": env, "cwd": cwd, "log": log}
         with self._lock:
             assert self._process.stdin is not None
