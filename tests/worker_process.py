@@ -9,24 +9,26 @@ from pathlib import Path
 
 from app.testing import worker_process
 from app.testing.worker_process import FAKE_KEY, FAKE_MODEL, READY_LINE
+from app.testing.zygote import launched
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def mcp_servers_json(ledger: Path, notes: Path, extra_tools: str = "") -> str:
-    """The MCP test server as the worker's one server; `extra_tools` names opt-in tools."""
+def mcp_servers_json(ledger: Path, notes: Path, extra_tools: str = "", *, warm: bool = True) -> str:
+    """The MCP test server as the worker's one server; `extra_tools` names opt-in tools. `warm`:
+    forked by the test runner's zygote when tests use it (`app/testing/launcher.py`); a test that
+    reads the server's process from /proc asks for a new interpreter."""
     env = {"MCP_LEDGER_PATH": str(ledger), "MCP_NOTES_PATH": str(notes)}
     if extra_tools:
         env["MCP_EXTRA_TOOLS"] = extra_tools
+    command = [sys.executable, "-m", "tests.servers.mcp_server"]
+    if warm:
+        command, launcher_env = launched(command)
+        env.update(launcher_env)
     return json.dumps(
         {
             "mcpServers": {
-                "tools": {
-                    "command": sys.executable,
-                    "args": ["-m", "tests.servers.mcp_server"],
-                    "cwd": str(REPO),
-                    "env": env,
-                }
+                "tools": {"command": command[0], "args": command[1:], "cwd": str(REPO), "env": env}
             }
         }
     )

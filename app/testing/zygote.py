@@ -15,10 +15,20 @@ module reads `dramatiq_worker_timeout`; not prometheus_client: it reads
 `PROMETHEUS_MULTIPROC_DIR`); an environment that sets a `LITELLM_` variable other than the
 zygote's own is refused, and the caller then starts a plain process.
 
+A process the tests do not start themselves (the MCP test server, spawned by a worker through
+the MCP SDK) is asked for by `app/testing/launcher.py`, a stdlib-only program that starts in
+milliseconds: it passes its stdin, stdout and stderr to the zygote over the zygote's Unix socket,
+and the forked child uses them as its own. The launcher stays as the child's stand-in: it
+forwards the signals it gets, exits with the child's exit code, and the zygote kills the child
+the moment the launcher's connection drops (the launcher was killed), so the child lives exactly
+as long as the process its spawner knows.
+
 Tests turn it on with `CHATWORKER_TEST_ZYGOTE=1` (`tests/conftest.py`); the benchmark's real runs
 never use it. Protocol, one JSON object per line: the caller writes
 `{"argv": [...], "env": {...}, "cwd": ..., "log": ...}`, the zygote answers `{"pid": N}` (or
-`{"error": ...}`) and later `{"exited": N, "code": C}` for every child.
+`{"error": ...}`) and later `{"exited": N, "code": C}` for every child. A launcher sends
+`{"argv": [...], "env": {...}, "cwd": ...}` with its three stdio descriptors on the socket and gets
+`{"pid": N}` (or `{"error": ...}`), then `{"exited": N, "code": C}`.
 """
 
 from __future__ import annotations
@@ -30,8 +40,10 @@ import os
 import runpy
 import select
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from dataclasses import dataclass
@@ -39,6 +51,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 ENABLE_ENV = "CHATWORKER_TEST_ZYGOTE"
+# Where a launcher finds the zygote's socket (set in the launcher's environment, never the child's).
+SOCKET_ENV = "CHATWORKER_TEST_ZYGOTE_SOCKET"
+LAUNCHER = Path(__file__).with_name("launcher.py")
 PRELOAD = (
     "litellm",
     "sqlalchemy",
@@ -128,14 +143,15 @@ def _execv_in_place(path: Any, argv: Any) -> NoReturn:
     _real_execv(path, argv)
 
 
-def _become(request: dict[str, Any]) -> NoReturn:
-    """In the forked child: become the process the caller asked for."""
+def _become(request: dict[str, Any], stdio: tuple[int, int, int] | None = None) -> NoReturn:
+    """In the forked child: become the process the caller asked for, on the launcher's `stdio`
+    descriptors or else with no input and its output appended to `request["log"]`."""
     os.setsid()
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    if stdio is None:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        stdio = (os.open(os.devnull, os.O_RDONLY), log, log)
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
     os.closerange(3, 1024)
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding="utf-8", closefd=False, buffering=1)  # noqa: SIM115
@@ -159,26 +175,100 @@ def _send(message: dict[str, Any]) -> None:
     os.write(1, (json.dumps(message) + "\n").encode())
 
 
-def _serve(line: bytes) -> None:
-    """One request: refuse it, or fork; the child never returns from here."""
-    request = json.loads(line)
+def _fork(request: dict[str, Any], stdio: tuple[int, int, int] | None = None) -> int | str:
+    """The pid of a child become what `request` asks for, or why it cannot be forked."""
     reason = refusal(request["env"])
     if reason is not None:
-        _send({"error": reason})
-        return
+        return reason
     pid = os.fork()
     if pid == 0:
         try:
-            _become(request)
+            _become(request, stdio)
         except SystemExit:
             raise
         except BaseException:
             traceback.print_exc()
             raise SystemExit(1) from None
-    _send({"pid": pid})
+    return pid
 
 
-def _reap() -> None:
+def _serve(line: bytes) -> None:
+    """One request of the caller: refuse it, or fork; the child never returns from here."""
+    forked = _fork(json.loads(line))
+    _send({"error": forked} if isinstance(forked, str) else {"pid": forked})
+
+
+def _line(connection: socket.socket, received: bytes) -> dict[str, Any]:
+    while not received.endswith(b"\n"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            raise ConnectionError("the launcher left before its request was whole")
+        received += chunk
+    request: dict[str, Any] = json.loads(received)
+    return request
+
+
+class _Launches:
+    """The children launchers asked for, each with its launcher's connection."""
+
+    def __init__(self, path: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(128)
+        self.connections: dict[int, socket.socket] = {}  # child pid -> its launcher
+
+    def watched(self) -> list[socket.socket]:
+        return [self.listener, *self.connections.values()]
+
+    def accept(self) -> None:
+        connection, _ = self.listener.accept()
+        connection.settimeout(10)
+        fds: list[int] = []
+        try:
+            received, fds, _, _ = socket.recv_fds(connection, 65536, 3)
+            request = _line(connection, received)
+            if len(fds) != 3:
+                raise ConnectionError(f"{len(fds)} descriptors, not stdin, stdout and stderr")
+        except (OSError, ValueError) as error:
+            for fd in fds:
+                os.close(fd)
+            self._answer(connection, {"error": str(error)}, last=True)
+            return
+        forked = _fork(request, (fds[0], fds[1], fds[2]))  # (the child never returns)
+        for fd in fds:
+            os.close(fd)
+        if isinstance(forked, str):
+            self._answer(connection, {"error": forked}, last=True)
+            return
+        self._answer(connection, {"pid": forked}, last=False)
+        self.connections[forked] = connection
+
+    @staticmethod
+    def _answer(connection: socket.socket, message: dict[str, Any], *, last: bool) -> None:
+        with contextlib.suppress(OSError):
+            connection.sendall((json.dumps(message) + "\n").encode())
+        if last:
+            connection.close()
+
+    def dropped(self, connection: socket.socket) -> None:
+        """A launcher never writes after its request: readable means it is gone, and so must its
+        child be."""
+        for pid, known in list(self.connections.items()):
+            if known is connection:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                connection.close()
+                del self.connections[pid]
+
+    def exited(self, pid: int, code: int) -> bool:
+        connection = self.connections.pop(pid, None)
+        if connection is None:
+            return False
+        self._answer(connection, {"exited": pid, "code": code}, last=True)
+        return True
+
+
+def _reap(launches: _Launches) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -186,7 +276,9 @@ def _reap() -> None:
             return
         if pid == 0:
             return
-        _send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+        code = os.waitstatus_to_exitcode(status)
+        if not launches.exited(pid, code):
+            _send({"exited": pid, "code": code})
 
 
 def main() -> None:
@@ -195,19 +287,28 @@ def main() -> None:
     for module in PRELOAD:
         __import__(module)
     _pristine.append(_Pristine.now())
+    launches = _Launches(os.environ.pop(SOCKET_ENV))
     _send({"ready": os.getpid()})
     pending = b""
     while True:
-        readable, _, _ = select.select([0], [], [], 0.05)
-        if readable:
+        watched: list[Any] = [0, *launches.watched()]
+        readable, _, _ = select.select(watched, [], [], 0.05)
+        for ready in readable:
+            if ready is launches.listener:
+                launches.accept()
+            elif isinstance(ready, socket.socket):
+                launches.dropped(ready)
+        if 0 in readable:
             chunk = os.read(0, 65536)
-            if not chunk:
-                return  # the caller is gone; its children are its tests' to stop
+            if not chunk:  # the caller is gone; its children are its tests' to stop
+                with contextlib.suppress(OSError):
+                    os.unlink(launches.listener.getsockname())
+                return
             pending += chunk
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 _serve(line)
-        _reap()
+        _reap(launches)
 
 
 if __name__ == "__main__":
@@ -261,11 +362,12 @@ class Zygote:
         self._changed = threading.Condition()
         self._answers: list[dict[str, Any]] = []
         self._exits: dict[int, int] = {}
+        self.socket_path = os.path.join(tempfile.mkdtemp(prefix="zygote-"), "socket")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "app.testing.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, **FIXED_ENV},
+            env={**os.environ, **FIXED_ENV, SOCKET_ENV: self.socket_path},
         )
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
@@ -339,3 +441,13 @@ def start_process(
             command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
+
+
+def launched(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """`python -m MODULE ...` for a process someone else spawns (the MCP test server, spawned by a
+    worker): the command that asks this process's zygote for it through `launcher.py`, and the
+    environment entry the launcher needs; `argv` unchanged and no entry while the zygote is off."""
+    zygote = Zygote.shared()
+    if zygote is None or argv[1:2] != ["-m"]:
+        return argv, {}
+    return [argv[0], "-I", "-S", str(LAUNCHER), *argv[1:]], {SOCKET_ENV: zygote.socket_path}

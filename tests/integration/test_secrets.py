@@ -41,7 +41,7 @@ from tests.deployment import Deployment
 from tests.integration.test_tracing import Receiver
 from tests.invariants import violations
 from tests.servers.mcp_server import LEDGER_ENV, NOTES_ENV, read_ledger
-from tests.worker_process import REPO, WorkerProcess
+from tests.worker_process import REPO, WorkerProcess, mcp_servers_json
 
 TOKEN = secrets.token_hex(8)
 LLM_KEY = f"sk-canary-llm-{TOKEN}"
@@ -94,6 +94,12 @@ def deployment(
         with_password.render_as_string(hide_password=False), redis_url, tmp_path, fake_llm
     )
     deployment.env.update({"CHATWORKER_LLM_API_KEY": LLM_KEY, **UNRELATED})
+    # A new interpreter for the MCP server, not a warm fork: /proc shows a forked process the
+    # environment it was forked from, and (e) reads the server's environment there.
+    notes = tmp_path / "notes.txt"
+    deployment.env["CHATWORKER_MCP_SERVERS"] = mcp_servers_json(
+        deployment.ledger, notes, warm=False
+    )
     yield deployment
     deployment.close()
     assert violations(database_url, at_rest=True, mcp_marker=str(deployment.ledger)) == []

@@ -2,7 +2,9 @@
 child is a real process with its own session, exactly the environment, directory and arguments
 asked for, its own exit code, reachable by `killpg`; an exec of `python -m` inside it starts
 clean (no module, logging or signal handler of the first program left over); an environment the
-preloaded modules would have read differently is started as a new interpreter instead."""
+preloaded modules would have read differently is started as a new interpreter instead. A process
+someone else spawns (the MCP test server) goes through `app/testing/launcher.py`: forked warm on
+the launcher's stdio, with the launcher as its faithful stand-in (exit code, signals, death)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from app.testing.zygote import Zygote, ZygoteChild, start_process
+from app.testing.zygote import LAUNCHER, SOCKET_ENV, Zygote, ZygoteChild, launched, start_process
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = [sys.executable, "-m", "tests.servers.zygote_probe"]
@@ -97,3 +99,69 @@ def test_without_the_setting_every_process_is_a_new_interpreter(
     child = start_process([*PROBE, "report", "0"], _env(), tmp_path, tmp_path / "probe.log")
     assert isinstance(child, subprocess.Popen)
     assert child.wait(timeout=60) == 0
+
+
+def _launch(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """As the MCP SDK spawns a server: pipes for stdio, a session of its own."""
+    command, extra = launched(argv)
+    assert command[:4] == [sys.executable, "-I", "-S", str(LAUNCHER)]
+    return subprocess.Popen(
+        command, env={**_env(), **extra}, cwd=cwd, text=True, start_new_session=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def test_a_launched_child_runs_warm_on_the_launchers_stdio_and_exits_with_its_code(
+    tmp_path: Path,
+) -> None:
+    launcher = _launch([*PROBE, "report", "5"], tmp_path)
+    out, _ = launcher.communicate(timeout=60)
+    assert launcher.returncode == 5
+    found = json.loads(out)
+    assert found["pid"] != launcher.pid  # forked by the zygote, not exec'd
+    cold = subprocess.run(
+        [*PROBE, "report", "5"], env=_env(), cwd=tmp_path, capture_output=True, text=True
+    )
+    # the launcher's, less the socket's entry: what a new interpreter sees (Python's own
+    # LC_CTYPE coercion included)
+    assert found["env"] == json.loads(cold.stdout)["env"]
+    assert found["cwd"] == str(tmp_path)
+    assert found["argv"] == ["report", "5"]
+    assert (found["litellm_imported"], found["app_config_imported"]) == (True, False)
+    echo = _launch([*PROBE, "echo"], tmp_path)
+    assert echo.communicate("a line\n", timeout=60) == ("a line\n", None)  # stdin too
+    assert echo.returncode == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_launched_child_dies_with_its_launcher_and_gets_its_signals(
+    tmp_path: Path, sig: int
+) -> None:
+    """SIGTERM (how the MCP SDK stops a server) is forwarded, and the launcher dies of it too;
+    SIGKILL cannot be: the zygote sees the launcher's connection drop and kills the child."""
+    launcher = _launch([*PROBE, "sleep"], tmp_path)
+    assert launcher.stdout is not None
+    word, pid = launcher.stdout.readline().split()
+    assert word == "sleeping" and int(pid) != launcher.pid
+    os.kill(launcher.pid, sig)
+    assert launcher.wait(timeout=30) == -sig
+    assert _gone(int(pid)), f"the launched child {pid} outlived its launcher"
+    assert launcher.stdout.read() == ""  # and its end of the pipe is closed
+
+
+def test_a_launcher_without_the_zygote_execs_a_new_interpreter(tmp_path: Path) -> None:
+    command = [sys.executable, "-I", "-S", str(LAUNCHER), "-m", "tests.servers.zygote_probe"]
+    env = {key: value for key, value in _env().items() if key != SOCKET_ENV}
+    out = subprocess.run(
+        [*command, "report", "0"], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+    ).stdout
+    found = json.loads(out)
+    assert found["litellm_imported"] is False
+    assert found["argv"] == ["report", "0"]

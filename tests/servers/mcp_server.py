@@ -26,6 +26,7 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from app.demo.mcp_server import register_tools
+from app.testing.zygote import launched
 
 SERVER_NAME = "chatworker-test-tools"
 SERVER_MODULE = "tests.servers.mcp_server"
@@ -324,7 +325,8 @@ def stdio_params(
     *,
     as_file: bool = False,
 ) -> StdioServerParameters:
-    """Parameters that spawn this server over stdio with a minimal environment.
+    """Parameters that spawn this server over stdio with a minimal environment (forked warm by
+    the test runner's zygote when tests use it: `app/testing/launcher.py`).
 
     `as_file=True` runs the file by path instead of `python -m`, as a deployment might.
     """
@@ -336,8 +338,12 @@ def stdio_params(
     env.update(extra_env or {})
     # `-m` from the repo root puts the root on sys.path, so no PYTHONPATH is needed; the file form
     # imports only installed packages.
-    args = [str(SERVER_FILE)] if as_file else ["-m", SERVER_MODULE]
-    return StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO_ROOT))
+    command = (
+        [sys.executable, str(SERVER_FILE)] if as_file else [sys.executable, "-m", SERVER_MODULE]
+    )
+    command, launcher_env = launched(command)
+    env.update(launcher_env)
+    return StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(REPO_ROOT))
 
 
 def main() -> None:

@@ -4,7 +4,8 @@ sees, or sets some state up and execs itself (`python -m tests.servers.zygote_pr
     report CODE    print one JSON line (session, env, cwd, argv, modules, logging), exit CODE
     exec CODE      configure logging, import app.config, install a SIGUSR1 handler, then exec
                    `report CODE`: the report must show none of it
-    sleep          sleep until killed
+    sleep          print "sleeping PID", then sleep until killed
+    echo           copy a line of stdin to stdout, then exit 0
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ def main(argv: list[str]) -> None:
         signal.signal(signal.SIGUSR1, lambda *_: None)
         os.execv(sys.executable, [sys.executable, "-m", __spec__.name, "report", argv[1]])
     if argv[0] == "sleep":
-        print("sleeping", flush=True)
+        print("sleeping", os.getpid(), flush=True)
         while True:
             time.sleep(1)
+
+    if argv[0] == "echo":
+        sys.stdout.write(sys.stdin.readline())
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
