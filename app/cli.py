@@ -15,10 +15,11 @@ import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from app import __version__
 from app.errors import ChatWorkerError
+from app.process_exit import exit_now
 
 DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
 
@@ -664,5 +665,10 @@ def _as_json(view: object) -> object:
     return asdict(view) if is_dataclass(view) and not isinstance(view, type) else view
 
 
+def run() -> NoReturn:
+    """The console script: `main`, then a quick exit (`app/process_exit.py`)."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.cli import main
+from app.process_exit import exit_now
 
 if __name__ == "__main__":
-    raise SystemExit(main(["cleanup", *sys.argv[1:]]))
+    exit_now(main(["cleanup", *sys.argv[1:]]))

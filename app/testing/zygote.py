@@ -50,6 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from app.process_exit import exit_now
+
 ENABLE_ENV = "CHATWORKER_TEST_ZYGOTE"
 # Where a launcher finds the zygote's socket (set in the launcher's environment, never the child's).
 SOCKET_ENV = "CHATWORKER_TEST_ZYGOTE_SOCKET"
@@ -184,12 +186,25 @@ def _fork(request: dict[str, Any], stdio: tuple[int, int, int] | None = None) ->
     if pid == 0:
         try:
             _become(request, stdio)
-        except SystemExit:
-            raise
+        except SystemExit as stop:
+            code = stop.code
         except BaseException:
             traceback.print_exc()
-            raise SystemExit(1) from None
+            code = 1
+        # Without the teardown of the zygote's heap, which a new interpreter would not have
+        # either (~2 s of CPU for litellm's objects alone).
+        exit_now(_exit_status(code))
     return pid
+
+
+def _exit_status(code: object) -> int:
+    """The status `sys.exit(code)` gives: None is 0, a message is printed and gives 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def _serve(line: bytes) -> None:

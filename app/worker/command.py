@@ -11,6 +11,7 @@ import logging
 import sys
 
 from app.config import get_settings
+from app.process_exit import exit_now
 from app.telemetry import logs
 
 
@@ -24,4 +25,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
