@@ -7,7 +7,9 @@ test. Under CI=true a skipped integration test is reported as a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,6 +180,24 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'chatworker.db'}"
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per test process, copied by every test that needs a
+    schema (as `migrated_template` is cloned on PostgreSQL)."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "chatworker.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    """SQLite's own online backup: the whole database, whatever its journal holds."""
+    with (
+        contextlib.closing(sqlite3.connect(source)) as read,
+        contextlib.closing(sqlite3.connect(target)) as write,
+    ):
+        read.backup(write)
+
+
 @pytest.fixture(params=["postgresql", "sqlite"])
 def any_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database at the head migration, once on PostgreSQL and once on SQLite.
@@ -191,7 +211,7 @@ def any_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
     server = str(request.getfixturevalue("postgres_server"))
     template = str(request.getfixturevalue("migrated_template"))
     url = str(request.getfixturevalue("sqlite_url"))
-    upgrade(url)
+    _copy_sqlite(request.getfixturevalue("migrated_sqlite_template"), Path(url.split("///", 1)[1]))
     yield url
     name = services.unique_name("copy")
     copy = services.create_database(server, name, template=template)
