@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import json
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.migrate import upgrade
+from app.process_exit import exit_now
 from app.testing import services
 from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
@@ -368,4 +368,4 @@ def _notes(extras: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
