@@ -1,5 +1,7 @@
-"""`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: measure, print a table, write
-JSON.
+"""`python -m bench [--quick | --smoke] [--only NAME[,NAME]] [--json PATH]`: measure, print a
+table, write JSON. `--quick` takes few samples; `--smoke` the fewest that still run every part of
+each measure (the test suite's: it proves each measure runs and reports, its figures mean
+nothing).
 
 Needs the same PostgreSQL and Redis as the tests (TEST_DATABASE_URL / TEST_REDIS_URL, or the
 local defaults); it works in throwaway databases and drops them afterwards.
@@ -16,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.migrate import upgrade
 from app.process_exit import exit_now
@@ -49,6 +51,8 @@ from bench.stats import Row, median, p95, single
 from bench.storage import measure_storage
 from bench.throughput import measure_throughput
 
+T = TypeVar("T")
+
 
 @contextlib.contextmanager
 def throwaway_database(server: str) -> Iterator[str]:
@@ -63,9 +67,18 @@ def throwaway_database(server: str) -> Iterator[str]:
 
 @dataclass
 class Context:
-    quick: bool
+    size: str  # "full", "quick" or "smoke"
     postgres: str
     redis: str
+
+    @property
+    def quick(self) -> bool:
+        """A short run (`--quick` or `--smoke`)."""
+        return self.size != "full"
+
+    def pick(self, full: T, quick: T, smoke: T) -> T:
+        """The value of this run's size."""
+        return {"full": full, "quick": quick, "smoke": smoke}[self.size]
 
     @contextlib.contextmanager
     def database(self) -> Iterator[str]:
@@ -87,7 +100,7 @@ Measured = tuple[list[Row], dict[str, Any]]
 
 
 def overhead(ctx: Context) -> Measured:
-    conversations = 10 if ctx.quick else 200
+    conversations = ctx.pick(200, 10, 3)
     with ctx.database() as url:
         floors = [measure_floor(url, conversations, floor) for floor in Floor]
         # Turn by turn in turns: the default, metrics off, and every echo result not kept
@@ -126,7 +139,7 @@ def overhead(ctx: Context) -> Measured:
 
 
 def pickup(ctx: Context) -> Measured:
-    trials, busy_with = (3, 10) if ctx.quick else (30, 200)
+    trials, busy_with = ctx.pick((30, 200), (3, 10), (1, 3))
     with ctx.processes() as (url, redis_db, workdir):
         idle, busy = measure_pickup(url, redis_db, workdir, trials, busy_with)
     rows: list[Row] = [
@@ -137,80 +150,80 @@ def pickup(ctx: Context) -> Measured:
 
 
 def fairness(ctx: Context) -> Measured:
-    return measure_fairness(ctx.processes, 1 if ctx.quick else 8)
+    return measure_fairness(ctx.processes, ctx.pick(8, 1, 1), flood=ctx.pick(100, 100, 30))
 
 
 def throughput(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_throughput(url, redis_db, workdir, 20 if ctx.quick else 300)
+        return measure_throughput(url, redis_db, workdir, ctx.pick(300, 20, 5))
 
 
 def llmcpu(ctx: Context) -> Measured:
     with ctx.database() as url:
-        return measure_llm_cpu(url, 3 if ctx.quick else 20)
+        return measure_llm_cpu(url, ctx.pick(20, 3, 1))
 
 
 def history(ctx: Context) -> Measured:
     with ctx.database() as url:
-        return measure_history(url, 3 if ctx.quick else 20)
+        return measure_history(url, ctx.pick(20, 3, 1))
 
 
 def janitor(ctx: Context) -> Measured:
-    total, stale, repeats = (20_000, 20, 3) if ctx.quick else (1_000_000, 1_000, 5)
+    total, stale, repeats = ctx.pick((1_000_000, 1_000, 5), (20_000, 20, 3), (20_000, 20, 1))
     with ctx.database() as url:
         return measure_janitor(url, total, stale, repeats)
 
 
 def retention(ctx: Context) -> Measured:
     with ctx.database() as url:
-        return measure_retention(url, 20_000 if ctx.quick else 1_000_000)
+        return measure_retention(url, ctx.pick(1_000_000, 20_000, 2_000))
 
 
 def storage(ctx: Context) -> Measured:
     with ctx.database() as url:
-        return measure_storage(url, 10 if ctx.quick else 100)
+        return measure_storage(url, ctx.pick(100, 10, 3))
 
 
 def capacity(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_capacity(url, redis_db, workdir, 20 if ctx.quick else 300)
+        return measure_capacity(url, redis_db, workdir, ctx.pick(300, 20, 5))
 
 
 def recovery(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        trials = 1 if ctx.quick else 10
+        trials = ctx.pick(10, 1, 1)
         return measure_recovery(url, redis_db, workdir, trials, production_trial=not ctx.quick)
 
 
 def footprint(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        turns, cold_starts, idle = (50, 1, 2.0) if ctx.quick else (1000, 3, 10.0)
+        turns, cold_starts, idle = ctx.pick((1000, 3, 10.0), (50, 1, 2.0), (10, 1, 0.5))
         return measure_footprint(url, redis_db, workdir, turns, cold_starts, idle_seconds=idle)
 
 
 def callcpu(ctx: Context) -> Measured:
     with services.claimed_redis_db(ctx.redis) as redis_db:
-        return measure_call_cpu(5 if ctx.quick else 40, redis_db)
+        return measure_call_cpu(ctx.pick(40, 5, 1), redis_db, warmups=ctx.pick(3, 3, 1))
 
 
 def cancel(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_cancel(url, redis_db, workdir, 3 if ctx.quick else 30)
+        return measure_cancel(url, redis_db, workdir, ctx.pick(30, 3, 1))
 
 
 def followers(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_followers(url, redis_db, workdir, 20 if ctx.quick else 500)
+        return measure_followers(url, redis_db, workdir, ctx.pick(500, 20, 5))
 
 
 def api(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        seconds, rounds = (1.0, 1) if ctx.quick else (12.0, 6)
+        seconds, rounds = ctx.pick((12.0, 6), (1.0, 1), (0.3, 1))
         return measure_api(url, redis_db, workdir, seconds, rounds)
 
 
 def sse(ctx: Context) -> Measured:
-    steps, idle = ((100,), 1.0) if ctx.quick else ((100, 300, 1000), 5.0)
+    steps, idle = ctx.pick(((100, 300, 1000), 5.0), ((100,), 1.0), ((20,), 0.3))
     with ctx.processes() as (url, redis_db, workdir):
         return measure_sse(
             url, redis_db, workdir, steps, rate=50 if ctx.quick else 40, idle_seconds=idle
@@ -219,7 +232,7 @@ def sse(ctx: Context) -> Measured:
 
 def ttft(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        return measure_ttft(url, redis_db, workdir, 10 if ctx.quick else 30)
+        return measure_ttft(url, redis_db, workdir, ctx.pick(30, 10, 2))
 
 
 MEASURES: dict[str, Callable[[Context], Measured]] = {
@@ -254,12 +267,15 @@ def _names(value: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a smoke run: few samples")
+    sizes = parser.add_mutually_exclusive_group()
+    sizes.add_argument("--quick", action="store_true", help="few samples")
+    sizes.add_argument("--smoke", action="store_true", help="the fewest: proves each runs")
     parser.add_argument("--only", type=_names, default=list(MEASURES), metavar="NAME[,NAME]")
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"))
     args = parser.parse_args(argv)
 
-    ctx = Context(args.quick, services.provide_postgres().url, services.provide_redis().url)
+    size = "smoke" if args.smoke else "quick" if args.quick else "full"
+    ctx = Context(size, services.provide_postgres().url, services.provide_redis().url)
     rows: list[Row] = []
     extras: dict[str, Any] = {}
     seconds: dict[str, float] = {}
@@ -277,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     _notes(extras)
     print("seconds per measure: " + ", ".join(f"{n} {s:.1f}" for n, s in seconds.items()))
     report: dict[str, Any] = {
-        "quick": args.quick,
+        "quick": ctx.quick,
+        "size": size,
         "rows": [dict(zip(("name", "median", "p95", "unit"), r, strict=True)) for r in rows],
         "seconds": seconds,
         **extras,

@@ -33,7 +33,9 @@ HISTORIES = (10, 100)
 LONG_ANSWER_TOKENS = 600
 
 
-def measure_call_cpu(calls: int, redis_url: str) -> tuple[list[Row], dict[str, Any]]:
+def measure_call_cpu(
+    calls: int, redis_url: str, warmups: int = 3
+) -> tuple[list[Row], dict[str, Any]]:
     prepare_litellm()
     rows: list[Row] = []
     figures: dict[str, float] = {}
@@ -47,10 +49,10 @@ def measure_call_cpu(calls: int, redis_url: str) -> tuple[list[Row], dict[str, A
                 ("raw HTTP floor, streamed", lambda m: _raw(llm, m, stream=True)),
                 ("raw HTTP floor, not streamed", lambda m: _raw(llm, m, stream=False)),
             ):
-                cpu = _cpu_per_call(run, messages, calls)
+                cpu = _cpu_per_call(run, messages, calls, warmups)
                 figures[f"{name} {size}"] = cpu
                 rows.append(single(f"CPU per model call, {name}, {size} msgs", cpu, "ms"))
-        rows += _streaming_cost(llm, redis_url, max(3, calls // 4), figures)
+        rows += _streaming_cost(llm, redis_url, max(warmups, calls // 4), warmups, figures)
     return rows, {"ms": figures}
 
 
@@ -74,9 +76,9 @@ def _history(size: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _cpu_per_call(run: Any, messages: list[dict[str, Any]], calls: int) -> float:
+def _cpu_per_call(run: Any, messages: list[dict[str, Any]], calls: int, warmups: int) -> float:
     async def loop() -> float:
-        for _ in range(3):  # warm-up: lazy imports, the connection pool
+        for _ in range(warmups):  # warm-up: lazy imports, the connection pool
             await run(messages)
         samples = []
         for _ in range(calls):
@@ -118,7 +120,7 @@ async def _raw(llm: FakeLLMServer, messages: list[dict[str, Any]], *, stream: bo
 
 
 def _streaming_cost(
-    llm: FakeLLMServer, redis_url: str, calls: int, figures: dict[str, float]
+    llm: FakeLLMServer, redis_url: str, calls: int, warmups: int, figures: dict[str, float]
 ) -> list[Row]:
     """A long answer (600 chunks) streamed to a real Redis through the broadcaster, against the
     same answer not streamed: the CPU each streamed token adds, and the Redis commands it costs."""
@@ -136,18 +138,18 @@ def _streaming_cost(
         await _litellm(llm, m, stream=True, sink=sink)
         sink.flush()
 
-    whole = _cpu_per_call(lambda m: _litellm(llm, m, stream=False), messages, calls)
-    floor_whole = _cpu_per_call(lambda m: _raw(llm, m, stream=False), messages, calls)
-    floor_streamed = _cpu_per_call(lambda m: _raw(llm, m, stream=True), messages, calls)
+    whole = _cpu_per_call(lambda m: _litellm(llm, m, stream=False), messages, calls, warmups)
+    floor_whole = _cpu_per_call(lambda m: _raw(llm, m, stream=False), messages, calls, warmups)
+    floor_streamed = _cpu_per_call(lambda m: _raw(llm, m, stream=True), messages, calls, warmups)
     sent_before, batches_before = broadcaster.sent_entries, broadcaster.sent_batches
     started = time.monotonic()
-    live = _cpu_per_call(streamed, messages, calls)
+    live = _cpu_per_call(streamed, messages, calls, warmups)
     wall = time.monotonic() - started
     broadcaster.close()
     channel.close()
     entries = broadcaster.sent_entries - sent_before
     batches = broadcaster.sent_batches - batches_before
-    per_call_entries = entries / (calls + 3)
+    per_call_entries = entries / (calls + warmups)
     # each write: an XADD per entry, an EXPIRE per conversation in the batch
     commands = entries + batches
     per_token_us = (live - whole) * 1000 / LONG_ANSWER_TOKENS

@@ -32,9 +32,13 @@ LIMIT = "4"
 
 
 def measure_fairness(
-    database: Any, probes: int, settings: tuple[tuple[str, dict[str, str]], ...] | None = None
+    database: Any,
+    probes: int,
+    settings: tuple[tuple[str, dict[str, str]], ...] | None = None,
+    flood: int = FLOOD_OUTSTANDING,
 ) -> tuple[list[Row], dict[str, Any]]:
-    """`database()` gives a fresh (url, redis, workdir) for each setting."""
+    """`database()` gives a fresh (url, redis, workdir) for each setting; alice keeps `flood`
+    turns outstanding."""
     settings = settings or (
         ("no limit", {}),
         (f"owner limit {LIMIT}", {"CHATWORKER_OWNER_MAX_RUNNING_TURNS": LIMIT}),
@@ -43,7 +47,7 @@ def measure_fairness(
     figures: dict[str, Any] = {}
     for label, env in settings:
         with database() as (url, redis_db, workdir):
-            alone, flooded, submitted = _phase(url, redis_db, workdir, env, probes)
+            alone, flooded, submitted = _phase(url, redis_db, workdir, env, probes, flood=flood)
         figures[label] = {"alone_ms": alone, "flooded_ms": flooded, "flood_turns": submitted}
         rows.append((f"fairness, {label}: bob alone", median(alone), p95(alone), "ms pickup"))
         rows.append(
@@ -53,7 +57,7 @@ def measure_fairness(
 
 
 def _phase(
-    url: str, redis_db: str, workdir: Path, env: dict[str, str], probes: int
+    url: str, redis_db: str, workdir: Path, env: dict[str, str], probes: int, *, flood: int
 ) -> tuple[list[float], list[float], int]:
     with rig(url, redis_db, workdir, {"text": "ok"}) as bench:
         bench.llm.script([], match=FLOOD, default={"delay": FLOOD_DELAY, "text": "ok"})
@@ -63,7 +67,9 @@ def _phase(
             alone = [_probe(bench, f"[bob alone {n:03d}]") for n in range(probes)]
             stop = threading.Event()
             submitted = [0]
-            flooder = threading.Thread(target=_flood, args=(bench, stop, submitted), daemon=True)
+            flooder = threading.Thread(
+                target=_flood, args=(bench, stop, submitted, flood), daemon=True
+            )
             flooder.start()
             time.sleep(2.0)  # the backlog builds
             try:
@@ -76,7 +82,7 @@ def _phase(
     return alone, flooded, submitted[0]
 
 
-def _flood(bench: Rig, stop: threading.Event, submitted: list[int]) -> None:
+def _flood(bench: Rig, stop: threading.Event, submitted: list[int], flood: int) -> None:
     outstanding = (
         select(func.count())
         .select_from(conversations)
@@ -85,7 +91,7 @@ def _flood(bench: Rig, stop: threading.Event, submitted: list[int]) -> None:
     while not stop.is_set():
         with bench.client.engine.connect() as connection:
             running = connection.execute(outstanding).scalar_one()
-        for _ in range(FLOOD_OUTSTANDING - running):
+        for _ in range(flood - running):
             conversation_id = bench.client.create_conversation(owner="alice")
             bench.client.submit_message(conversation_id, f"{FLOOD} {submitted[0]}")
             submitted[0] += 1

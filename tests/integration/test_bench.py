@@ -1,4 +1,5 @@
-"""The benchmark runs (a smoke test of `python -m bench --quick`; its times are not checked).
+"""The benchmark runs (`python -m bench --smoke`: the fewest samples that run every part of each
+measure; its times are not checked).
 
 The measures run in five groups, as five tests, so the test processes share them out."""
 
@@ -58,11 +59,11 @@ GROUPS = {
 
 
 def run_bench(measures: tuple[str, ...], out: Path, postgres: str, redis: str) -> str:
-    """`python -m bench --quick` as its own process (forked warm by the zygote, as the suite's
+    """`python -m bench --smoke` as its own process (forked warm by the zygote, as the suite's
     workers are; its workers then come from a zygote of its own), its output returned."""
     env = {**os.environ, "TEST_DATABASE_URL": postgres, "TEST_REDIS_URL": redis}
     log = out.with_suffix(".log")
-    command = [sys.executable, "-m", "bench", "--quick", "--only", ",".join(measures)]
+    command = [sys.executable, "-m", "bench", "--smoke", "--only", ",".join(measures)]
     process = start_process([*command, "--json", str(out)], env, REPO, log)
     try:
         # each group takes under a minute alone, ~2 on a loaded 2-core machine
@@ -77,7 +78,7 @@ def run_bench(measures: tuple[str, ...], out: Path, postgres: str, redis: str) -
 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", GROUPS)
-def test_quick_benchmark_prints_its_table_and_writes_json(
+def test_the_benchmark_prints_its_table_and_writes_json(
     postgres_server: str, redis_server: str, tmp_path: Path, group: str
 ) -> None:
     measures, prefixes = GROUPS[group]
