@@ -23,6 +23,7 @@ from app.models import Base
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.zygote import ENABLE_ENV as ZYGOTE_ENV
+from tests.database_pool import DatabasePool
 from tests.invariants import violations_after_test
 
 # The worker and API processes tests start are forked from one warm process per test runner
@@ -129,22 +130,28 @@ def migrated_template(postgres_server: str) -> Iterator[str]:
     services.drop_database(postgres_server, name)
 
 
+@pytest.fixture(scope="session")
+def database_pool(postgres_server: str, migrated_template: str) -> Iterator[DatabasePool]:
+    """Clones of the template, emptied and reused within this test process
+    (`tests/database_pool.py`)."""
+    pool = DatabasePool(postgres_server, migrated_template)
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def database_url(
-    postgres_server: str, migrated_template: str, request: pytest.FixtureRequest
-) -> Iterator[str]:
-    """A fresh PostgreSQL database at the head migration, for this test only.
+def database_url(database_pool: DatabasePool, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL database at the head migration, empty, for this test only.
 
     After the test, the structural invariants (tests/invariants.py) must hold in it, unless the
     test is marked `raw_rows` (it writes rows by hand to test the constraints themselves).
     """
-    name = services.unique_name("db")
-    url = services.create_database(postgres_server, name, template=migrated_template)
+    url = database_pool.take()
     yield url
     try:
         _check_invariants(url, request)
     finally:
-        services.drop_database(postgres_server, name)
+        database_pool.give_back(url)
 
 
 def _check_invariants(url: str, request: pytest.FixtureRequest) -> None:
@@ -208,18 +215,16 @@ def any_database_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "postgresql":
         yield str(request.getfixturevalue("database_url"))
         return
-    server = str(request.getfixturevalue("postgres_server"))
-    template = str(request.getfixturevalue("migrated_template"))
+    pool: DatabasePool = request.getfixturevalue("database_pool")
     url = str(request.getfixturevalue("sqlite_url"))
     _copy_sqlite(request.getfixturevalue("migrated_sqlite_template"), Path(url.split("///", 1)[1]))
     yield url
-    name = services.unique_name("copy")
-    copy = services.create_database(server, name, template=template)
+    copy = pool.take()
     try:
         copy_rows(url, copy)
         _check_invariants(copy, request)
     finally:
-        services.drop_database(server, name)
+        pool.give_back(copy)
 
 
 def copy_rows(source_url: str, target_url: str) -> None:
