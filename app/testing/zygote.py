@@ -23,6 +23,10 @@ forwards the signals it gets, exits with the child's exit code, and the zygote k
 the moment the launcher's connection drops (the launcher was killed), so the child lives exactly
 as long as the process its spawner knows.
 
+The socket is `/tmp/chatworker-zygote-PID.sock`, so a child finds the zygote that forked it from
+its parent pid alone: a child that starts processes itself (a benchmark a test runs) asks for them
+there (`RemoteZygote`) instead of starting a second zygote.
+
 Tests turn it on with `CHATWORKER_TEST_ZYGOTE=1` (`tests/conftest.py`); the benchmark's real runs
 never use it. Protocol, one JSON object per line: the caller writes
 `{"argv": [...], "env": {...}, "cwd": ..., "log": ...}`, the zygote answers `{"pid": N}` (or
@@ -43,7 +47,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import traceback
 from dataclasses import dataclass
@@ -56,6 +59,14 @@ ENABLE_ENV = "CHATWORKER_TEST_ZYGOTE"
 # Where a launcher finds the zygote's socket (set in the launcher's environment, never the child's).
 SOCKET_ENV = "CHATWORKER_TEST_ZYGOTE_SOCKET"
 LAUNCHER = Path(__file__).with_name("launcher.py")
+
+
+def socket_of(zygote_pid: int) -> str:
+    """Where the zygote with this pid listens: a process it forked finds it from its parent pid
+    alone, with nothing added to its environment."""
+    return f"/tmp/chatworker-zygote-{zygote_pid}.sock"
+
+
 PRELOAD = (
     "litellm",
     "sqlalchemy",
@@ -228,6 +239,8 @@ class _Launches:
 
     def __init__(self, path: str) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a zygote's that had this pid before
         self.listener.bind(path)
         self.listener.listen(128)
         self.connections: dict[int, socket.socket] = {}  # child pid -> its launcher
@@ -271,7 +284,7 @@ class _Launches:
         for pid, known in list(self.connections.items()):
             if known is connection:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                    os.killpg(pid, signal.SIGKILL)  # (a session leader: its children too)
                 connection.close()
                 del self.connections[pid]
 
@@ -302,7 +315,7 @@ def main() -> None:
     for module in PRELOAD:
         __import__(module)
     _pristine.append(_Pristine.now())
-    launches = _Launches(os.environ.pop(SOCKET_ENV))
+    launches = _Launches(socket_of(os.getpid()))
     _send({"ready": os.getpid()})
     pending = b""
     while True:
@@ -377,22 +390,27 @@ class Zygote:
         self._changed = threading.Condition()
         self._answers: list[dict[str, Any]] = []
         self._exits: dict[int, int] = {}
-        self.socket_path = os.path.join(tempfile.mkdtemp(prefix="zygote-"), "socket")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "app.testing.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, **FIXED_ENV, SOCKET_ENV: self.socket_path},
+            env={**os.environ, **FIXED_ENV},
         )
+        self.socket_path = socket_of(self._process.pid)
         self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
         self._reader.start()
         self._answer(timeout=300)  # {"ready": pid}
 
     @classmethod
-    def shared(cls) -> Zygote | None:
-        """This process's zygote when `CHATWORKER_TEST_ZYGOTE` is set (None: start plainly)."""
+    def shared(cls) -> Zygote | RemoteZygote | None:
+        """This process's zygote when `CHATWORKER_TEST_ZYGOTE` is set (None: start plainly): the
+        one that forked this process if there is one (a benchmark or a soak a test started),
+        else its own, started on first use."""
         if os.environ.get(ENABLE_ENV) != "1":
             return None
+        parent = socket_of(os.getppid())
+        if os.path.exists(parent):
+            return RemoteZygote(parent)
         if cls._instance is None or cls._instance._process.poll() is not None:
             cls._instance = cls()
         return cls._instance
@@ -438,6 +456,73 @@ class Zygote:
         with self._changed:
             self._changed.wait_for(lambda: pid in self._exits, timeout)
             return self._exits.get(pid)
+
+
+class RemoteZygote:
+    """The zygote that forked this process, asked over its socket as a launcher asks it: each
+    child's stdio handed over, its exit code read from the connection, and the child killed (its
+    process group) if this process dies first."""
+
+    def __init__(self, path: str) -> None:
+        self.socket_path = path
+
+    def spawn(
+        self, argv: list[str], env: dict[str, str], cwd: str | None, log: str
+    ) -> RemoteChild | None:
+        if argv[:1] != [sys.executable] or argv[1:2] != ["-m"]:
+            return None
+        request = {"argv": argv, "env": env, "cwd": cwd or os.getcwd()}
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        null = os.open(os.devnull, os.O_RDONLY)
+        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            connection.connect(self.socket_path)
+            message = (json.dumps(request) + "\n").encode()
+            socket.send_fds(connection, [message], [null, output, output])
+            answer = _line(connection, b"")
+        except (OSError, ValueError):
+            connection.close()
+            return None
+        finally:
+            os.close(null)
+            os.close(output)
+        if "pid" not in answer:
+            connection.close()
+            return None
+        return RemoteChild(answer["pid"], connection)
+
+
+class RemoteChild(ZygoteChild):
+    """A child of the parent's zygote; its exit code comes on its own connection."""
+
+    def __init__(self, pid: int, connection: socket.socket) -> None:
+        self.pid = pid
+        self.returncode = None
+        self._connection = connection
+        self._exited = threading.Event()
+        self._code: int | None = None
+        threading.Thread(target=self._await_exit, daemon=True, name=f"child-{pid}").start()
+
+    def _await_exit(self) -> None:
+        try:
+            self._code = int(_line(self._connection, b"")["code"])
+        except (OSError, ValueError, KeyError):
+            self._code = -signal.SIGKILL  # the zygote is gone, and killed it as it went
+        finally:
+            self._connection.close()
+            self._exited.set()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._exited.is_set():
+            self.returncode = self._code
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(f"zygote child {self.pid}", timeout or 0)
+        code = self.poll()
+        assert code is not None
+        return code
 
 
 def start_process(

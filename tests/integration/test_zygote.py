@@ -165,3 +165,18 @@ def test_a_launcher_without_the_zygote_execs_a_new_interpreter(tmp_path: Path) -
     found = json.loads(out)
     assert found["litellm_imported"] is False
     assert found["argv"] == ["report", "0"]
+
+
+def test_a_child_that_starts_a_process_gets_it_from_the_same_zygote(tmp_path: Path) -> None:
+    """A benchmark a test starts starts workers in turn: they come warm from the zygote that
+    forked it (asked over its socket), not from a second zygote of its own."""
+    log, inner = tmp_path / "probe.log", tmp_path / "inner.log"
+    env = _env(CHATWORKER_TEST_ZYGOTE="1")  # (as the suite's environment has it)
+    child = start_process([*PROBE, "spawn", str(inner)], env, tmp_path, log)
+    assert child.wait(timeout=60) == 0, log.read_text()
+    spawned = json.loads(log.read_text().splitlines()[-1])
+    assert (spawned["code"], spawned["remote"]) == (9, True)
+    found = _report(inner)
+    assert found["ppid"] == spawned["zygote"]  # a sibling of the process that asked for it
+    assert found["litellm_imported"] is True
+    assert found["env"] == env

@@ -6,6 +6,7 @@ sees, or sets some state up and execs itself (`python -m tests.servers.zygote_pr
                    `report CODE`: the report must show none of it
     sleep          print "sleeping PID", then sleep until killed
     echo           copy a line of stdin to stdout, then exit 0
+    spawn LOG      start `report 9` (logging to LOG) as a test would, print how it went
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def report(code: int) -> None:
         json.dumps(
             {
                 "pid": os.getpid(),
+                "ppid": os.getppid(),
                 "session_leader": os.getsid(0) == os.getpid(),
                 "env": dict(os.environ),
                 "cwd": os.getcwd(),
@@ -52,6 +54,16 @@ def main(argv: list[str]) -> None:
         while True:
             time.sleep(1)
 
+    if argv[0] == "spawn":
+        from pathlib import Path
+
+        from app.testing.zygote import RemoteChild, start_process
+
+        command = [sys.executable, "-m", __spec__.name, "report", "9"]
+        child = start_process(command, dict(os.environ), Path.cwd(), Path(argv[1]))
+        code = child.wait(timeout=60)
+        remote = isinstance(child, RemoteChild)
+        print(json.dumps({"code": code, "remote": remote, "zygote": os.getppid()}), flush=True)
     if argv[0] == "echo":
         sys.stdout.write(sys.stdin.readline())
         sys.stdout.flush()
