@@ -228,7 +228,7 @@ def _line(connection: socket.socket, received: bytes) -> dict[str, Any]:
     while not received.endswith(b"\n"):
         chunk = connection.recv(65536)
         if not chunk:
-            raise ConnectionError("the launcher left before its request was whole")
+            raise ConnectionError("the connection closed before a whole line")
         received += chunk
     request: dict[str, Any] = json.loads(received)
     return request
@@ -244,19 +244,38 @@ class _Launches:
         self.listener.bind(path)
         self.listener.listen(128)
         self.connections: dict[int, socket.socket] = {}  # child pid -> its launcher
+        # launchers whose request is not whole yet: what came of it, and its descriptors
+        self.requests: dict[socket.socket, tuple[bytes, list[int]]] = {}
 
     def watched(self) -> list[socket.socket]:
-        return [self.listener, *self.connections.values()]
+        return [self.listener, *self.requests, *self.connections.values()]
 
     def accept(self) -> None:
+        """A launcher connected: its request is read when it arrives, never waited for here (a
+        launcher slow to send, on a loaded machine, must not stall every other child)."""
         connection, _ = self.listener.accept()
-        connection.settimeout(10)
-        fds: list[int] = []
+        connection.setblocking(False)
+        self.requests[connection] = (b"", [])
+
+    def receive(self, connection: socket.socket) -> None:
+        """Part or all of a launcher's request (its line, its three descriptors); a whole one is
+        answered with a fork."""
+        received, fds = self.requests[connection]
         try:
-            received, fds, _, _ = socket.recv_fds(connection, 65536, 3)
-            request = _line(connection, received)
+            chunk, more, _, _ = socket.recv_fds(connection, 65536, 3)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk, more = b"", []
+        received, fds = received + chunk, fds + more
+        if chunk and not received.endswith(b"\n"):
+            self.requests[connection] = (received, fds)
+            return
+        del self.requests[connection]
+        try:
             if len(fds) != 3:
                 raise ConnectionError(f"{len(fds)} descriptors, not stdin, stdout and stderr")
+            request: dict[str, Any] = json.loads(received)
         except (OSError, ValueError) as error:
             for fd in fds:
                 os.close(fd)
@@ -273,6 +292,7 @@ class _Launches:
 
     @staticmethod
     def _answer(connection: socket.socket, message: dict[str, Any], *, last: bool) -> None:
+        connection.setblocking(True)  # (a line of a few bytes: the buffer takes it at once)
         with contextlib.suppress(OSError):
             connection.sendall((json.dumps(message) + "\n").encode())
         if last:
@@ -324,6 +344,8 @@ def main() -> None:
         for ready in readable:
             if ready is launches.listener:
                 launches.accept()
+            elif ready in launches.requests:
+                launches.receive(ready)
             elif isinstance(ready, socket.socket):
                 launches.dropped(ready)
         if 0 in readable:
