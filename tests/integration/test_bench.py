@@ -60,7 +60,7 @@ GROUPS = {
 
 def run_bench(measures: tuple[str, ...], out: Path, postgres: str, redis: str) -> str:
     """`python -m bench --smoke` as its own process (forked warm by the zygote, as the suite's
-    workers are; its workers then come from a zygote of its own), its output returned."""
+    workers are; the workers it starts come from the same zygote), its output returned."""
     env = {**os.environ, "TEST_DATABASE_URL": postgres, "TEST_REDIS_URL": redis}
     log = out.with_suffix(".log")
     command = [sys.executable, "-m", "bench", "--smoke", "--only", ",".join(measures)]
