@@ -14,6 +14,7 @@
     401     api_key_revoked           an API key that was revoked
     404     conversation_not_found    no such conversation, or another owner's
     404     turn_not_found            no such turn, or another owner's
+    404     response_not_found        no such response (/v1/responses: OpenAI's error shape)
     404     action_not_found          the turn never waited for that call id
     404     webhook_not_found         no such webhook or delivery, or another owner's
     404     not_found                 no such route
@@ -52,6 +53,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from app.api.responses.errors import ResponseNotFound, Unsupported, openai_error, speaks_openai
 from app.errors import (
     ActionAlreadyAnswered,
     ActionNotFound,
@@ -80,6 +82,7 @@ RETRY_AFTER_SECONDS = 2
 
 #: The client layer's refusals, most specific first (looked up along the exception's MRO).
 REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
+    ResponseNotFound: (404, "response_not_found"),
     ConversationNotFound: (404, "conversation_not_found"),
     TurnNotFound: (404, "turn_not_found"),
     ActionNotFound: (404, "action_not_found"),
@@ -160,6 +163,9 @@ def problem_response(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
+    if request is not None and speaks_openai(request.url.path):
+        return openai_error(status, code, detail, headers, **extra)
+    extra.pop("param", None)
     body = Problem(
         title=_TITLES.get(status, "Error"),
         status=status,
@@ -229,6 +235,8 @@ def install_handlers(app: FastAPI) -> None:
             extra["turn_id"] = str(exc.turn_id)
         if isinstance(exc, TooManyRunningTurns):
             headers["Retry-After"] = str(exc.retry_after)
+        if isinstance(exc, Unsupported) and exc.param is not None:
+            extra["param"] = exc.param
         return problem_response(request, status, code, str(exc), headers, **extra)
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:

@@ -19,6 +19,7 @@ from app.client.views import (
     MessageView,
     Submitted,
     ToolInfo,
+    TurnRecord,
     TurnView,
 )
 from app.live import Delta, Discarded, Fragment
@@ -43,5 +44,6 @@ __all__ = [
     "MessageView",
     "Submitted",
     "ToolInfo",
+    "TurnRecord",
     "TurnView",
 ]

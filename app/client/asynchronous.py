@@ -25,6 +25,7 @@ from app.client.views import (
     EventPage,
     FinishedTurn,
     Submitted,
+    TurnRecord,
     TurnView,
 )
 from app.config import Settings
@@ -216,6 +217,12 @@ class AsyncChatClient:
                 turn_id, timeout, log_interval=log_interval, owner=owner
             )
         )
+
+    async def turn_record(
+        self, turn_id: uuid.UUID | str, *, owner: str | None = None
+    ) -> TurnRecord:
+        """`ChatClient.turn_record`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.turn_record(turn_id, owner=owner))
 
     async def current_turn(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None

@@ -27,6 +27,7 @@ from app.client.views import (
     EventPage,
     EventView,
     FinishedTurn,
+    TurnRecord,
     TurnView,
 )
 from app.config import Settings
@@ -136,6 +137,16 @@ class ChatReader:
         with self.engine.connect() as connection:
             turn = reads.read_turn(connection, turn.id)
             return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
+
+    def turn_record(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnRecord:
+        """The turn, its conversation's setup and every event it committed (with the messages
+        they name), as of one moment; `TurnNotFound`."""
+        turn_id = parse_turn_id(turn_id)
+        with self.engine.connect() as connection, connection.begin():
+            conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
+            turn = reads.read_turn(connection, turn_id)
+            setup = reads.read_conversation(connection, conversation_id, None, messages=False)
+            return TurnRecord(turn, setup, reads.turn_events(connection, turn_id))
 
     def current_turn(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None

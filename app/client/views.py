@@ -233,6 +233,16 @@ class FinishedTurn:
 
 
 @dataclass(frozen=True)
+class TurnRecord:
+    """A turn with its conversation's setup (no messages) and every event it committed (each
+    `message.committed` with its message), read in one transaction."""
+
+    turn: TurnView
+    conversation: ConversationView
+    events: list[EventView]
+
+
+@dataclass(frozen=True)
 class ApiKeyView:
     """An API key as listed: never its secret."""
 

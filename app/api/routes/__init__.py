@@ -3,6 +3,7 @@ health checks)."""
 
 from fastapi import APIRouter
 
+from app.api.responses.routes import router as responses_router
 from app.api.routes import conversations, events, system, turns, webhooks
 
 router = APIRouter(prefix="/v1")
@@ -11,5 +12,6 @@ router.include_router(conversations.router)
 router.include_router(turns.router)
 router.include_router(events.router)
 router.include_router(webhooks.router)
+router.include_router(responses_router)
 
 __all__ = ["router"]

@@ -221,6 +221,22 @@ def read_events(
     return EventPage(conversation_id, found, head.event_seq, head.status, head[2])
 
 
+def turn_events(connection: Connection, turn_id: uuid.UUID) -> list[EventView]:
+    """Every committed event of the turn, in order, with the rows they name."""
+    query = (
+        select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS)
+        .outerjoin(turns, turns.c.id == events.c.turn_id)
+        .outerjoin(
+            messages,
+            (messages.c.conversation_id == events.c.conversation_id)
+            & (messages.c.seq == events.c.message_seq),
+        )
+        .where(events.c.turn_id == turn_id)
+        .order_by(events.c.seq)
+    )
+    return [_event_view(row._mapping) for row in connection.execute(query)]
+
+
 def read_catalogue(connection: Connection) -> list[ToolInfo]:
     """Every published tool, by name."""
     rows = connection.execute(select(catalog).order_by(catalog.c.name)).all()

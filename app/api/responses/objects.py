@@ -1,0 +1,131 @@
+"""The Responses API's objects built from a turn: the response, its input items. Pure.
+
+Usage is counted per turn: the turn's last response carries the turn's tokens (cached tokens
+are not counted yet: 0); an earlier response of the same turn, which ended at a pause, has
+`usage: null`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.api.responses.errors import ResponseNotFound
+from app.api.responses.ids import ResponseId
+from app.api.responses.translate import (
+    Segment,
+    Tools,
+    response_status,
+    segments,
+)
+from app.client.views import TurnRecord
+from app.models import CLARIFY_TOOL
+
+
+def tools_of(record: TurnRecord, servers: Mapping[str, str]) -> Tools:
+    client = {str(tool["name"]) for tool in record.conversation.client_tools}
+    if record.conversation.clarify:
+        client.add(CLARIFY_TOOL)
+    return Tools(frozenset(client), dict(servers))
+
+
+def segment_of(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> Segment:
+    found = segments(record.turn, record.events, tools_of(record, servers))
+    if response.segment >= len(found):
+        raise ResponseNotFound(f"no response {response}")
+    return found[response.segment]
+
+
+def last_segment(record: TurnRecord, servers: Mapping[str, str]) -> Segment:
+    return segments(record.turn, record.events, tools_of(record, servers))[-1]
+
+
+def response_object(
+    record: TurnRecord,
+    response: ResponseId,
+    servers: Mapping[str, str],
+    *,
+    background: bool | None = None,
+) -> dict[str, Any]:
+    """The response as OpenAI's `Response` object."""
+    all_segments = segments(record.turn, record.events, tools_of(record, servers))
+    if response.segment >= len(all_segments):
+        raise ResponseNotFound(f"no response {response}")
+    segment = all_segments[response.segment]
+    last = response.segment == len(all_segments) - 1
+    turn, conversation = record.turn, record.conversation
+    status = response_status(turn, segment, last)
+    error = None
+    if status == "failed":
+        error = {"code": _error_code(turn.error), "message": turn.error or "the turn failed"}
+    previous = None
+    if response.segment > 0:
+        previous = str(ResponseId(turn.id, response.segment - 1))
+    finished = status in ("completed", "failed", "cancelled", "incomplete")
+    return {
+        "id": str(response),
+        "object": "response",
+        "created_at": turn.created_at.timestamp(),
+        "completed_at": turn.finished_at.timestamp()
+        if finished and last and turn.finished_at is not None
+        else None,
+        "status": status,
+        "model": conversation.model,
+        "instructions": conversation.instructions,
+        "output": segment.output,
+        "error": error,
+        "incomplete_details": None,
+        "metadata": {},
+        "parallel_tool_calls": True,
+        "temperature": None,
+        "top_p": None,
+        "tool_choice": conversation.tool_choice,
+        "tools": _tools_echo(record, servers),
+        "background": background,
+        "previous_response_id": previous,
+        "conversation": {"id": str(conversation.id)},
+        "usage": _usage(record) if last else None,
+        "store": True,
+    }
+
+
+def input_items(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> list[Any]:
+    return list(segment_of(record, response, servers).input)
+
+
+def _usage(record: TurnRecord) -> dict[str, Any]:
+    turn = record.turn
+    return {
+        "input_tokens": turn.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": turn.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+    }
+
+
+def _tools_echo(record: TurnRecord, servers: Mapping[str, str]) -> list[dict[str, Any]]:
+    conversation = record.conversation
+    echoed: list[dict[str, Any]] = [
+        {
+            "type": "function",
+            "name": tool["name"],
+            "description": tool.get("description") or None,
+            "parameters": tool.get("parameters"),
+            "strict": False,
+        }
+        for tool in conversation.client_tools
+    ]
+    by_server: dict[str, list[str]] = {}
+    for name in conversation.tools:
+        by_server.setdefault(servers.get(name, "chatworker"), []).append(name)
+    for label, names in by_server.items():
+        echoed.append({"type": "mcp", "server_label": label, "allowed_tools": sorted(names)})
+    return echoed
+
+
+def _error_code(error: str | None) -> str:
+    text = (error or "").lower()
+    if "429" in text or "rate" in text:
+        return "rate_limit_exceeded"
+    return "server_error"

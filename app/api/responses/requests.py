@@ -1,0 +1,338 @@
+"""`POST /v1/responses` read into what it asks of us, or refused naming the parameter. Pure.
+
+parameter              taken as
+---------------------  -------------------------------------------------------------------
+model                  the conversation's model (a new conversation's; an existing one's
+                       must be the same)
+input                  a string, or items: `message` (role user; text or `input_text`
+                       parts), `function_call_output`, `mcp_approval_response`
+instructions           a new conversation's instructions (an existing one's: the same)
+previous_response_id   continue that response's conversation: answers continue its turn,
+                       a message starts the next turn (it must be the latest response)
+conversation           our conversation id (a string, or {"id": ...})
+tools                  `function` tools: the client executes them (`function_call` items);
+                       `mcp` tools: a worker's MCP server by `server_label`, optionally
+                       `allowed_tools`; absent: no tools, as OpenAI
+tool_choice            auto | none | required
+metadata, user, ...    see UNSUPPORTED / IGNORED
+background             answer at once with the queued response
+stream                 server-sent events (the stream of the turn)
+store                  must not be false: every response is stored
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.api.responses.errors import Unsupported
+from app.api.responses.ids import ResponseId, call_of_approval_request
+from app.client import Decision
+
+TOOL_CHOICES = ("auto", "none", "required")
+#: Accepted and without effect here (said in the docs).
+IGNORED = frozenset(
+    {"user", "safety_identifier", "prompt_cache_key", "service_tier", "include", "truncation"}
+)
+#: Refused with a clear 400 when given a value that is not the default.
+UNSUPPORTED = {
+    "temperature": None,
+    "top_p": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "reasoning": None,
+    "text": None,
+    "prompt": None,
+    "top_logprobs": None,
+    "context_management": None,
+    "stream_options": None,
+    "parallel_tool_calls": True,
+}
+KNOWN = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "previous_response_id",
+        "conversation",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "background",
+        "stream",
+        "store",
+    }
+)
+
+
+@dataclass(frozen=True)
+class McpTool:
+    server_label: str
+    allowed_tools: tuple[str, ...] | None  # None: all of the server's tools
+
+
+@dataclass(frozen=True)
+class CreateResponse:
+    model: str
+    text: str | None = None  # the user's message
+    outputs: dict[str, str] = field(default_factory=dict)  # function_call_output by call id
+    approvals: dict[str, Decision] = field(default_factory=dict)  # by call id
+    instructions: str | None = None
+    previous: ResponseId | None = None
+    conversation: uuid.UUID | None = None
+    client_tools: tuple[dict[str, Any], ...] = ()
+    mcp: tuple[McpTool, ...] = ()
+    tools_given: bool = False
+    tool_choice: str = "auto"
+    background: bool = False
+    stream: bool = False
+
+    @property
+    def answers(self) -> bool:
+        return bool(self.outputs or self.approvals)
+
+
+def parse_create(body: Any) -> CreateResponse:
+    if not isinstance(body, dict):
+        raise Unsupported("the body must be a JSON object")
+    for name in body:
+        if name in KNOWN or name in IGNORED:
+            continue
+        if name in UNSUPPORTED:
+            if body[name] is not None and body[name] != UNSUPPORTED[name]:
+                raise Unsupported(f"{name} is not supported by this server", param=name)
+            continue
+        raise Unsupported(f"unknown parameter {name!r}", param=name)
+    if body.get("store") is False:
+        raise Unsupported(
+            "store: false is not supported: every response is stored (that is what makes it "
+            "durable and resumable)",
+            param="store",
+        )
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise Unsupported("model is required (a string)", param="model")
+    text, outputs, approvals = _input(body.get("input"))
+    if text is not None and (outputs or approvals):
+        raise Unsupported(
+            "input holds a message and answers: send the answers (with previous_response_id) "
+            "first, then the message",
+            param="input",
+        )
+    previous = body.get("previous_response_id")
+    conversation = body.get("conversation")
+    if previous is not None and conversation is not None:
+        raise Unsupported(
+            "previous_response_id and conversation cannot both be given", param="conversation"
+        )
+    if (outputs or approvals) and previous is None:
+        raise Unsupported(
+            "function_call_output and mcp_approval_response answer a response: give its "
+            "previous_response_id",
+            param="previous_response_id",
+        )
+    client_tools, mcp = _tools(body.get("tools"))
+    _metadata(body.get("metadata"))
+    return CreateResponse(
+        model=model,
+        text=text,
+        outputs=outputs,
+        approvals=approvals,
+        instructions=_optional_text(body, "instructions"),
+        previous=None if previous is None else ResponseId.parse(previous, "previous_response_id"),
+        conversation=None if conversation is None else _conversation(conversation),
+        client_tools=client_tools,
+        mcp=mcp,
+        tools_given=body.get("tools") is not None,
+        tool_choice=_tool_choice(body.get("tool_choice")),
+        background=_flag(body, "background"),
+        stream=_flag(body, "stream"),
+    )
+
+
+def _metadata(value: Any) -> None:
+    if value is None or value == {}:
+        return
+    if not isinstance(value, dict):
+        raise Unsupported("metadata must be an object of strings", param="metadata")
+    raise Unsupported("metadata is not stored by this server yet", param="metadata")
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise Unsupported(f"{name} must be true or false", param=name)
+    return value
+
+
+def _optional_text(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise Unsupported(f"{name} must be a string", param=name)
+    return value
+
+
+def _conversation(value: Any) -> uuid.UUID:
+    if isinstance(value, dict):
+        value = value.get("id")
+    try:
+        return uuid.UUID(str(value)) if isinstance(value, str) else _bad_conversation(value)
+    except ValueError:
+        return _bad_conversation(value)
+
+
+def _bad_conversation(value: Any) -> uuid.UUID:
+    raise Unsupported(
+        f"conversation {value!r} is not a conversation id (a UUID)", param="conversation"
+    )
+
+
+def _tool_choice(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if value in TOOL_CHOICES:
+        return str(value)
+    raise Unsupported(
+        "tool_choice must be auto, none or required (a named tool is not supported yet)",
+        param="tool_choice",
+    )
+
+
+def _input(value: Any) -> tuple[str | None, dict[str, str], dict[str, Decision]]:
+    if isinstance(value, str):
+        return value, {}, {}
+    if not isinstance(value, list) or not value:
+        raise Unsupported("input must be a string or a non-empty list of items", param="input")
+    texts: list[str] = []
+    outputs: dict[str, str] = {}
+    approvals: dict[str, Decision] = {}
+    for index, item in enumerate(value):
+        where = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise Unsupported(f"{where} must be an object", param=where)
+        kind = item.get("type", "message" if "role" in item else None)
+        if kind == "message":
+            texts.append(_user_text(item, where))
+        elif kind == "function_call_output":
+            call_id, output = item.get("call_id"), item.get("output")
+            if not isinstance(call_id, str) or not call_id:
+                raise Unsupported(f"{where}.call_id must be a string", param=where)
+            if not isinstance(output, str):
+                raise Unsupported(
+                    f"{where}.output must be a string (other output kinds are not supported)",
+                    param=where,
+                )
+            _once(call_id, outputs, approvals, where)
+            outputs[call_id] = output
+        elif kind == "mcp_approval_response":
+            call_id = call_of_approval_request(item.get("approval_request_id"))
+            approve, reason = item.get("approve"), item.get("reason")
+            if not isinstance(approve, bool):
+                raise Unsupported(f"{where}.approve must be true or false", param=where)
+            if reason is not None and not isinstance(reason, str):
+                raise Unsupported(f"{where}.reason must be a string", param=where)
+            _once(call_id, outputs, approvals, where)
+            approvals[call_id] = Decision(approve, reason)
+        else:
+            raise Unsupported(
+                f"{where} is of type {kind!r}: this server takes message, "
+                "function_call_output and mcp_approval_response items",
+                param=where,
+            )
+    return ("\n\n".join(texts) if texts else None), outputs, approvals
+
+
+def _once(
+    call_id: str, outputs: dict[str, str], approvals: dict[str, Decision], where: str
+) -> None:
+    if call_id in outputs or call_id in approvals:
+        raise Unsupported(f"{where} answers call {call_id!r} a second time", param=where)
+
+
+def _user_text(item: dict[str, Any], where: str) -> str:
+    if item.get("role") != "user":
+        raise Unsupported(
+            f"{where}: only user messages are taken (give a new conversation's instructions "
+            "with instructions)",
+            param=where,
+        )
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        raise Unsupported(f"{where}.content must be a string or a list of parts", param=where)
+    parts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "input_text":
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise Unsupported(
+                f"{where}.content holds a {kind!r} part: only input_text is supported yet",
+                param=where,
+            )
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise Unsupported(f"{where}.content's input_text needs a text string", param=where)
+        parts.append(text)
+    return "".join(parts)
+
+
+def _tools(value: Any) -> tuple[tuple[dict[str, Any], ...], tuple[McpTool, ...]]:
+    if value is None:
+        return (), ()
+    if not isinstance(value, list):
+        raise Unsupported("tools must be a list", param="tools")
+    functions: list[dict[str, Any]] = []
+    servers: list[McpTool] = []
+    for index, tool in enumerate(value):
+        where = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            name = tool.get("name")
+            if not isinstance(name, str):
+                raise Unsupported(f"{where}.name must be a string", param=where)
+            parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+            functions.append(
+                {
+                    "name": name,
+                    "description": tool.get("description") or "",
+                    "parameters": parameters,
+                }
+            )
+        elif kind == "mcp":
+            servers.append(_mcp(tool, where))
+        else:
+            raise Unsupported(
+                f"{where} is of type {kind!r}: this server takes function and mcp tools",
+                param=where,
+            )
+    return tuple(functions), tuple(servers)
+
+
+def _mcp(tool: dict[str, Any], where: str) -> McpTool:
+    for name in ("server_url", "connector_id", "headers", "authorization"):
+        if tool.get(name) is not None:
+            raise Unsupported(
+                f"{where}.{name}: a worker connects only to the MCP servers it is configured "
+                "with; name one by server_label",
+                param=where,
+            )
+    if tool.get("require_approval") is not None:
+        raise Unsupported(
+            f"{where}.require_approval: approvals follow the server's own policy "
+            "(CHATWORKER_MCP_SERVERS) in this version",
+            param=where,
+        )
+    label = tool.get("server_label")
+    if not isinstance(label, str) or not label:
+        raise Unsupported(f"{where}.server_label must be a string", param=where)
+    allowed = tool.get("allowed_tools")
+    if isinstance(allowed, dict):
+        allowed = allowed.get("tool_names")
+    if allowed is not None and (
+        not isinstance(allowed, list) or not all(isinstance(n, str) for n in allowed)
+    ):
+        raise Unsupported(f"{where}.allowed_tools must be a list of names", param=where)
+    return McpTool(label, None if allowed is None else tuple(allowed))

@@ -1,0 +1,222 @@
+"""`/v1/responses` through the official `openai` Python SDK, against a real `chatworker serve` and a
+real worker (one of each for the module): the SDK's own calls, and every object it gets checked
+against the SDK's own types (it builds them without validation, so the test validates them)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response, ResponseItem
+from pydantic import TypeAdapter
+
+from app.testing.fake_llm import FakeLLMServer
+from tests.api.conftest import Deployment, owner_name
+from tests.worker_process import FAKE_MODEL
+
+pytestmark = pytest.mark.xdist_group("api-responses")
+
+HANG = {"hang": 30}
+LOCATE = {
+    "type": "function",
+    "name": "get_location",
+    "description": "The user's city.",
+    "parameters": {"type": "object", "properties": {}},
+}
+ITEMS = TypeAdapter(list[ResponseItem])
+
+
+@pytest.fixture
+def requests_sent() -> list[httpx.Request]:
+    return []
+
+
+@pytest.fixture
+def sdk(shared_api: Deployment, requests_sent: list[httpx.Request]) -> Iterator[openai.OpenAI]:
+    """The SDK as a web team would point it at us: a base URL and a key (a new owner's)."""
+    key = shared_api.key(owner_name("responses"))
+    http = httpx.Client(event_hooks={"request": [requests_sent.append]}, timeout=60)
+    client = openai.OpenAI(
+        base_url=f"{shared_api.apis[0].url}/v1", api_key=key, http_client=http, max_retries=2
+    )
+    yield client
+    client.close()
+
+
+def strict(raw: Any) -> Response:
+    """The response JSON validated against the SDK's type (the SDK itself does not)."""
+    return Response.model_validate(raw.http_response.json() if hasattr(raw, "http_response") else raw)
+
+
+def create(sdk: openai.OpenAI, **fields: Any) -> Response:
+    raw = sdk.responses.with_raw_response.create(model=FAKE_MODEL, **fields)
+    return strict(raw)
+
+
+def retrieve(sdk: openai.OpenAI, response_id: str) -> Response:
+    return strict(sdk.responses.with_raw_response.retrieve(response_id))
+
+
+def until(sdk: openai.OpenAI, response_id: str, *statuses: str, timeout: float = 30) -> Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = retrieve(sdk, response_id)
+        if found.status in statuses:
+            return found
+        assert time.monotonic() < deadline, f"response still {found.status}"
+        time.sleep(0.05)
+
+
+def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeLLMServer) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "Hello from the worker."}], match=token)
+    response = create(sdk, input=f"hi {token}", instructions="Be brief.")
+    assert response.status == "completed"
+    assert response.output_text == "Hello from the worker."
+    assert response.id.startswith("resp_") and response.object == "response"
+    assert response.usage is not None and response.usage.total_tokens > 0
+    assert response.usage.input_tokens_details.cached_tokens == 0
+    assert response.conversation is not None
+    assert response.instructions == "Be brief."
+    assert response.tools == [] and response.previous_response_id is None
+    # the SDK's own call gives the same object
+    assert sdk.responses.retrieve(response.id).output_text == "Hello from the worker."
+    items = sdk.responses.input_items.list(response.id)
+    assert [(item.type, item.role) for item in items.data] == [("message", "user")]  # type: ignore[union-attr]
+    ITEMS.validate_python([item.model_dump() for item in items.data])
+
+
+def test_background_answers_at_once_then_retrieve_polls(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "Done in the background.", "delay": 0.5}], match=token)
+    response = create(sdk, input=f"slow {token}", background=True)
+    assert response.status in ("queued", "in_progress") and response.background is True
+    assert response.output == [] and response.usage is not None
+    finished = until(sdk, response.id, "completed")
+    assert finished.output_text == "Done in the background."
+    assert finished.completed_at is not None
+
+
+def test_a_client_tool_is_a_function_call_answered_with_previous_response_id(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_loc", "name": "get_location", "arguments": {}}]},
+            {"text": "You are in Paris."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    first = create(sdk, input=f"where am I {token}", tools=[LOCATE])
+    assert first.status == "completed"  # as OpenAI: the response ends at the call
+    (call,) = first.output
+    assert call.type == "function_call" and call.name == "get_location"
+    assert call.call_id == "c_loc" and call.arguments == "{}"
+    assert first.tools[0].type == "function"
+
+    second = create(
+        sdk,
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "c_loc", "output": "Paris"}],
+        tools=[LOCATE],
+    )
+    assert second.status == "completed" and second.output_text == "You are in Paris."
+    assert second.previous_response_id == first.id
+    assert second.conversation == first.conversation
+    items = sdk.responses.input_items.list(second.id).data
+    assert [(i.type, getattr(i, "output", None)) for i in items] == [
+        ("function_call_output", "Paris")
+    ]
+    # the first response is unchanged: it ended at its call, and carries no usage of its own
+    again = retrieve(sdk, first.id)
+    assert [item.type for item in again.output] == ["function_call"] and again.usage is None
+    # answering it twice: the call has its answer
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(
+            sdk,
+            previous_response_id=first.id,
+            input=[{"type": "function_call_output", "call_id": "c_loc", "output": "Rome"}],
+        )
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+def test_cancel_stops_a_running_response(sdk: openai.OpenAI, fake_llm: FakeLLMServer) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    response = create(sdk, input=f"hang {token}", background=True)
+    deadline = time.monotonic() + 30
+    while not fake_llm.requests(match=token):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    cancelled = strict(sdk.responses.with_raw_response.cancel(response.id))
+    assert cancelled.status == "cancelled"
+    again = strict(sdk.responses.with_raw_response.cancel(response.id))  # idempotent
+    assert again.status == "cancelled"
+
+
+def test_a_busy_conversation_is_a_409_the_sdk_does_not_retry(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer, requests_sent: list[httpx.Request]
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    running = create(sdk, input=f"hang {token}", background=True)
+    assert running.conversation is not None
+    requests_sent.clear()
+    with pytest.raises(openai.ConflictError) as busy:
+        create(sdk, conversation=running.conversation.id, input="another")
+    assert busy.value.response.headers["x-should-retry"] == "false"
+    assert busy.value.body["code"] == "conversation_busy"  # type: ignore[index]
+    assert len(requests_sent) == 1  # max_retries=2, yet asked once
+    sdk.responses.cancel(running.id)
+
+
+def test_bad_requests_are_refused_in_openai_s_error_shape(
+    sdk: openai.OpenAI, shared_api: Deployment
+) -> None:
+    """Each bad input: the status and `param` it gets; nothing is written."""
+    cases: list[tuple[dict[str, Any], type[Exception], str | None]] = [
+        ({"input": "x", "store": False}, openai.BadRequestError, "store"),
+        ({"input": "x", "tools": [{"type": "web_search"}]}, openai.BadRequestError, "tools[0]"),
+        ({"input": [{"type": "reasoning", "summary": []}]}, openai.BadRequestError, "input[0]"),
+        ({"input": "x", "temperature": 0.2}, openai.BadRequestError, "temperature"),
+        (
+            {"input": "x", "tools": [{"type": "mcp", "server_label": "nope"}]},
+            openai.BadRequestError,
+            "tools",
+        ),
+        (
+            {"input": "x", "previous_response_id": "resp_" + "0" * 32},
+            openai.NotFoundError,
+            None,
+        ),
+        ({"input": "x", "previous_response_id": "nonsense"}, openai.BadRequestError, None),
+        (
+            {
+                "input": [{"type": "function_call_output", "call_id": "c", "output": "o"}],
+            },
+            openai.BadRequestError,
+            "previous_response_id",
+        ),
+    ]
+    before = shared_api.client.list_conversations(limit=100).conversations
+    for fields, error, param in cases:
+        with pytest.raises(error) as refused:
+            create(sdk, **fields)
+        body = refused.value.body  # type: ignore[attr-defined]
+        assert set(body) >= {"message", "type", "param", "code"}, body
+        if param is not None:
+            assert body["param"] == param, (fields, body)
+    assert shared_api.client.list_conversations(limit=100).conversations == before
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve("resp_" + uuid.uuid4().hex)
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve("not-a-response")
