@@ -44,6 +44,11 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/turns/{turn_id}/actions"): lambda _: {
         "outputs": [{"call_id": "call_1", "output": "bob's answer"}]
     },
+    ("post", "/v1/responses"): lambda alice: {
+        "model": "fake-model",
+        "input": "bob was here",
+        "conversation": alice.conversation,
+    },
     # (naming her conversation gets him its 404, tested in tests/api/test_webhooks_api.py)
     ("post", "/v1/webhooks"): lambda _: {"url": "https://bob.example/hooks"},
 }
@@ -57,6 +62,7 @@ NOT_FOUND = {
     "conversation_id": "conversation_not_found",
     "turn_id": "turn_not_found",
     "webhook_id": "webhook_not_found",
+    "response_id": "response_not_found",
 }
 # Routes with no id in their path, and what bob may get from them.
 WITHOUT_ID = {
@@ -68,6 +74,8 @@ WITHOUT_ID = {
     ("post", "/v1/webhooks"): 201,  # his own
     # Bob choosing alice's conversation id: taken, by whom is never said.
     ("post", "/v1/conversations"): 409,
+    # Bob continuing alice's conversation through the OpenAI dialect: not found.
+    ("post", "/v1/responses"): 404,
 }
 
 
@@ -184,12 +192,14 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
         "turn_id": alice.turn,
         "webhook_id": alice.webhook,
         "delivery_id": "424242",
+        "response_id": "resp_" + uuid.UUID(alice.turn).hex,
     }
     nobodys = {
         "conversation_id": str(uuid.uuid4()),
         "turn_id": str(uuid.uuid4()),
         "webhook_id": str(uuid.uuid4()),
         "delivery_id": "424242",
+        "response_id": "resp_" + uuid.uuid4().hex,
     }
     checked = []
     with shared_api.http(token=token) as http:
@@ -212,15 +222,25 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
             if names:
                 # Exactly what an id nobody has gets, but for the ids themselves.
                 assert response.status_code == 404, f"{where}: {response.status_code} {text}"
-                problem = assert_problem(response, 404, NOT_FOUND[names[0]])
+                problem = _not_found(response, NOT_FOUND[names[0]])
                 nobody = call(http, method, path, operation=operation, alice=alice, ids=nobodys)
-                assert _without(problem, hers) == _without(nobody.json(), nobodys), where
+                assert _without(problem, hers) == _without(
+                    _not_found(nobody, NOT_FOUND[names[0]]), nobodys
+                ), where
                 others = [v for k, v in hers.items() if k not in names]
                 assert not any(other in text for other in others), f"{where} leaked: {text}"
             else:
                 assert (method, path) in WITHOUT_ID, f"{where}: teach this test what bob may get"
                 assert response.status_code == WITHOUT_ID[method, path], f"{where}: {text}"
-                if response.status_code == 409:  # the id bob sent, and nothing more
+                if path == "/v1/responses":  # as a conversation nobody has: the id he sent
+                    body = BODIES[method, path](alice) | {
+                        "conversation": nobodys["conversation_id"]
+                    }
+                    nobody = http.post(path, json=body)
+                    assert text.replace(alice.conversation, "?") == nobody.text.replace(
+                        nobodys["conversation_id"], "?"
+                    ), where
+                elif response.status_code == 409:  # the id bob sent, and nothing more
                     problem = assert_problem(response, 409, "conversation_conflict")
                     assert _without(problem, hers) == _without(conflict, {"id": mine}), where
                 else:
@@ -232,6 +252,15 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
     assert len(checked) >= 12  # every route of the document, the stream included
     assert alice_state(shared_api, alice) == before  # untouched: still running, not cancelled
     assert owner_rows(shared_api.database_url, bob) == bobs_rows
+
+
+def _not_found(response: httpx.Response, code: str) -> dict[str, Any]:
+    """The 404's body: a problem, or on `/v1/responses` OpenAI's error object."""
+    if response.request.url.path.startswith("/v1/responses"):
+        error: dict[str, Any] = response.json()["error"]
+        assert error["code"] == code, error
+        return error
+    return assert_problem(response, 404, code)
 
 
 def _without(problem: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:

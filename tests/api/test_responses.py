@@ -50,7 +50,9 @@ def sdk(shared_api: Deployment, requests_sent: list[httpx.Request]) -> Iterator[
 
 def strict(raw: Any) -> Response:
     """The response JSON validated against the SDK's type (the SDK itself does not)."""
-    return Response.model_validate(raw.http_response.json() if hasattr(raw, "http_response") else raw)
+    return Response.model_validate(
+        raw.http_response.json() if hasattr(raw, "http_response") else raw
+    )
 
 
 def create(sdk: openai.OpenAI, **fields: Any) -> Response:
@@ -216,7 +218,8 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
         if param is not None:
             assert body["param"] == param, (fields, body)
     assert shared_api.client.list_conversations(limit=100).conversations == before
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         sdk.responses.retrieve("resp_" + uuid.uuid4().hex)
+    assert missing.value.body["code"] == "response_not_found"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve("not-a-response")
