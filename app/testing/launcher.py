@@ -9,7 +9,9 @@ forks the program onto them with exactly this environment (less the socket's ent
 directory, and it stays the program's stand-in for whoever spawned it: the signals it gets
 (TERM, INT, HUP) go to the program, it exits as the program exited (the same code, or killed by
 the same signal), and when it is killed itself the zygote sees its connection drop and kills the
-program at once.
+program at once. When whoever spawned it dies (a worker SIGKILLed by a crash test), the kernel
+sends it a SIGTERM (`PR_SET_PDEATHSIG`), which it forwards: the program does not wait to read
+the end of its input on a loaded machine, and no orphan outlives the test.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 SOCKET_ENV = "CHATWORKER_TEST_ZYGOTE_SOCKET"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def _line(connection: socket.socket) -> dict[str, Any] | None:
@@ -37,11 +40,23 @@ def _line(connection: socket.socket) -> dict[str, Any] | None:
     return message
 
 
+def _term_when_parent_dies(parent: int) -> None:
+    """SIGTERM to this process when its parent dies (Linux); at once if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _exec(argv: list[str]) -> None:
     os.execv(sys.executable, argv)
 
 
 def main(args: list[str]) -> None:
+    parent = os.getppid()
     argv = [sys.executable, *args]
     path = os.environ.pop(SOCKET_ENV, "")
     if args[:1] != ["-m"] or not path:
@@ -69,6 +84,7 @@ def main(args: list[str]) -> None:
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    _term_when_parent_dies(parent)
     exited = _line(connection)
     if exited is None:  # the zygote died (it outlives every test): take the program down with it
         os.kill(pid, signal.SIGKILL)

@@ -156,6 +156,29 @@ def test_a_launched_child_dies_with_its_launcher_and_gets_its_signals(
     assert launcher.stdout.read() == ""  # and its end of the pipe is closed
 
 
+def test_a_launched_child_is_stopped_when_the_launchers_parent_dies(tmp_path: Path) -> None:
+    """As when a crash test SIGKILLs the worker that spawned the MCP server: the kernel tells
+    the launcher (PR_SET_PDEATHSIG), which stops the program, though its input stays open."""
+    command, extra = launched([*PROBE, "sleep"])
+    spawner = (
+        "import subprocess, sys; child = subprocess.Popen(sys.argv[1:]); "
+        "print('launcher', child.pid, flush=True); child.wait()"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", spawner, *command], env={**_env(), **extra}, cwd=tmp_path,
+        text=True, start_new_session=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert parent.stdout is not None
+    word, launcher = parent.stdout.readline().split()
+    assert word == "launcher"
+    word, pid = parent.stdout.readline().split()
+    assert word == "sleeping"
+    parent.kill()
+    parent.wait(timeout=30)
+    assert _gone(int(launcher)), f"the launcher {launcher} outlived its parent"
+    assert _gone(int(pid)), f"the launched child {pid} outlived its launcher's parent"
+
+
 def test_a_launcher_without_the_zygote_execs_a_new_interpreter(tmp_path: Path) -> None:
     command = [sys.executable, "-I", "-S", str(LAUNCHER), "-m", "tests.servers.zygote_probe"]
     env = {key: value for key, value in _env().items() if key != SOCKET_ENV}
