@@ -50,6 +50,8 @@ class MessageView:
     tool_name: str | None
     is_error: bool
     created_at: datetime
+    # How a reply was streamed: {"attempt", "text": each live delta's length} (None: it was not)
+    reply_stream: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

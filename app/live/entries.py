@@ -46,6 +46,7 @@ class Delta:
     stream: str
     index: int
     fragments: tuple[Fragment, ...]
+    attempt: int = 0  # the call's attempt in its worker's claim (0, then 1, 2 after retries)
 
     @property
     def text(self) -> str:
@@ -104,15 +105,18 @@ def coalesce(fragments: Iterable[Fragment]) -> tuple[Fragment, ...]:
 def encode(entry: LiveEntry) -> dict[str, str]:
     """A flat map of strings (Redis Stream fields)."""
     match entry:
-        case Delta(message_seq, stream, index, fragments):
+        case Delta(message_seq, stream, index, fragments, attempt):
             parts = [[f.part, f.index, f.offset, f.text, f.call_id, f.name] for f in fragments]
-            return {
+            fields = {
                 "k": "delta",
                 "m": str(message_seq),
                 "s": stream,
                 "n": str(index),
                 "f": json.dumps(parts, separators=(",", ":"), ensure_ascii=False),
             }
+            if attempt:
+                fields["a"] = str(attempt)
+            return fields
         case Discarded(message_seq, stream, reason):
             return {"k": "discarded", "m": str(message_seq), "s": stream, "r": reason}
         case CommitNotice(seq):
@@ -129,7 +133,8 @@ def decode(fields: Mapping[str, str]) -> LiveEntry | None:
                 Fragment(str(p), int(i), int(o), str(t), c, n)
                 for p, i, o, t, c, n in json.loads(fields["f"])
             )
-            return Delta(int(fields["m"]), fields["s"], int(fields["n"]), fragments)
+            attempt = int(fields.get("a", 0))
+            return Delta(int(fields["m"]), fields["s"], int(fields["n"]), fragments, attempt)
         if kind == "discarded":
             return Discarded(int(fields["m"]), fields["s"], fields.get("r", ""))
         if kind == "committed":

@@ -63,6 +63,9 @@ class Message(Base):
     is_error: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sql_text("false"))
     # Why the model stopped (assistant messages): "length" marks tool calls cut off mid-way.
     finish_reason: Mapped[str | None] = mapped_column(String(32))
+    # How a reply was streamed (assistant messages): {"attempt": its ordinal, "text": the length
+    # of each live delta's text}, so a replay splits and numbers it as the live stream did.
+    reply_stream: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )

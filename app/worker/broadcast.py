@@ -20,6 +20,7 @@ import secrets
 import threading
 import time
 import uuid
+from typing import Any
 
 from app.live import (
     CALL,
@@ -136,6 +137,8 @@ class ReplyStream:
         self.message_seq = message_seq
         self.stream = secrets.token_hex(4)
         self.index = 0  # the next delta's number
+        self.attempt = 0  # restarts of the call (a retry's new stream)
+        self.text_split: list[int] = []  # the length of each sent delta's text
         self._offsets: dict[tuple[str, int], int] = {}
         self._pending: list[Fragment] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -154,6 +157,8 @@ class ReplyStream:
         self.abandon(reason)
         self.stream = secrets.token_hex(4)
         self.index = 0
+        self.attempt += 1
+        self.text_split = []
         self._offsets = {}
         self._sent_at = -math.inf
 
@@ -169,11 +174,23 @@ class ReplyStream:
         self._cancel_timer()
         if not self._pending:
             return
-        delta = Delta(self.message_seq, self.stream, self.index, coalesce(self._pending))
+        delta = Delta(
+            self.message_seq, self.stream, self.index, coalesce(self._pending), self.attempt
+        )
+        if delta.text:
+            self.text_split.append(len(delta.text))
         self._pending = []
         self.index += 1
         self._sent_at = time.monotonic()
         self.broadcaster.put(self.conversation_id, delta)
+
+    def shape(self) -> dict[str, Any] | None:
+        """How the reply was streamed, committed with it (`messages.reply_stream`): the attempt
+        and the length of each delta's text, so a replay splits it as the live stream did; None
+        when nothing was sent."""
+        if not self.index:
+            return None
+        return {"attempt": self.attempt, "text": list(self.text_split)}
 
     def _add(self, part: str, index: int, text: str, call_id: str | None, name: str | None) -> None:
         key = (part, index)

@@ -277,6 +277,7 @@ class StepLoop:
                     usage=reply.usage,
                     ttl=self.runner.settings.lease_ttl_seconds,
                     finish_reason=reply.finish_reason,
+                    reply_stream=sink.shape(),
                 )
                 self.iterations += 1
                 failpoints.hit("tool_calls_committed")
@@ -290,6 +291,7 @@ class StepLoop:
                     content=content,
                     usage=reply.usage,
                     finish_reason=reply.finish_reason,
+                    reply_stream=sink.shape(),
                 )
                 failpoints.hit("final_committed")
                 return Outcome.IDLE

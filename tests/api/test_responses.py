@@ -223,3 +223,75 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
     assert missing.value.body["code"] == "response_not_found"  # type: ignore[index]
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve("not-a-response")
+
+
+# --- streams ------------------------------------------------------------------------------------
+
+ANSWER = "The quick brown fox jumps over the lazy dog, streamed in pieces."
+STREAM_EVENTS = TypeAdapter(list[openai.types.responses.ResponseStreamEvent])
+
+
+def numbered(events: list[Any]) -> list[dict[str, Any]]:
+    """The events as sent (without what the SDK's helper adds: the text so far, the parse)."""
+    return [event.model_dump(exclude_none=True, exclude={"snapshot", "parsed"}) for event in events]
+
+
+def test_a_stream_reaches_the_sdk_s_final_response_and_every_replay_is_the_same(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"text": ANSWER, "stream": True, "chunks": 8, "chunk_delay": 0.1}], match=token
+    )
+    with sdk.responses.stream(model=FAKE_MODEL, input=f"stream {token}") as stream:
+        live = list(stream)
+        final = stream.get_final_response()
+    assert final.output_text == ANSWER and final.status == "completed"
+    types = [event.type for event in live]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types[-1] == "response.completed"
+    deltas = [event.delta for event in live if event.type == "response.output_text.delta"]
+    assert "".join(deltas) == ANSWER and len(deltas) > 1  # streamed, not in one piece
+    numbers = [event.sequence_number for event in live]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert numbers[0] == 0
+
+    # A replay (the SDK's own: from the start) gives the same events with the same numbers.
+    with sdk.responses.stream(response_id=final.id) as again:
+        replayed = list(again)
+        assert again.get_final_response().output_text == ANSWER
+    raw = list(sdk.responses.retrieve(final.id, stream=True))
+    STREAM_EVENTS.validate_python([event.model_dump() for event in raw])  # the SDK's own types
+    assert numbered(replayed)[:-1] == numbered(live)[:-1]
+    assert replayed[-1].sequence_number == live[-1].sequence_number
+
+    # Resumed after any event: exactly the events that followed it.
+    for cut in (1, len(live) // 2, len(live) - 2):
+        after = live[cut].sequence_number
+        resumed = list(sdk.responses.retrieve(final.id, stream=True, starting_after=after))
+        assert numbered(resumed)[:-1] == numbered(live[cut + 1 :])[:-1], cut
+
+
+def test_a_stream_dropped_mid_reply_resumes_exactly_where_it_stopped(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"text": ANSWER, "stream": True, "chunks": 12, "chunk_delay": 0.15}], match=token
+    )
+    seen: list[Any] = []
+    response_id = None
+    with sdk.responses.create(model=FAKE_MODEL, input=f"drop {token}", stream=True) as raw:
+        for event in raw:
+            seen.append(event)
+            response_id = response_id or event.response.id  # (response.created comes first)
+            if sum(e.type == "response.output_text.delta" for e in seen) == 3:
+                break  # the connection is dropped mid-reply
+    assert response_id is not None
+    last = seen[-1].sequence_number
+    rest = list(sdk.responses.retrieve(response_id, stream=True, starting_after=last))
+    assert rest[-1].type == "response.completed"
+    text = "".join(e.delta for e in [*seen, *rest] if e.type == "response.output_text.delta")
+    assert text == ANSWER  # nothing twice, nothing missing
+    whole = list(sdk.responses.retrieve(response_id, stream=True))
+    assert numbered([*seen, *rest])[:-1] == numbered(whole)[:-1]

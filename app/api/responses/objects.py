@@ -89,6 +89,40 @@ def response_object(
     }
 
 
+def initial_object(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> Any:
+    """The response as a stream's first events show it, the same on every replay: its setup,
+    no output, no usage; `status` filled in by the caller."""
+
+    def snapshot(status: str) -> dict[str, Any]:
+        return {
+            "id": str(response),
+            "object": "response",
+            "created_at": record.turn.created_at.timestamp(),
+            "completed_at": None,
+            "status": status,
+            "model": record.conversation.model,
+            "instructions": record.conversation.instructions,
+            "output": [],
+            "error": None,
+            "incomplete_details": None,
+            "metadata": {},
+            "parallel_tool_calls": True,
+            "temperature": None,
+            "top_p": None,
+            "tool_choice": record.conversation.tool_choice,
+            "tools": _tools_echo(record, servers),
+            "background": None,
+            "previous_response_id": None
+            if response.segment == 0
+            else str(ResponseId(record.turn.id, response.segment - 1)),
+            "conversation": {"id": str(record.conversation.id)},
+            "usage": None,
+            "store": True,
+        }
+
+    return snapshot
+
+
 def input_items(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> list[Any]:
     return list(segment_of(record, response, servers).input)
 

@@ -4,22 +4,27 @@ delete, and the input items. Errors are OpenAI's shape (`errors.py`)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.concurrency import run_in_threadpool
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import Authenticated, Caller
 from app.api.problems import documented
 from app.api.responses.errors import ResponseNotFound, Unsupported
 from app.api.responses.ids import ResponseId
-from app.api.responses.objects import input_items, response_object, tools_of
+from app.api.responses.objects import initial_object, input_items, response_object, tools_of
 from app.api.responses.requests import CreateResponse, McpTool, parse_create
+from app.api.responses.stream import ResponseEvents
 from app.api.responses.translate import segments
+from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
-from app.client import ConversationView, TurnRecord
+from app.client import ConversationView, Following, TurnRecord
 from app.errors import TurnNotFound
 from app.models import REQUIRES_ACTION
 
@@ -41,13 +46,14 @@ async def create_response(
     api: Api,
     body: Annotated[dict[str, Any], Body()],
     idempotency_key: IdempotencyKey = None,
-) -> dict[str, Any]:
+) -> Any:
     """A response: a new turn (or the answers that continue a paused one); waits for it to end
     or pause (at most the server's wait) unless `background`."""
     request = parse_create(body)
-    if request.stream:
-        raise Unsupported("stream: true is not supported by this server yet", param="stream")
     response = await run_in_threadpool(lambda: _create(api, caller, request, idempotency_key))
+
+    if request.stream:
+        return await _stream(api, caller, response, None)
     if not request.background:
         record = await api.follow_step(lambda: _wait(api, caller, response))
     else:
@@ -59,20 +65,24 @@ async def create_response(
 
 
 @router.get("/{response_id}", responses=documented(401, 404, 422, 503))
-def retrieve_response(
+async def retrieve_response(
     response_id: str,
+    *,
     caller: Authenticated,
     api: Api,
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
     stream: bool = False,
-) -> dict[str, Any]:
+    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+) -> Any:
     """The response as it is now (poll it until its status is no longer queued or
-    in_progress)."""
-    if stream:
-        raise Unsupported("stream=true is not supported by this server yet", param="stream")
+    in_progress); with `stream=true`, its events from the first (or after `starting_after`),
+    then live until it ends: the same events with the same numbers on every replay."""
     response = _parse(response_id)
-    record = _record(api, caller, response)
-    return response_object(record, response, _servers(api))
+    if stream:
+        return await _stream(api, caller, response, starting_after)
+    record = await run_in_threadpool(lambda: _record(api, caller, response))
+    servers = await run_in_threadpool(lambda: _servers(api))
+    return response_object(record, response, servers)
 
 
 @router.post("/{response_id}/cancel", responses=documented(401, 404, 422, 503))
@@ -128,6 +138,82 @@ def list_input_items(
         "last_id": page[-1]["id"] if page else None,
         "has_more": len(items) > limit,
     }
+
+
+# --- the stream ---------------------------------------------------------------------------------
+
+
+async def _stream(
+    api: ApiState, caller: Caller, response: ResponseId, starting_after: int | None
+) -> EventSourceResponse:
+    """The response's events as server-sent events: a follower of its conversation from just
+    before its turn's first event, rendered by `stream.ResponseEvents`, those after
+    `starting_after` written."""
+
+    def open_follower() -> tuple[ResponseEvents, list[dict[str, Any]], Following]:
+        record = _record(api, caller, response)
+        servers = _servers(api)
+        rendered = ResponseEvents(response, initial_object(record, response, servers))
+        first = rendered.begin(record.turn, tools_of(record, servers))
+        start = record.events[0].seq - 1 if record.events else 0
+        following = api.client.follow(
+            record.conversation.id,
+            start,
+            until=None,
+            poll_interval=STREAM_WAKE_SECONDS,
+            log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+            owner=caller.owner,
+        )
+        return rendered, first, following
+
+    api.open_stream()
+    try:
+        rendered, first, following = await api.follow_step(open_follower)
+    except BaseException:
+        api.close_stream()
+        raise
+    after = -1 if starting_after is None else starting_after
+
+    finished = False
+
+    def step() -> list[dict[str, Any]]:
+        """The next events (waiting for them), and the last one once the response ended."""
+        nonlocal finished
+        out: list[dict[str, Any]] = []
+        while not out and not rendered.ended:
+            item = next(following, None)
+            if item is None:
+                break
+            out += rendered.feed(item)
+            for more, _ in following.ready():
+                out += rendered.feed(more)
+        if rendered.ended:
+            record = _record(api, caller, response)
+            out += rendered.finish(response_object(record, response, _servers(api)))
+            finished = True
+        return out
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        try:
+            batch = first
+            while True:
+                for event in batch:
+                    if event["sequence_number"] > after:
+                        yield ServerSentEvent(data=json.dumps(event), event=event["type"])
+                if finished:
+                    break
+                batch = await api.follow_step(step)
+                if not batch:
+                    break  # the follower was closed
+        finally:
+            following.close()
+            api.close_stream()
+
+    return EventSourceResponse(
+        events(),
+        ping=api.settings.api_heartbeat_seconds,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 # --- the steps ----------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ class Segment:
 def segments(turn: TurnView, events: Sequence[EventView], tools: Tools) -> list[Segment]:
     """The turn's responses, in order, from its events (each `message.committed` with its
     message)."""
-    cut = _Cutter(turn, tools)
+    cut = Cutter(turn, tools)
     for event in events:
         cut.take(event)
     return cut.done()
@@ -115,7 +115,7 @@ def output_text(output: Iterable[dict[str, Any]]) -> str:
     )
 
 
-class _Cutter:
+class Cutter:
     def __init__(self, turn: TurnView, tools: Tools) -> None:
         self.turn = turn
         self.tools = tools

@@ -354,6 +354,7 @@ def _message_view(row: Any) -> MessageView:
         tool_name=row["tool_name"],
         is_error=row["is_error"],
         created_at=_aware(row["created_at"]),
+        reply_stream=row.get("reply_stream"),
     )
 
 

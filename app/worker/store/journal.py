@@ -114,6 +114,10 @@ _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "tool_name": bindparam("m_tool_name", type_=String),
     "is_error": bindparam("m_is_error", type_=Boolean),
     "finish_reason": bindparam("m_finish_reason", type_=String),
+    "reply_stream": bindparam(
+        "m_reply_stream",
+        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
+    ),
 }
 _JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 ACTIONS = bindparam("actions", type_=_JSON)
@@ -123,7 +127,7 @@ _OUTPUT_PARAMS: dict[str, BindParameter[Any]] = {
     "content": bindparam("o_content", type_=Text),
     "chars": bindparam("o_chars", type_=Integer),
 }
-JSON_PARAMETERS = ("m_tool_calls", "actions", "o_arguments")
+JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "actions", "o_arguments")
 
 
 def _insert_message(fenced: FromClause) -> Insert:
@@ -295,8 +299,9 @@ def output_parameters(arguments: dict[str, Any], content: str) -> dict[str, Any]
     return {"o_arguments": arguments, "o_content": content, "o_chars": len(content)}
 
 
-def message_parameters(entry: Entry) -> dict[str, Any]:
+def message_parameters(entry: Entry, reply_stream: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
+        "m_reply_stream": reply_stream,
         "m_seq": entry.seq,
         "m_role": entry.role,
         "m_content": entry.content,

@@ -163,10 +163,14 @@ class TurnStore:
         usage: Usage,
         ttl: float,
         finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
     ) -> Committed:
-        """The assistant's tool calls and status `tool_loop`, in one transaction."""
+        """The assistant's tool calls and status `tool_loop`, in one transaction (`reply_stream`:
+        how the reply was streamed, `messages.reply_stream`)."""
         entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
-        return self._step(StepKind.TOOL_CALLS, claim, status, entry, ttl=ttl, usage=usage)
+        return self._step(
+            StepKind.TOOL_CALLS, claim, status, entry, ttl=ttl, usage=usage, reply=reply_stream
+        )
 
     def record_tool_result(
         self,
@@ -218,11 +222,12 @@ class TurnStore:
         content: str,
         usage: Usage,
         finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
     ) -> Committed:
         """The final text; the turn completes and the conversation rests (`idle`) or moves on
         to the next waiting turn (`processing`), lease released, in one transaction."""
         entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
-        return self._step(StepKind.ANSWER, claim, status, entry, usage=usage)
+        return self._step(StepKind.ANSWER, claim, status, entry, usage=usage, reply=reply_stream)
 
     def finish(self, claim: Claim, *, status: str) -> Committed:
         """Complete the turn when its final text is already committed."""
@@ -271,6 +276,7 @@ class TurnStore:
         ttl: float | None = None,
         usage: Usage | None = None,
         extra: dict[str, Any] | None = None,
+        reply: dict[str, Any] | None = None,
     ) -> Committed:
         """The fenced UPDATE, the entry's INSERT and their events, atomically: all, or nothing."""
         if status != TOOL_LOOP and kind in fence.ENTERING:
@@ -278,7 +284,7 @@ class TurnStore:
         values = {
             "old_status": status,
             **journal.usage_parameters(usage),
-            **journal.message_parameters(entry),
+            **journal.message_parameters(entry, reply),
             **(extra or {}),
         }
         try:

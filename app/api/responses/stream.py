@@ -1,0 +1,437 @@
+"""A response as OpenAI's stream of events, numbered the same on every replay. Pure: the route
+feeds it what a follower of the conversation hands out (committed events with their messages,
+the reply's live deltas, discards) and writes out what it returns.
+
+    what comes in                        events (sequence_number)
+    -----------------------------------  ------------------------------------------------------
+    (the start)                          response.created (0)
+    the turn claimed for this response   response.in_progress (1)
+    a reply's live delta (its text)      output_item.added, content_part.added (a message, the
+                                         first time), output_text.delta
+    the reply committed                  the text pieces not yet sent, as the live stream split
+                                         them (`messages.reply_stream`), output_text.done,
+                                         content_part.done, output_item.done
+    a worker's tool call committed       output_item.added (mcp_call), mcp_call_arguments
+                                         .delta / .done, mcp_call.in_progress
+    its result committed                 mcp_call.completed | failed, output_item.done
+    the pause (calls for the client,     output_item.added / function_call_arguments.delta /
+    approvals asked)                     .done / output_item.done, per item; then the end
+    the end (or the pause)               response.completed | failed, or response.incomplete
+                                         for a cancelled response (status "cancelled": the SDK
+                                         has no response.cancelled event)
+    a live reply discarded (a retry,     output_item.done of the partial item, status
+    its worker died, ...)                "incomplete" (live only: a replay never shows it)
+
+**Numbering.** Every event but a reply's is numbered one after the other from what is committed,
+so a replay a month later gives the same numbers. A reply's block (from its output_item.added
+to its output_item.done) starts at `last + 1 + ordinal * ATTEMPT_STRIDE`: its `ordinal` is the
+claims of the turn since its last step times 16 plus the call's attempt in its claim (a retry),
+so the attempt that is committed is numbered exactly as it was streamed live (its split and
+attempt are committed with it), and an attempt that is discarded is numbered below every later
+one: a client resuming with `starting_after` from inside a discarded attempt gets the committed
+one whole, from its output_item.added, at the same output_index (replace the item you hold).
+Numbers rise on every stream; they skip over retried or crashed attempts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.api.responses.ids import ResponseId, message_item
+from app.api.responses.translate import Cutter, Tools
+from app.client.views import EventView, MessageView, TurnView
+from app.live import ANY_STREAM, Delta, Discarded
+from app.models import (
+    ACTION_REQUIRED,
+    MESSAGE_COMMITTED,
+    TERMINAL_EVENTS,
+    TURN_CANCELLED,
+    TURN_FAILED,
+    TURN_RESUMED,
+    TURN_STARTED,
+)
+
+ATTEMPT_STRIDE = 1 << 20  # numbers kept for one attempt of a reply: more deltas than it can have
+ATTEMPTS_PER_CLAIM = 16
+MAX_BLOCK_EVENTS = ATTEMPT_STRIDE - 8  # a reply streamed past this shows the rest at its commit
+
+Event = dict[str, Any]
+
+
+@dataclass
+class _LiveReply:
+    seq: int
+    stream: str
+    ordinal: int
+    base: int  # the number of its output_item.added
+    index: int  # its output_index
+    pieces: list[str] = field(default_factory=list)  # the text sent, delta by delta
+
+
+class ResponseEvents:
+    """One response's events; `feed` each item a follower hands out, in order, then `finish`
+    with the final response object once `ended`."""
+
+    def __init__(self, response: ResponseId, snapshot: Callable[[str], dict[str, Any]]) -> None:
+        """`snapshot(status)`: the response object at the start (fixed: no output, no usage)."""
+        self.response = response
+        self.turn_id = response.turn_id
+        self.snapshot = snapshot
+        self.last = -1
+        self.ended = False
+        self.terminal: str | None = None  # the event type that ends it
+        self._cutter: Cutter | None = None
+        self._claims_since_step = 0
+        self._live: _LiveReply | None = None
+        self._shown: dict[str, dict[str, Any]] = {}  # item id -> the state shown
+        self._started = False
+        self._last_seq = 0  # the turn's last committed message
+
+    def begin(self, turn: TurnView, tools: Tools) -> list[Event]:
+        self._cutter = Cutter(turn, tools)
+        return [self._event("response.created", response=self.snapshot("queued"))]
+
+    # --- what comes in ---------------------------------------------------------------------------
+
+    def feed(self, item: EventView | Delta | Discarded) -> list[Event]:
+        if self.ended:
+            return []
+        if isinstance(item, EventView):
+            return self._committed(item)
+        if isinstance(item, Delta):
+            return self._delta(item)
+        return self._discarded(item)
+
+    def finish(self, final: dict[str, Any]) -> list[Event]:
+        """The last event, with the response as it ended (read after `ended`)."""
+        kind = self.terminal or "response.completed"
+        return [self._event(kind, response=final)]
+
+    # --- committed events --------------------------------------------------------------------
+
+    def _committed(self, event: EventView) -> list[Event]:
+        if event.turn_id != self.turn_id or self._cutter is None:
+            return []
+        cutter = self._cutter
+        answering_before = cutter.answering
+        before = len(cutter.done_segments)
+        cutter.take(event)
+        out: list[Event] = []
+        if event.type in (TURN_STARTED, TURN_RESUMED):
+            if answering_before or event.type == TURN_STARTED:
+                self._claims_since_step = 0
+            else:
+                self._claims_since_step += 1
+            if self._mine(cutter) and not self._started:
+                self._started = True
+                out.append(
+                    self._event("response.in_progress", response=self.snapshot("in_progress"))
+                )
+            return out
+        reply_claims = self._claims_since_step
+        if event.type == MESSAGE_COMMITTED and event.message is not None:
+            if event.message.role == "assistant" or (
+                event.message.role == "tool" and not cutter.answering
+            ):
+                self._claims_since_step = 0  # a step of a worker
+            self._last_seq = max(self._last_seq, event.message.seq)
+        segment_index = self.response.segment
+        if segment_index < before:
+            return out  # (a later response's stream: nothing of ours is left)
+        segments = cutter.done()
+        if segment_index >= len(segments):
+            return out
+        segment = segments[segment_index]
+        if event.type == MESSAGE_COMMITTED and event.message is not None:
+            out += self._show(segment.output, event.message, reply_claims)
+        if event.type == ACTION_REQUIRED and segment_index == before:
+            out += self._show(segment.output, None, reply_claims)
+            self._end(None)
+        elif event.type in TERMINAL_EVENTS:
+            out += self._show(segment.output, None, reply_claims)
+            self._end(event.type)
+        return out
+
+    def _mine(self, cutter: Cutter) -> bool:
+        return len(cutter.done_segments) == self.response.segment
+
+    def _end(self, event_type: str | None) -> None:
+        self.ended = True
+        if event_type == TURN_FAILED:
+            self.terminal = "response.failed"
+        elif event_type == TURN_CANCELLED:
+            self.terminal = "response.incomplete"
+        else:
+            self.terminal = "response.completed"
+
+    # --- the output, as committed ------------------------------------------------------------
+
+    def _show(
+        self, output: list[dict[str, Any]], message: MessageView | None, claims: int
+    ) -> list[Event]:
+        """Events for what changed in the response's output since it was last shown (`claims`:
+        the turn's claims since its last step when `message` was made)."""
+        out: list[Event] = []
+        for index, item in enumerate(output):
+            shown = self._shown.get(item["id"])
+            kind = item["type"]
+            if kind == "message":
+                if shown is None or not shown.get("done"):
+                    out += self._message_block(index, item, message, claims)
+            elif kind == "mcp_call":
+                if shown is None:
+                    out += self._mcp_call_added(index, item)
+                    shown = self._shown[item["id"]]
+                if shown["status"] != item["status"] and item["status"] != "in_progress":
+                    out += self._mcp_call_done(index, item)
+            elif shown is None:
+                out += self._whole_item(index, item)
+        return out
+
+    def _message_block(
+        self, index: int, item: dict[str, Any], message: MessageView | None, claims: int
+    ) -> list[Event]:
+        text = item["content"][0]["text"]
+        stream = (message.reply_stream if message is not None else None) or {}
+        pieces = _pieces(text, stream.get("text"))
+        attempt = stream.get("attempt", 0)
+        attempt = min(attempt, ATTEMPTS_PER_CLAIM - 1) if isinstance(attempt, int) else 0
+        ordinal = claims * ATTEMPTS_PER_CLAIM + attempt
+        out: list[Event] = []
+        live = self._live
+        sent: list[str] = []
+        if live is not None and live.seq == _seq_of(item["id"]):
+            if live.ordinal == ordinal and "".join(live.pieces) == "".join(
+                pieces[: len(live.pieces)]
+            ):
+                sent = live.pieces
+                base = live.base
+            else:
+                out += self._drop_live("the committed reply is another attempt")
+                live = None
+        if live is None:
+            base = self.last + 1 + ordinal * ATTEMPT_STRIDE
+            out += self._open_message(base, index, item["id"])
+        number = base + 2 + len(sent)
+        for piece in pieces[len(sent) :]:
+            out.append(self._delta_event(number, index, item["id"], piece))
+            number += 1
+        item_id = item["id"]
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+        out.append(
+            self._at(
+                number,
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+        )
+        out.append(
+            self._at(
+                number + 1,
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            )
+        )
+        out.append(self._at(number + 2, "response.output_item.done", output_index=index, item=item))
+        self.last = number + 2
+        self._shown[item_id] = {"done": True}
+        self._live = None
+        return out
+
+    def _open_message(self, base: int, index: int, item_id: str) -> list[Event]:
+        item = {
+            "id": item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return [
+            self._at(base, "response.output_item.added", output_index=index, item=item),
+            self._at(
+                base + 1,
+                "response.content_part.added",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def _delta_event(self, number: int, index: int, item_id: str, piece: str) -> Event:
+        return self._at(
+            number,
+            "response.output_text.delta",
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            delta=piece,
+            logprobs=[],
+        )
+
+    def _mcp_call_added(self, index: int, item: dict[str, Any]) -> list[Event]:
+        item_id = item["id"]
+        start = {**item, "status": "in_progress", "output": None, "error": None}
+        out = [
+            self._event("response.output_item.added", output_index=index, item=start),
+            self._event(
+                "response.mcp_call_arguments.delta",
+                item_id=item_id,
+                output_index=index,
+                delta=item["arguments"],
+            ),
+            self._event(
+                "response.mcp_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                arguments=item["arguments"],
+            ),
+            self._event("response.mcp_call.in_progress", item_id=item_id, output_index=index),
+        ]
+        self._shown[item_id] = {"status": "in_progress"}
+        return out
+
+    def _mcp_call_done(self, index: int, item: dict[str, Any]) -> list[Event]:
+        kind = (
+            "response.mcp_call.failed"
+            if item["status"] == "failed"
+            else "response.mcp_call.completed"
+        )
+        self._shown[item["id"]] = {"status": item["status"]}
+        return [
+            self._event(kind, item_id=item["id"], output_index=index),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _whole_item(self, index: int, item: dict[str, Any]) -> list[Event]:
+        """An item shown at once: a function_call (its arguments in one delta), an approval
+        request."""
+        self._shown[item["id"]] = {"done": True}
+        if item["type"] != "function_call":
+            return [
+                self._event("response.output_item.added", output_index=index, item=item),
+                self._event("response.output_item.done", output_index=index, item=item),
+            ]
+        start = {**item, "arguments": "", "status": "in_progress"}
+        return [
+            self._event("response.output_item.added", output_index=index, item=start),
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=item["arguments"],
+            ),
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            ),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    # --- live -----------------------------------------------------------------------------------
+
+    def _delta(self, delta: Delta) -> list[Event]:
+        cutter = self._cutter
+        if cutter is None or not self._started or not self._mine(cutter):
+            return []
+        if delta.message_seq <= self._last_seq or not delta.text:
+            return []
+        out: list[Event] = []
+        live = self._live
+        if live is not None and (live.seq != delta.message_seq or live.stream != delta.stream):
+            out += self._drop_live("the model call started over")
+            live = None
+        if live is None:
+            segment = cutter.done()[-1]
+            ordinal = self._claims_since_step * ATTEMPTS_PER_CLAIM + min(
+                delta.attempt, ATTEMPTS_PER_CLAIM - 1
+            )
+            item_id = message_item(self.turn_id, delta.message_seq)
+            live = _LiveReply(
+                delta.message_seq,
+                delta.stream,
+                ordinal,
+                self.last + 1 + ordinal * ATTEMPT_STRIDE,
+                len(segment.output),
+            )
+            self._live = live
+            out += self._open_message(live.base, live.index, item_id)
+        if len(live.pieces) >= MAX_BLOCK_EVENTS:
+            return out
+        item_id = message_item(self.turn_id, live.seq)
+        out.append(
+            self._delta_event(live.base + 2 + len(live.pieces), live.index, item_id, delta.text)
+        )
+        live.pieces.append(delta.text)
+        return out
+
+    def _discarded(self, discarded: Discarded) -> list[Event]:
+        live = self._live
+        if live is None or live.seq != discarded.message_seq:
+            return []
+        if discarded.stream not in (live.stream, ANY_STREAM):
+            return []
+        return self._drop_live(discarded.reason)
+
+    def _drop_live(self, reason: str) -> list[Event]:
+        live = self._live
+        assert live is not None
+        self._live = None
+        item_id = message_item(self.turn_id, live.seq)
+        text = "".join(live.pieces)
+        item = {
+            "id": item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": "incomplete",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
+        }
+        return [
+            self._at(
+                live.base + 2 + len(live.pieces),
+                "response.output_item.done",
+                output_index=live.index,
+                item=item,
+            )
+        ]
+
+    # --- numbering ------------------------------------------------------------------------------
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        self.last += 1
+        return {"type": kind, "sequence_number": self.last, **fields}
+
+    def _at(self, number: int, kind: str, **fields: Any) -> Event:
+        return {"type": kind, "sequence_number": number, **fields}
+
+
+def _seq_of(item_id: str) -> int:
+    return int(item_id.rsplit("_", 1)[1])
+
+
+def _pieces(text: str, split: Any) -> list[str]:
+    """The text cut as the live stream sent it; one piece when that is not known."""
+    known = isinstance(split, list) and all(isinstance(n, int) and n > 0 for n in split)
+    if known and split and sum(split) == len(text):
+        pieces, at = [], 0
+        for length in split:
+            pieces.append(text[at : at + length])
+            at += length
+        return pieces
+    return [text] if text else []
+
+
+__all__ = ["ATTEMPT_STRIDE", "ResponseEvents"]
