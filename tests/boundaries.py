@@ -6,6 +6,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.worker.plan, .transcript, .entry, the standard library (and each other) only: pure
     .offer, .verdict
     app.client.admission                  the standard library and app.client.views only: pure
+    app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
+    .translate, .objects, .stream         the views, the live entries, app.models and app.errors:
+                                          pure (the routes do the reading)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     everything under app/ but the two     none of SQLAlchemy's query building (select, insert,
@@ -30,6 +33,17 @@ PURE = (
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",
+)
+DIALECT_PURE = tuple(
+    f"app.api.responses.{name}" for name in ("ids", "requests", "translate", "objects", "stream")
+)
+DIALECT_MAY_IMPORT = (
+    *DIALECT_PURE,
+    "app.api.responses.errors",
+    "app.client.views",
+    "app.live.entries",
+    "app.models",
+    "app.errors",
 )
 ADMISSION = "app.client.admission"
 ADMISSION_MAY_IMPORT = ("app.client.views",)
@@ -66,6 +80,7 @@ def check(root: Path, package: str = "app") -> list[Crossing]:
     found = [
         *_pure(graph),
         *_admission(graph),
+        *_dialect(graph),
         *_client(graph),
         *_app(graph),
         *_sql(root, package),
@@ -94,6 +109,16 @@ def _admission(graph: dict[str, set[str]]) -> Iterable[Crossing]:
             continue
         if not any(_within(imported, allowed) for allowed in ADMISSION_MAY_IMPORT):
             yield Crossing(ADMISSION, imported, "admission is pure: the standard library and views")
+
+
+def _dialect(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module in DIALECT_PURE:
+        for imported in graph.get(module, ()):
+            top = imported.split(".")[0]
+            if top in sys.stdlib_module_names or top == "__future__":
+                continue
+            if not any(_within(imported, allowed) for allowed in DIALECT_MAY_IMPORT):
+                yield Crossing(module, imported, "the dialect's translation is pure")
 
 
 def _sql(root: Path, package: str) -> Iterable[Crossing]:

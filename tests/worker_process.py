@@ -37,8 +37,10 @@ def mcp_servers_json(ledger: Path, notes: Path, extra_tools: str = "", *, warm: 
 def worker_environment(
     database_url: str, redis_url: str, api_base: str, ledger: Path, notes: Path, **extra: str
 ) -> dict[str, str]:
-    """The environment of a test worker: the MCP test server, this checkout on PYTHONPATH."""
-    servers = mcp_servers_json(ledger, notes)
+    """The environment of a test worker: the MCP test server, this checkout on PYTHONPATH.
+    `MCP_EXTRA_TOOLS` in `extra` names the server's opt-in tools (not a variable of the
+    worker's: the server is given it)."""
+    servers = mcp_servers_json(ledger, notes, extra.pop("MCP_EXTRA_TOOLS", ""))
     return worker_process.worker_environment(
         database_url, redis_url, api_base, servers, **{"PYTHONPATH": str(REPO), **extra}
     )

@@ -17,9 +17,14 @@ from pydantic import TypeAdapter
 
 from app.testing.fake_llm import FakeLLMServer
 from tests.api.conftest import Deployment, owner_name
+from tests.servers.mcp_server import read_ledger
 from tests.worker_process import FAKE_MODEL
 
 pytestmark = pytest.mark.xdist_group("api-responses")
+
+# The MCP test server with its destructive tool, whose calls wait for the user's approval.
+API_ENV = {"MCP_EXTRA_TOOLS": "erase_notes"}
+MCP = {"type": "mcp", "server_label": "tools"}
 
 HANG = {"hang": 30}
 LOCATE = {
@@ -295,3 +300,97 @@ def test_a_stream_dropped_mid_reply_resumes_exactly_where_it_stopped(
     assert text == ANSWER  # nothing twice, nothing missing
     whole = list(sdk.responses.retrieve(response_id, stream=True))
     assert numbered([*seen, *rest])[:-1] == numbered(whole)[:-1]
+
+
+# --- the worker's MCP tools ---------------------------------------------------------------------
+
+
+def test_mcp_calls_are_mcp_call_items_and_an_approval_is_a_round_trip(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+            {"tool_calls": [{"id": "c_erase", "name": "erase_notes", "arguments": {}}]},
+            {"text": "Added, then erased."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    tools = [{**MCP, "allowed_tools": ["add", "erase_notes"]}]
+    first = create(sdk, input=f"add then erase {token}", tools=tools)
+    assert first.status == "completed"
+    add, ask = first.output
+    assert add.type == "mcp_call" and (add.name, add.server_label) == ("add", "tools")
+    assert add.output == "5.0" and add.error is None  # (the demo add returns a float)
+    assert ask.type == "mcp_approval_request" and ask.name == "erase_notes"
+    assert first.tools[0].type == "mcp"
+
+    second = create(
+        sdk,
+        previous_response_id=first.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": ask.id, "approve": True}],
+    )
+    assert second.status == "completed" and second.output_text == "Added, then erased."
+    erase = second.output[0]
+    assert erase.type == "mcp_call" and erase.approval_request_id == ask.id
+    assert erase.output == "All notes erased."
+    items = sdk.responses.input_items.list(second.id).data
+    assert [(i.type, getattr(i, "approve", None)) for i in items] == [
+        ("mcp_approval_response", True)
+    ]
+
+
+def test_cancel_during_a_slow_tool_reaches_the_mcp_server(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer, shared_api: Deployment
+) -> None:
+    label = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c_slow", "name": "slow", "arguments": {"seconds": 30, "label": label}}
+                ]
+            }
+        ],
+        match=label,
+        mode="by_iteration",
+    )
+    response = create(
+        sdk, input=f"slowly {label}", tools=[{**MCP, "allowed_tools": ["slow"]}], background=True
+    )
+    ledger = shared_api.tmp / "ledger.jsonl"
+
+    def entries(tool: str) -> list[dict[str, Any]]:
+        return [
+            e for e in read_ledger(ledger) if e["tool"] == tool and e["arguments"]["label"] == label
+        ]
+
+    deadline = time.monotonic() + 60
+    while not entries("slow"):
+        assert time.monotonic() < deadline, "the slow tool never started"
+        time.sleep(0.05)
+    cancelled = strict(sdk.responses.with_raw_response.cancel(response.id))
+    assert cancelled.status == "cancelled"
+    (call,) = cancelled.output
+    assert call.type == "mcp_call" and call.status == "failed"
+    deadline = time.monotonic() + 30
+    while not entries("slow:cancelled"):  # the server heard notifications/cancelled
+        assert time.monotonic() < deadline, "the MCP server was never told"
+        time.sleep(0.05)
+
+
+def test_a_cancelled_stream_ends_with_response_incomplete(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([HANG], match=token)
+    with sdk.responses.create(model=FAKE_MODEL, input=f"hang {token}", stream=True) as raw:
+        events = []
+        for event in raw:
+            events.append(event)
+            if event.type == "response.in_progress":
+                sdk.responses.cancel(event.response.id)
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.status == "cancelled"

@@ -81,6 +81,25 @@ def test_admission_may_import_only_the_standard_library_and_the_views(tmp_path: 
     ]
 
 
+def test_the_dialect_s_translation_reads_nothing_itself(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "app.api.responses.stream",
+        "from app.api.responses.translate import Cutter\nfrom app.live.entries import Delta\n"
+        "from app.client.store import reads\n",
+    )
+    write(tmp_path, "app.api.responses.translate", "from app.client.views import TurnView\n")
+    write(tmp_path, "app.client.views", "import uuid\n")
+    write(tmp_path, "app.client.store.reads", "")
+    write(tmp_path, "app.live.entries", "")
+
+    pure = "the dialect's translation is pure"
+    assert check(tmp_path) == [
+        Crossing("app.api.responses.stream", "app.client.store.reads", pure),
+        Crossing("app.api.responses.stream", "app.client.store", pure),
+    ]
+
+
 def test_sql_is_built_only_in_the_stores_and_the_models(tmp_path: Path) -> None:
     write(tmp_path, "app.client.facade", "from sqlalchemy import Engine, select\n")
     write(tmp_path, "app.budgets", "import sqlalchemy as sa\n")

@@ -28,7 +28,7 @@ from typing import Any
 
 from app.api.responses.errors import Unsupported
 from app.api.responses.ids import ResponseId, call_of_approval_request
-from app.client import Decision
+from app.client.views import Decision
 
 TOOL_CHOICES = ("auto", "none", "required")
 #: Accepted and without effect here (said in the docs).

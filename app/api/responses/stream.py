@@ -42,7 +42,7 @@ from typing import Any
 from app.api.responses.ids import ResponseId, message_item
 from app.api.responses.translate import Cutter, Tools
 from app.client.views import EventView, MessageView, TurnView
-from app.live import ANY_STREAM, Delta, Discarded
+from app.live.entries import ANY_STREAM, Delta, Discarded
 from app.models import (
     ACTION_REQUIRED,
     MESSAGE_COMMITTED,
