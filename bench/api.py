@@ -657,7 +657,8 @@ def measure_ttft(
         found, undelta = loadgen.run(_ttft(d, samples + 1))  # the first is a warm-up
         setup = d.setup_seconds
     for values in found.values():
-        del values[0]
+        if len(values) > 1:
+            del values[0]  # each kind's first turn warms it up
     rows: list[Row] = [
         (
             "ttft: POST .../messages -> first message.delta",
@@ -678,6 +679,18 @@ def measure_ttft(
             p95(found["model_to_delta_ms"]),
             "ms",
         ),
+        (
+            "ttft: POST /v1/responses (stream) -> first response.output_text.delta",
+            median(found["responses_ttft_ms"]),
+            p95(found["responses_ttft_ms"]),
+            "ms",
+        ),
+        (
+            "ttft: its first output_text.delta after our stream's first message.delta",
+            median(found["responses_after_ours_ms"]),
+            p95(found["responses_after_ours_ms"]),
+            "ms",
+        ),
     ]
     extra = {**found, "samples": samples, "auth": AUTH, "answer": TTFT_ANSWER}
     extra.update(committed_before_a_delta=undelta, setup_seconds=setup)
@@ -692,12 +705,18 @@ async def _ttft(d: Deployment, samples: int) -> tuple[dict[str, list[float]], in
         "pickup_ms": [],
         "model_to_delta_ms": [],
         "turn_ms": [],
+        "responses_ttft_ms": [],
+        "responses_after_ours_ms": [],
     }
     undelta = [0]  # turns whose reply was committed before any delta reached the client
     http = d.connection()
     body = await loadgen.call(http, ("POST", "/v1/conversations", b"{}"), 201)
     conversation_id = json.loads(body)["id"]
+    model = json.loads(body)["model"]
     for n in range(samples):
+        # Every other turn goes through OpenAI's dialect (POST /v1/responses, stream=true): the
+        # same turn on our own stream and on the response's, both timed from the one POST.
+        dialect = n % 2 == 1
         page = await loadgen.call(
             http, ("GET", f"/v1/conversations/{conversation_id}/events?limit=1", None), 200
         )
@@ -705,33 +724,37 @@ async def _ttft(d: Deployment, samples: int) -> tuple[dict[str, list[float]], in
         loop = asyncio.get_running_loop()
         first: asyncio.Future[float] = loop.create_future()
         done: asyncio.Future[float] = loop.create_future()
-
-        def seen(sse: loadgen.Sse, first: Any = first, done: Any = done) -> None:
-            if sse.event == "message.delta" and not first.done():
-                first.set_result(sse.received)
-            elif sse.event == "message.committed" and not first.done():
-                if json.loads(sse.data)["message"]["role"] == "assistant":  # no delta came first
-                    undelta[0] += 1
-                    first.set_result(sse.received)
-            elif sse.event == "turn.completed" and not done.done():
-                done.set_result(sse.received)
-
-        stream = SseStream(d.connection(), seen)
+        dialect_first: asyncio.Future[float] = loop.create_future()
+        stream = SseStream(d.connection(), _ours(first, done, undelta))
         await stream.open(f"/v1/conversations/{conversation_id}/stream?after={last}&until=turn_end")
         await asyncio.sleep(SETTLE_SECONDS)
         text_ = f"[ttft {n:03d}] hello"
+        responses = SseStream(d.connection(), _dialect_s(dialect_first))
         posted = time.time()
-        await loadgen.call(
-            http,
-            ("POST", f"/v1/conversations/{conversation_id}/messages", _text(text_)),
-            202,
-        )
+        if dialect:
+            request = {"model": model, "input": text_, "conversation": conversation_id}
+            await responses.open(
+                "/v1/responses", "POST", json.dumps({**request, "stream": True}).encode()
+            )
+        else:
+            await loadgen.call(
+                http,
+                ("POST", f"/v1/conversations/{conversation_id}/messages", _text(text_)),
+                202,
+            )
         accepted = time.time()
         try:
             delta_at = await asyncio.wait_for(first, 20)
             completed_at = await asyncio.wait_for(done, 20)
+            if dialect:
+                dialect_at = await asyncio.wait_for(dialect_first, 20)
+                found["responses_ttft_ms"].append((dialect_at - posted) * 1000)
+                found["responses_after_ours_ms"].append((dialect_at - delta_at) * 1000)
         finally:
             await stream.close()
+            await responses.close()
+        if dialect:
+            continue
         asked = await asyncio.to_thread(d.rig.llm.requests, text_)
         model_at = float(asked[0]["received_at"])
         found["ttft_ms"].append((delta_at - posted) * 1000)
@@ -741,6 +764,34 @@ async def _ttft(d: Deployment, samples: int) -> tuple[dict[str, list[float]], in
         found["turn_ms"].append((completed_at - posted) * 1000)
     http.close()
     return found, undelta[0]
+
+
+def _ours(
+    first: asyncio.Future[float], done: asyncio.Future[float], undelta: list[int]
+) -> Callable[[loadgen.Sse], None]:
+    """Our own stream's watcher: its first delta (or the reply committed before any), its end."""
+
+    def seen(sse: loadgen.Sse) -> None:
+        if sse.event == "message.delta" and not first.done():
+            first.set_result(sse.received)
+        elif sse.event == "message.committed" and not first.done():
+            if json.loads(sse.data)["message"]["role"] == "assistant":  # no delta came first
+                undelta[0] += 1
+                first.set_result(sse.received)
+        elif sse.event == "turn.completed" and not done.done():
+            done.set_result(sse.received)
+
+    return seen
+
+
+def _dialect_s(first: asyncio.Future[float]) -> Callable[[loadgen.Sse], None]:
+    """The Responses stream's watcher: its first output_text.delta."""
+
+    def seen(sse: loadgen.Sse) -> None:
+        if sse.event == "response.output_text.delta" and not first.done():
+            first.set_result(sse.received)
+
+    return seen
 
 
 def _text(value: str) -> bytes:

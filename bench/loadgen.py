@@ -199,10 +199,11 @@ class SseStream:
     events: int = 0
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
-    async def open(self, path: str) -> None:
-        """Send the GET and wait for the response's head (the server follows from then on)."""
+    async def open(self, path: str, method: str = "GET", body: bytes | None = None) -> None:
+        """Send the request (a GET, or a POST whose answer is a stream) and wait for the
+        response's head (the server follows from then on)."""
         await self.conn.open()
-        self.conn.send("GET", path)
+        self.conn.send(method, path, body)
         status, _ = await self.conn.head_of_response()
         if status != 200:
             assert self.conn.reader is not None

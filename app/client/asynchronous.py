@@ -133,11 +133,17 @@ class AsyncChatClient:
         idempotency_key: str | None = None,
         on_busy: str = REJECT,
         owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
         """`ChatClient.submit_message`, in a worker thread."""
         return await asyncio.to_thread(
             lambda: self.sync.submit_message(
-                conversation_id, text, idempotency_key=idempotency_key, on_busy=on_busy, owner=owner
+                conversation_id,
+                text,
+                idempotency_key=idempotency_key,
+                on_busy=on_busy,
+                owner=owner,
+                metadata=metadata,
             )
         )
 

@@ -169,6 +169,35 @@ def check_idempotency_key(key: Any) -> str | None:
     return key
 
 
+MAX_METADATA_KEYS = 16
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 512
+
+
+def check_metadata(metadata: Any) -> dict[str, str] | None:
+    """None, or at most 16 pairs of strings: keys of 1 to 64 characters, values of up to 512
+    (OpenAI's limits), printable and without NUL."""
+    if metadata is None or metadata == {}:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequest("metadata must be an object of strings")
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise InvalidRequest(f"metadata has {len(metadata)} keys; at most {MAX_METADATA_KEYS}")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"metadata key {key!r} must be a string of 1 to {MAX_METADATA_KEY_CHARS} characters"
+            )
+        if not isinstance(value, str) or len(value) > MAX_METADATA_VALUE_CHARS:
+            raise InvalidRequest(
+                f"metadata[{key!r}] must be a string of at most {MAX_METADATA_VALUE_CHARS} "
+                "characters"
+            )
+        if not (key + value).isprintable():
+            raise InvalidRequest(f"metadata[{key!r}] holds a control character")
+    return dict(metadata)
+
+
 def check_busy_policy(on_busy: Any) -> str:
     if on_busy not in BUSY_POLICIES:
         raise InvalidRequest(f"on_busy must be one of {', '.join(BUSY_POLICIES)}, not {on_busy!r}")

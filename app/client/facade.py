@@ -28,6 +28,7 @@ from app.client.checks import (
     check_context,
     check_decisions,
     check_idempotency_key,
+    check_metadata,
     check_model,
     check_outputs,
     check_text,
@@ -199,8 +200,11 @@ class ChatClient(ChatReader):
         idempotency_key: str | None = None,
         on_busy: str = REJECT,
         owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
-        """Store the user's message as a new turn and start it.
+        """Store the user's message as a new turn and start it (`metadata`: the caller's own
+        key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
+        to 512, as OpenAI's).
 
         While a turn runs, `on_busy` decides: `reject` (`ConversationBusy`, naming the running
         turn), `enqueue` (the turn waits, its message outside the transcript, and starts when
@@ -213,6 +217,7 @@ class ChatClient(ChatReader):
         check_text(text, "message", self._limit)
         key = check_idempotency_key(idempotency_key)
         policy = check_busy_policy(on_busy)
+        tags = check_metadata(metadata)
         with (
             tracing.submit_span("chat submit") as span,
             self.engine.begin() as connection,
@@ -225,6 +230,7 @@ class ChatClient(ChatReader):
                 idempotency_key=key,
                 on_busy=policy,
                 owner_limit=self._owner_limit,
+                metadata=tags,
             )
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)

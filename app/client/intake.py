@@ -45,9 +45,11 @@ def submit(
     idempotency_key: str | None,
     on_busy: str,
     owner_limit: int | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     """The user's message as admission decides it: a new turn started or queued, the answer to
-    the waiting turn's question, the same turn again, or a refusal (`admission`'s table)."""
+    the waiting turn's question, the same turn again, or a refusal (`admission`'s table);
+    `metadata`, the caller's, goes with a new turn (an answer keeps the waiting turn's)."""
     used_up = budgets.check(connection, conversation_id)
     owner = _lock_owner(connection, conversation_id, owner_limit)
     row = lock_conversation(connection, conversation_id)
@@ -85,10 +87,18 @@ def submit(
             status = RUNNING if answered.resumes else REQUIRES_ACTION
             return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
         case Start():
-            return conversations.start_turn(connection, conversation_id, row, text, idempotency_key)
+            return conversations.start_turn(
+                connection, conversation_id, row, text, idempotency_key, metadata=metadata
+            )
         case Enqueue() | Interrupt():
             return _queue(
-                connection, conversation_id, row, text, key=idempotency_key, decided=decided
+                connection,
+                conversation_id,
+                row,
+                text,
+                key=idempotency_key,
+                decided=decided,
+                metadata=metadata,
             )
     raise _refusal(connection, conversation_id, row, decided, key=idempotency_key, owner=owner)
 
@@ -115,6 +125,7 @@ def _queue(
     *,
     key: str | None,
     decided: admission.Admission,
+    metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     """Rows 8 and 9: the turn queued, and with `interrupt` every turn before it cancelled."""
     running = turn_id_of(connection, conversation_id, row.turn_number)
@@ -124,7 +135,9 @@ def _queue(
     if interrupt:
         waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
         last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
-    turn = conversations.queue_turn(connection, conversation_id, row, last_seq, text=text, key=key)
+    turn = conversations.queue_turn(
+        connection, conversation_id, row, last_seq, text=text, key=key, metadata=metadata
+    )
     if not interrupt or running is None:
         return turn
     relocked = lock_conversation(connection, conversation_id)

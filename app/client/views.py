@@ -138,6 +138,7 @@ class TurnView:
     cancel_requested_at: datetime | None
     actions: tuple[ActionView, ...] = ()  # what it waits for while `requires_action`
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
+    metadata: dict[str, str] | None = None  # the caller's, given with its message
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:

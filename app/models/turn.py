@@ -77,6 +77,8 @@ class Turn(Base):
     # The trace the turn belongs to (a W3C `traceparent` carrier of its submit's span), when
     # traced: whichever worker claims the turn continues it (app/telemetry/tracing.py).
     trace_context: Mapped[dict[str, str] | None] = mapped_column(JsonType)
+    # The caller's own key-value pairs for the turn (OpenAI's `metadata`), shown back as given.
+    caller_metadata: Mapped[dict[str, str] | None] = mapped_column(JsonType)
     kind: Mapped[str] = mapped_column(String(16), default=FOR_MESSAGE, server_default=FOR_MESSAGE)
     # The user's message: its seq once it is in the transcript; its text while it waits outside.
     message_seq: Mapped[int | None] = mapped_column(Integer)

@@ -82,7 +82,7 @@ def until(sdk: openai.OpenAI, response_id: str, *statuses: str, timeout: float =
 def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeLLMServer) -> None:
     token = uuid.uuid4().hex
     fake_llm.script([{"text": "Hello from the worker."}], match=token)
-    response = create(sdk, input=f"hi {token}", instructions="Be brief.")
+    response = create(sdk, input=f"hi {token}", instructions="Be brief.", metadata={"order": "42"})
     assert response.status == "completed"
     assert response.output_text == "Hello from the worker."
     assert response.id.startswith("resp_") and response.object == "response"
@@ -91,8 +91,10 @@ def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeL
     assert response.conversation is not None
     assert response.instructions == "Be brief."
     assert response.tools == [] and response.previous_response_id is None
+    assert response.metadata == {"order": "42"}
     # the SDK's own call gives the same object
-    assert sdk.responses.retrieve(response.id).output_text == "Hello from the worker."
+    again = sdk.responses.retrieve(response.id)
+    assert again.output_text == "Hello from the worker." and again.metadata == {"order": "42"}
     items = sdk.responses.input_items.list(response.id)
     assert [(item.type, item.role) for item in items.data] == [("message", "user")]  # type: ignore[union-attr]
     ITEMS.validate_python([item.model_dump() for item in items.data])
@@ -195,6 +197,12 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
         ({"input": "x", "tools": [{"type": "web_search"}]}, openai.BadRequestError, "tools[0]"),
         ({"input": [{"type": "reasoning", "summary": []}]}, openai.BadRequestError, "input[0]"),
         ({"input": "x", "temperature": 0.2}, openai.BadRequestError, "temperature"),
+        (
+            {"input": "x", "metadata": {str(n): "v" for n in range(17)}},
+            openai.BadRequestError,
+            "metadata",
+        ),
+        ({"input": "x", "metadata": {"k": 1}}, openai.BadRequestError, "metadata"),
         (
             {"input": "x", "tools": [{"type": "mcp", "server_label": "nope"}]},
             openai.BadRequestError,

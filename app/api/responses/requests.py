@@ -14,7 +14,8 @@ tools                  `function` tools: the client executes them (`function_cal
                        `mcp` tools: a worker's MCP server by `server_label`, optionally
                        `allowed_tools`; absent: no tools, as OpenAI
 tool_choice            auto | none | required
-metadata, user, ...    see UNSUPPORTED / IGNORED
+metadata               the turn's (kept with it; at most 16 strings, as OpenAI's)
+user, ...              see UNSUPPORTED / IGNORED
 background             answer at once with the queued response
 stream                 server-sent events (the stream of the turn)
 store                  must not be false: every response is stored
@@ -28,7 +29,9 @@ from typing import Any
 
 from app.api.responses.errors import Unsupported
 from app.api.responses.ids import ResponseId, call_of_approval_request
+from app.client.checks import check_metadata
 from app.client.views import Decision
+from app.errors import InvalidRequest
 
 TOOL_CHOICES = ("auto", "none", "required")
 #: Accepted and without effect here (said in the docs).
@@ -87,6 +90,7 @@ class CreateResponse:
     tool_choice: str = "auto"
     background: bool = False
     stream: bool = False
+    metadata: dict[str, str] | None = None  # (checked by the client: check_metadata)
 
     @property
     def answers(self) -> bool:
@@ -133,7 +137,6 @@ def parse_create(body: Any) -> CreateResponse:
             param="previous_response_id",
         )
     client_tools, mcp = _tools(body.get("tools"))
-    _metadata(body.get("metadata"))
     return CreateResponse(
         model=model,
         text=text,
@@ -148,15 +151,17 @@ def parse_create(body: Any) -> CreateResponse:
         tool_choice=_tool_choice(body.get("tool_choice")),
         background=_flag(body, "background"),
         stream=_flag(body, "stream"),
+        metadata=_metadata(body.get("metadata")),
     )
 
 
-def _metadata(value: Any) -> None:
-    if value is None or value == {}:
-        return
-    if not isinstance(value, dict):
-        raise Unsupported("metadata must be an object of strings", param="metadata")
-    raise Unsupported("metadata is not stored by this server yet", param="metadata")
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    try:
+        return check_metadata(value)
+    except InvalidRequest as exc:
+        raise Unsupported(str(exc), param="metadata") from None
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:

@@ -305,7 +305,11 @@ def _submit(
 ) -> ResponseId:
     assert request.text is not None
     submitted = api.client.submit_message(
-        conversation_id, request.text, idempotency_key=key, owner=caller.owner
+        conversation_id,
+        request.text,
+        idempotency_key=key,
+        owner=caller.owner,
+        metadata=request.metadata,
     )
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)

@@ -112,12 +112,20 @@ def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> N
 
 
 def start_turn(
-    connection: Connection, conversation_id: uuid.UUID, row: Any, text: str, key: str | None
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    row: Any,
+    text: str,
+    key: str | None,
+    *,
+    metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     """The user's message as a turn that runs now (`row`: the locked, resting conversation)."""
     number = row.turn_count + 1
     message_seq = last_message_seq(connection, conversation_id) + 1
-    turn = _insert_turn(connection, conversation_id, number, key, message_seq=message_seq)
+    turn = _insert_turn(
+        connection, conversation_id, number, key, message_seq=message_seq, metadata=metadata
+    )
     connection.execute(
         insert(messages).values(
             conversation_id=conversation_id, seq=message_seq, role="user", content=text
@@ -145,11 +153,14 @@ def queue_turn(
     *,
     text: str,
     key: str | None,
+    metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     """The user's message as a turn waiting behind the current one, its text outside the
     transcript until its time comes; `last_seq`: the log's last seq now."""
     number = row.turn_count + 1
-    turn = _insert_turn(connection, conversation_id, number, key, waiting_text=text)
+    turn = _insert_turn(
+        connection, conversation_id, number, key, waiting_text=text, metadata=metadata
+    )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
     append(connection, conversation_id, last_seq, queued, turn_count=number)
     return turn
@@ -216,6 +227,7 @@ def _insert_turn(
     kind: str = FOR_MESSAGE,
     message_seq: int | None = None,
     waiting_text: str | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     turn = NewTurn(uuid.uuid4(), number, "queued", message_seq, waits=waiting_text is not None)
     connection.execute(
@@ -227,6 +239,7 @@ def _insert_turn(
             message_seq=message_seq,
             input=waiting_text,
             idempotency_key=idempotency_key,
+            caller_metadata=metadata or None,
             # The submit's span, when traced: every claim of the turn continues its trace.
             **({"trace_context": traced} if (traced := tracing.carrier()) else {}),
         )

@@ -336,6 +336,7 @@ def _turn_view(row: Any) -> TurnView:
             )
             for a in row.get("actions") or ()
         ),
+        metadata=row.get("caller_metadata"),
     )
 
 
