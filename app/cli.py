@@ -189,6 +189,12 @@ def _add_webhook_commands(commands: Any) -> None:
         "turn.requires_action (default: all)",
     )
     add.add_argument("--description", help="a note: what it is for")
+    add.add_argument(
+        "--format",
+        choices=("standard", "openai"),
+        default="standard",
+        help="the bodies: ours, or OpenAI's webhook events (for /v1/responses)",
+    )
     add.set_defaults(run=_webhooks_add)
     hook_list = hook_commands.add_parser("list", help="every webhook (never its secret)")
     hook_list.add_argument("--owner", help="only this owner's")
@@ -308,6 +314,7 @@ def _webhooks_add(args: argparse.Namespace) -> int:
             conversation_id=args.conversation,
             event_types=events,
             description=args.description,
+            body_format=args.format,
         )
     finally:
         client.close()

@@ -5,7 +5,7 @@ default); their fixed value sets are the `Literal`s of `schemas`, and a client t
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -74,6 +74,11 @@ class WebhookCreate(Body):
         None, description="what to be told of; omitted: all four", min_length=1
     )
     description: str | None = Field(None, max_length=500)
+    body_format: Literal["standard", "openai"] = Field(
+        "standard",
+        description="the bodies' shape: ours, or OpenAI's webhook events (response.completed, "
+        "... naming the /v1/responses response; the openai SDK's webhooks.unwrap verifies them)",
+    )
 
 
 __all__ = [

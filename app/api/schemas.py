@@ -240,6 +240,7 @@ class WebhookOut(View):
     event_types: list[str]
     description: str | None
     created_at: datetime
+    body_format: Literal["standard", "openai"] = "standard"
     secret: str | None = Field(
         None,
         description="only in the answer to its creation: the Standard Webhooks signing secret "

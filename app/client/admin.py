@@ -127,11 +127,14 @@ class AdminClient:
         conversation_id: uuid.UUID | str | None = None,
         event_types: Sequence[str] | None = None,
         description: str | None = None,
+        body_format: str = "standard",
     ) -> WebhookView:
         """A webhook for the owner's conversations (or, with `conversation_id`, that one's):
         `turn.completed`, `turn.failed`, `turn.cancelled` and `turn.requires_action` (or the
         `event_types` given) are POSTed to `url`, signed by the Standard Webhooks scheme with
-        the returned view's `secret`, which is not shown again."""
+        the returned view's `secret`, which is not shown again. `body_format` "openai": the
+        bodies are OpenAI's webhook events (`response.completed`, ... naming the response of
+        `/v1/responses`), which the openai SDK's `webhooks.unwrap` verifies."""
         parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
         with self.engine.begin() as connection:
             return webhooks.add_webhook(
@@ -141,6 +144,7 @@ class AdminClient:
                 conversation_id=parsed,
                 event_types=event_types,
                 description=description,
+                body_format=body_format,
             )
 
     def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:

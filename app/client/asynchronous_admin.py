@@ -76,6 +76,7 @@ class AsyncAdminClient:
         conversation_id: uuid.UUID | str | None = None,
         event_types: Sequence[str] | None = None,
         description: str | None = None,
+        body_format: str = "standard",
     ) -> WebhookView:
         return await asyncio.to_thread(
             lambda: self.sync.add_webhook(
@@ -84,6 +85,7 @@ class AsyncAdminClient:
                 conversation_id=conversation_id,
                 event_types=event_types,
                 description=description,
+                body_format=body_format,
             )
         )
 

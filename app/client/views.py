@@ -284,6 +284,7 @@ class WebhookView:
     description: str | None
     created_at: datetime
     secret: str | None = None  # only when it was just made: store it, it is not shown again
+    body_format: str = "standard"  # ours, or "openai" (OpenAI's webhook events)
 
 
 @dataclass(frozen=True)

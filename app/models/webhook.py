@@ -53,6 +53,11 @@ DELIVERY_STATUSES = (PENDING, DELIVERED, GAVE_UP)
 MAX_URL_CHARS = 2000
 
 
+STANDARD_BODY = "standard"
+OPENAI_BODY = "openai"
+BODY_FORMATS = (STANDARD_BODY, OPENAI_BODY)
+
+
 class Webhook(Base):
     __tablename__ = "webhooks"
     __table_args__ = (
@@ -74,6 +79,11 @@ class Webhook(Base):
     description: Mapped[str | None] = mapped_column(String(500))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
+    # The bodies' shape: ours (`standard`), or OpenAI's webhook events (`openai`: `response.*`
+    # naming the response, for a team that uses /v1/responses and the openai SDK's `unwrap`).
+    body_format: Mapped[str] = mapped_column(
+        String(16), default=STANDARD_BODY, server_default=sql_text("'standard'")
     )
 
 

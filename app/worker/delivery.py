@@ -3,7 +3,9 @@
 The body follows the Standard Webhooks payload shape (`type`, `timestamp`, `data`), built only
 from the delivery's own fields, which never change: every attempt sends the same bytes under the
 same `webhook-id`. `data` names the turn; a receiver that wants more reads it
-(`GET /v1/turns/{turn_id}`).
+(`GET /v1/turns/{turn_id}`). A webhook with `body_format` "openai" gets OpenAI's webhook events
+instead (`{"id", "object": "event", "created_at", "type": "response.completed", "data": {"id":
+"resp_..."}}`), signed the same way, so the openai SDK's `webhooks.unwrap` verifies them.
 
     attempt outcome                     next
     ----------------------------------  ---------------------------------------------------------
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from app.models.webhook import (
+    OPENAI_BODY,
     WEBHOOK_CANCELLED,
     WEBHOOK_COMPLETED,
     WEBHOOK_FAILED,
@@ -37,8 +40,33 @@ TURN_STATUS = {
 MAX_ERROR_CHARS = 500  # of a receiver's answer, kept as the delivery's last error
 
 
-def body(delivery: DueDelivery) -> str:
-    """The JSON the receiver gets (the signed string: sent byte for byte)."""
+# OpenAI's webhook event for each of ours: a pause ends its response `completed`, as OpenAI's.
+OPENAI_EVENT = {
+    WEBHOOK_COMPLETED: "response.completed",
+    WEBHOOK_FAILED: "response.failed",
+    WEBHOOK_CANCELLED: "response.cancelled",
+    WEBHOOK_REQUIRES_ACTION: "response.completed",
+}
+
+
+def body(delivery: DueDelivery, message_id: str = "") -> str:
+    """The JSON the receiver gets (the signed string: sent byte for byte): ours, or, for a
+    webhook that asked for OpenAI's shape, its event naming the response of `/v1/responses`
+    (`resp_<turn>`, `_<n>` after the turn's n-th pause) under the delivery's `webhook-id`."""
+    if delivery.body_format == OPENAI_BODY and delivery.turn_id is not None:
+        response = f"resp_{delivery.turn_id.hex}"
+        if delivery.pauses:
+            response += f"_{delivery.pauses}"
+        return json.dumps(
+            {
+                "id": message_id,
+                "object": "event",
+                "created_at": int(delivery.occurred_at.timestamp()),
+                "type": OPENAI_EVENT[delivery.type],
+                "data": {"id": response},
+            },
+            separators=(",", ":"),
+        )
     return json.dumps(
         {
             "type": delivery.type,

@@ -91,7 +91,8 @@ class WebhookDispatcher:
             self._http = httpx.AsyncClient(
                 timeout=self.settings.webhook_timeout_seconds, follow_redirects=False
             )
-        payload = body(delivery)
+        ident = message_id(delivery.webhook_id, delivery.conversation_id, delivery.event_seq)
+        payload = body(delivery, ident)
         headers = signed_headers(delivery, payload, datetime.now(UTC))
         started = time.perf_counter()
         status_code: int | None = None

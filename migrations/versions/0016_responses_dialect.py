@@ -1,7 +1,8 @@
 """What OpenAI's Responses dialect keeps: how a committed reply was streamed (the attempt that was
 committed and the length of the text each of its live deltas carried: `messages.reply_stream`),
-so a stream of it replayed later splits and numbers the text exactly as the live stream did; and
-the caller's metadata of a turn (`turns.caller_metadata`), shown with its responses.
+so a stream of it replayed later splits and numbers the text exactly as the live stream did; the
+caller's metadata of a turn (`turns.caller_metadata`), shown with its responses; and the shape of
+a webhook's bodies (`webhooks.body_format`: ours, `standard`, or OpenAI's, `openai`).
 
 Revision ID: 0016
 Revises: 0015
@@ -21,6 +22,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.add_column(
+        "webhooks",
+        sa.Column(
+            "body_format", sa.String(16), nullable=False, server_default=sa.text("'standard'")
+        ),
+    )
     op.add_column(
         "turns",
         sa.Column(
@@ -42,7 +49,11 @@ def upgrade() -> None:
 def downgrade() -> None:
     # Not a batch (a copy of the table): migration 0014's trigger names these tables, and SQLite
     # (3.35+) drops a column in place.
-    for table, column in (("messages", "reply_stream"), ("turns", "caller_metadata")):
+    for table, column in (
+        ("messages", "reply_stream"),
+        ("turns", "caller_metadata"),
+        ("webhooks", "body_format"),
+    ):
         if op.get_context().dialect.name == "sqlite":
             op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         else:

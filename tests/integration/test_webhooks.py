@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import openai
 import psycopg
 import pytest
 from sqlalchemy import select
@@ -222,6 +223,40 @@ def test_a_delivery_is_signed_by_the_standard_webhooks_scheme(
         True,
     )
     assert deliver(world) == 0  # nothing twice
+
+
+def test_an_openai_shaped_webhook_is_verified_by_the_openai_sdk_and_names_the_response(
+    world: World, receiver: Receiver
+) -> None:
+    """For a team on /v1/responses: OpenAI's webhook events, which `client.webhooks.unwrap`
+    verifies and types; a pause ends its response `completed`, and the turn's end names the
+    response after the answer (`resp_<turn>_1`)."""
+    hook = world.client.admin.add_webhook(receiver.url, owner="alice", body_format="openai")
+    assert hook.body_format == "openai" and hook.secret is not None
+    conversation_id = world.client.create_conversation(
+        owner="alice", client_tools=[{"name": "locate", "parameters": {"type": "object"}}]
+    )
+    world.client.submit_message(conversation_id, "where am I?")
+    asks = fakes.ScriptedModel(
+        fakes.by_iteration([fakes.calls(("c1", "locate", {})), fakes.text("Paris.")])
+    )
+    assert run(world.runner(asks), conversation_id) is Outcome.REQUIRES_ACTION
+    turn = world.client.current_turn(conversation_id)
+    assert turn is not None
+    world.client.answer_actions(turn.id, {"c1": "Paris"})
+    assert run(world.runner(asks), conversation_id) is Outcome.IDLE
+    assert deliver(world) == 2
+
+    sdk = openai.OpenAI(api_key="unused", webhook_secret=hook.secret, base_url="http://127.0.0.1:9")
+    events = [sdk.webhooks.unwrap(got.body, got.headers) for got in receiver.received]
+    assert sorted((e.type, e.data.id) for e in events) == [  # (sent concurrently)
+        ("response.completed", f"resp_{turn.id.hex}"),
+        ("response.completed", f"resp_{turn.id.hex}_1"),
+    ]
+    assert [e.id for e in events] == [got.headers["webhook-id"] for got in receiver.received]
+    tampered = receiver.received[0].body.replace(b"resp_", b"resp_x")
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        sdk.webhooks.unwrap(tampered, receiver.received[0].headers)
 
 
 def test_a_failing_receiver_gets_the_same_message_again_until_it_accepts(

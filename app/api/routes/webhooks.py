@@ -33,6 +33,7 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> Webhook
         conversation_id=body.conversation_id,
         event_types=body.event_types,
         description=body.description,
+        body_format=body.body_format,
     )
     return WebhookOut.model_validate(view)
 

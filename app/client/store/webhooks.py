@@ -21,7 +21,14 @@ from sqlalchemy import Connection, Row, Select, delete, insert, select, update
 from app.client.checks import MAX_DESCRIPTION_CHARS, check_event_types, check_url
 from app.client.views import DeliveryView, WebhookView
 from app.errors import ConversationNotFound, InvalidRequest, WebhookNotFound
-from app.models import DELIVERY_STATUSES, GAVE_UP, PENDING, message_id
+from app.models import (
+    BODY_FORMATS,
+    DELIVERY_STATUSES,
+    GAVE_UP,
+    PENDING,
+    STANDARD_BODY,
+    message_id,
+)
 from app.models.tables import conversations, deliveries, webhooks
 
 MAX_DELIVERIES_PAGE = 200
@@ -40,10 +47,13 @@ def add_webhook(
     conversation_id: uuid.UUID | None,
     event_types: Sequence[str] | None,
     description: str | None,
+    body_format: str = STANDARD_BODY,
 ) -> WebhookView:
     """A new webhook with a new secret. With `conversation_id`, it hears of that conversation
     only (it must be the owner's); else of every conversation of the owner."""
     checked_url = check_url(url)
+    if body_format not in BODY_FORMATS:
+        raise InvalidRequest(f"body_format must be one of {', '.join(BODY_FORMATS)}")
     types = check_event_types(event_types)
     if description is not None and (
         not isinstance(description, str) or len(description) > MAX_DESCRIPTION_CHARS
@@ -65,6 +75,7 @@ def add_webhook(
             secret=secret,
             event_types=" " + " ".join(types) + " ",
             description=description,
+            body_format=body_format,
             created_at=datetime.now(UTC),  # (SQLite's own clock counts whole seconds)
         )
     )
@@ -145,6 +156,7 @@ _COLUMNS = (
     webhooks.c.event_types,
     webhooks.c.description,
     webhooks.c.created_at,
+    webhooks.c.body_format,
 )
 
 
@@ -166,6 +178,7 @@ def _view(row: Row[Any]) -> WebhookView:
         event_types=tuple(row.event_types.split()),
         description=row.description,
         created_at=row.created_at,
+        body_format=row.body_format,
     )
 
 

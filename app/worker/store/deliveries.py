@@ -14,10 +14,10 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Engine, func, select, update
 
-from app.models import DELIVERED, GAVE_UP, PENDING
-from app.models.tables import deliveries, webhooks
+from app.models import ACTION_REQUIRED, DELIVERED, GAVE_UP, PENDING, STANDARD_BODY
+from app.models.tables import deliveries, events, webhooks
 from app.worker.store.clock import Clock, utc_now
 
 
@@ -34,6 +34,8 @@ class DueDelivery:
     event_seq: int
     error: str | None
     occurred_at: datetime
+    body_format: str = STANDARD_BODY  # the webhook's: ours, or OpenAI's events
+    pauses: int = 0  # the turn's pauses before the event (which of its responses it ends)
 
 
 class DeliveryStore:
@@ -65,8 +67,21 @@ class DeliveryStore:
             ).all()
             if not taken:
                 return []
+            pauses = (
+                select(func.count())
+                .where(
+                    events.c.conversation_id == deliveries.c.conversation_id,
+                    events.c.turn_id == deliveries.c.turn_id,
+                    events.c.type == ACTION_REQUIRED,
+                    events.c.seq < deliveries.c.event_seq,
+                )
+                .scalar_subquery()
+                .label("pauses")
+            )
             rows = connection.execute(
-                select(deliveries, webhooks.c.url, webhooks.c.secret)
+                select(
+                    deliveries, webhooks.c.url, webhooks.c.secret, webhooks.c.body_format, pauses
+                )
                 .join(webhooks, webhooks.c.id == deliveries.c.webhook_id)
                 .where(deliveries.c.id.in_([row.id for row in taken]))
                 .order_by(deliveries.c.id)
@@ -84,6 +99,8 @@ class DeliveryStore:
                 event_seq=row.event_seq,
                 error=row.error,
                 occurred_at=row.occurred_at,
+                body_format=row.body_format,
+                pauses=row.pauses,
             )
             for row in rows
         ]
