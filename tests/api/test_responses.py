@@ -100,6 +100,21 @@ def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeL
     ITEMS.validate_python([item.model_dump() for item in items.data])
 
 
+def test_a_create_repeated_with_its_idempotency_key_is_the_same_response(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "Once."}], match=token)
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    first = create(sdk, input=f"once {token}", extra_headers=key)
+    again = create(sdk, input=f"once {token}", extra_headers=key)
+    assert again.id == first.id and again.conversation == first.conversation
+    assert again.output_text == "Once."
+    assert len(fake_llm.requests(match=token)) == 1  # the model was asked once
+    other = create(sdk, input=f"once {token}", extra_headers={"Idempotency-Key": "another"})
+    assert other.id != first.id
+
+
 def test_background_answers_at_once_then_retrieve_polls(
     sdk: openai.OpenAI, fake_llm: FakeLLMServer
 ) -> None:

@@ -4,7 +4,9 @@ delete, and the input items. Errors are OpenAI's shape (`errors.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -12,6 +14,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import Authenticated, Caller
@@ -24,10 +28,12 @@ from app.api.responses.stream import ResponseEvents
 from app.api.responses.translate import segments
 from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
+from app.api.streaming import DATABASE_PAUSE_SECONDS
 from app.client import ConversationView, Following, TurnRecord
-from app.errors import TurnNotFound
+from app.errors import DatabaseUnavailable, TurnNotFound
 from app.models import REQUIRES_ACTION
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"])
 
 #: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
@@ -151,71 +157,92 @@ async def _stream(
     """The response's events as server-sent events: a follower of its conversation from just
     before its turn's first event, rendered by `stream.ResponseEvents`, those after
     `starting_after` written."""
+    api.open_stream()
+    try:
+        opened = await api.follow_step(lambda: _Streamed.open(api, caller, response))
+    except BaseException:
+        api.close_stream()
+        raise
+    after = -1 if starting_after is None else starting_after
+    return EventSourceResponse(
+        opened.events(after),
+        ping=api.settings.api_heartbeat_seconds,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
-    def open_follower() -> tuple[ResponseEvents, list[dict[str, Any]], Following]:
+
+class _Streamed:
+    """One open stream of a response: its follower and its renderer."""
+
+    def __init__(
+        self,
+        api: ApiState,
+        caller: Caller,
+        response: ResponseId,
+        *,
+        rendered: ResponseEvents,
+        first: list[dict[str, Any]],
+        following: Following,
+    ) -> None:
+        self.api, self.caller, self.response = api, caller, response
+        self.rendered, self.first, self.following = rendered, first, following
+        self.finished = False
+
+    @classmethod
+    def open(cls, api: ApiState, caller: Caller, response: ResponseId) -> _Streamed:
         record = _record(api, caller, response)
         servers = _servers(api)
         rendered = ResponseEvents(response, initial_object(record, response, servers))
         first = rendered.begin(record.turn, tools_of(record, servers))
-        start = record.events[0].seq - 1 if record.events else 0
         following = api.client.follow(
             record.conversation.id,
-            start,
+            record.events[0].seq - 1 if record.events else 0,
             until=None,
             poll_interval=STREAM_WAKE_SECONDS,
             log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
             owner=caller.owner,
         )
-        return rendered, first, following
+        return cls(api, caller, response, rendered=rendered, first=first, following=following)
 
-    api.open_stream()
-    try:
-        rendered, first, following = await api.follow_step(open_follower)
-    except BaseException:
-        api.close_stream()
-        raise
-    after = -1 if starting_after is None else starting_after
-
-    finished = False
-
-    def step() -> list[dict[str, Any]]:
+    def step(self) -> list[dict[str, Any]]:
         """The next events (waiting for them), and the last one once the response ended."""
-        nonlocal finished
         out: list[dict[str, Any]] = []
+        rendered = self.rendered
         while not out and not rendered.ended:
-            item = next(following, None)
+            item = next(self.following, None)
             if item is None:
                 break
             out += rendered.feed(item)
-            for more, _ in following.ready():
+            for more, _ in self.following.ready():
                 out += rendered.feed(more)
         if rendered.ended:
-            record = _record(api, caller, response)
-            out += rendered.finish(response_object(record, response, _servers(api)))
-            finished = True
+            record = _record(self.api, self.caller, self.response)
+            out += rendered.finish(response_object(record, self.response, _servers(self.api)))
+            self.finished = True
         return out
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
+    async def events(self, after: int) -> AsyncIterator[ServerSentEvent]:
         try:
-            batch = first
+            batch = self.first
             while True:
                 for event in batch:
                     if event["sequence_number"] > after:
                         yield ServerSentEvent(data=json.dumps(event), event=event["type"])
-                if finished:
+                if self.finished:
                     break
-                batch = await api.follow_step(step)
+                try:
+                    batch = await self.api.follow_step(self.step)
+                except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
+                    # The stream pauses, keeping its place (as our own streams do).
+                    log.warning("stream of %s: database unavailable (%s)", self.response, exc)
+                    await asyncio.sleep(DATABASE_PAUSE_SECONDS)
+                    batch = []
+                    continue
                 if not batch:
                     break  # the follower was closed
         finally:
-            following.close()
-            api.close_stream()
-
-    return EventSourceResponse(
-        events(),
-        ping=api.settings.api_heartbeat_seconds,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+            self.following.close()
+            self.api.close_stream()
 
 
 # --- the steps ----------------------------------------------------------------------------------
