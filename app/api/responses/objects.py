@@ -36,8 +36,9 @@ def segment_of(record: TurnRecord, response: ResponseId, servers: Mapping[str, s
     return found[response.segment]
 
 
-def last_segment(record: TurnRecord, servers: Mapping[str, str]) -> Segment:
-    return segments(record.turn, record.events, tools_of(record, servers))[-1]
+def response_count(record: TurnRecord) -> int:
+    """How many responses the turn has so far (the last one is its current)."""
+    return len(segments(record.turn, record.events, tools_of(record, {})))
 
 
 def response_object(
@@ -54,7 +55,7 @@ def response_object(
     segment = all_segments[response.segment]
     last = response.segment == len(all_segments) - 1
     turn, conversation = record.turn, record.conversation
-    status = response_status(turn, segment, last)
+    status = response_status(turn, segment)
     error = None
     if status == "failed":
         error = {"code": _error_code(turn.error), "message": turn.error or "the turn failed"}

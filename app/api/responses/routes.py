@@ -22,10 +22,15 @@ from app.api.auth import Authenticated, Caller
 from app.api.problems import documented
 from app.api.responses.errors import ResponseNotFound, Unsupported
 from app.api.responses.ids import ResponseId
-from app.api.responses.objects import initial_object, input_items, response_object, tools_of
+from app.api.responses.objects import (
+    initial_object,
+    input_items,
+    response_count,
+    response_object,
+    tools_of,
+)
 from app.api.responses.requests import CreateResponse, McpTool, parse_create
 from app.api.responses.stream import ResponseEvents
-from app.api.responses.translate import segments
 from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
 from app.api.streaming import DATABASE_PAUSE_SECONDS
@@ -260,13 +265,13 @@ def _record(api: ApiState, caller: Caller, response: ResponseId) -> TurnRecord:
         record = api.client.turn_record(response.turn_id, owner=caller.owner)
     except TurnNotFound:
         raise ResponseNotFound(f"no response {response}") from None
-    if response.segment >= len(segments(record.turn, record.events, tools_of(record, {}))):
+    if response.segment >= response_count(record):
         raise ResponseNotFound(f"no response {response}")
     return record
 
 
 def _is_last(record: TurnRecord, response: ResponseId) -> bool:
-    return response.segment == len(segments(record.turn, record.events, tools_of(record, {}))) - 1
+    return response.segment == response_count(record) - 1
 
 
 def _servers(api: ApiState) -> dict[str, str]:
@@ -346,9 +351,7 @@ def _submit(
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)
     # A message that answered the turn's question continues that turn: its next response.
-    return ResponseId(
-        submitted.turn_id, len(segments(record.turn, record.events, tools_of(record, {}))) - 1
-    )
+    return ResponseId(submitted.turn_id, response_count(record) - 1)
 
 
 def _continue(
@@ -362,7 +365,7 @@ def _continue(
         raise ResponseNotFound(f"previous_response_id: no response {previous}") from None
     conversation = record.conversation
     _check_setup(api, request, conversation)
-    count = len(segments(record.turn, record.events, tools_of(record, {})))
+    count = response_count(record)
     if previous.segment >= count:
         raise ResponseNotFound(f"previous_response_id: no response {previous}")
     latest = previous.segment == count - 1

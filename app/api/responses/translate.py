@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,25 +94,12 @@ def segments(turn: TurnView, events: Sequence[EventView], tools: Tools) -> list[
     return cut.done()
 
 
-def response_status(turn: TurnView, segment: Segment, last: bool) -> str:
-    if segment.paused and not last:
-        return "completed"
+def response_status(turn: TurnView, segment: Segment) -> str:
     if segment.paused:
-        return "completed"
+        return "completed"  # it ended at a pause, whatever the turn did after
     if segment.id.segment > 0 and turn.status == "running" and not segment.started:
         return "queued"
     return STATUS_OF_TURN[turn.status]
-
-
-def output_text(output: Iterable[dict[str, Any]]) -> str:
-    """The text of the response's messages, as the SDK's `output_text` joins it."""
-    return "".join(
-        part["text"]
-        for item in output
-        if item["type"] == "message"
-        for part in item["content"]
-        if part["type"] == "output_text"
-    )
 
 
 class Cutter:
@@ -131,8 +118,7 @@ class Cutter:
         if event.type == ACTION_REQUIRED:
             self._pause()
         elif event.type in (TURN_STARTED, TURN_RESUMED):
-            if self.answering:
-                self.answering = False
+            self.answering = False
             self.current.started = True
         elif event.type == MESSAGE_COMMITTED and event.message is not None:
             self._message(event.message)

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, Select, func, select, text
 
 from app.client.views import (
     ActionView,
@@ -206,13 +206,7 @@ def read_events(
             f"({head.event_seq})"
         )
     query = (
-        select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS)
-        .outerjoin(turns, turns.c.id == events.c.turn_id)
-        .outerjoin(
-            messages,
-            (messages.c.conversation_id == events.c.conversation_id)
-            & (messages.c.seq == events.c.message_seq),
-        )
+        _events_with_rows()
         .where(events.c.conversation_id == conversation_id, events.c.seq > after)
         .order_by(events.c.seq)
         .limit(limit)
@@ -223,7 +217,13 @@ def read_events(
 
 def turn_events(connection: Connection, turn_id: uuid.UUID) -> list[EventView]:
     """Every committed event of the turn, in order, with the rows they name."""
-    query = (
+    query = _events_with_rows().where(events.c.turn_id == turn_id).order_by(events.c.seq)
+    return [_event_view(row._mapping) for row in connection.execute(query)]
+
+
+def _events_with_rows() -> Select[Any]:
+    """Events joined with the turn and the message each names (`_event_view` reads them)."""
+    return (
         select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS)
         .outerjoin(turns, turns.c.id == events.c.turn_id)
         .outerjoin(
@@ -231,10 +231,7 @@ def turn_events(connection: Connection, turn_id: uuid.UUID) -> list[EventView]:
             (messages.c.conversation_id == events.c.conversation_id)
             & (messages.c.seq == events.c.message_seq),
         )
-        .where(events.c.turn_id == turn_id)
-        .order_by(events.c.seq)
     )
-    return [_event_view(row._mapping) for row in connection.execute(query)]
 
 
 def read_catalogue(connection: Connection) -> list[ToolInfo]:
