@@ -177,6 +177,12 @@ def test_a_cancelled_response_ends_with_response_incomplete() -> None:
     assert events[-1]["type"] == "response.incomplete"
 
 
+def test_a_failed_response_ends_with_response_failed() -> None:
+    log = Log()
+    events = render([*start(log), log.event("turn.failed")], status="failed")
+    assert events[-1]["type"] == "response.failed"
+
+
 def test_a_pause_ends_the_response_and_the_answer_s_response_numbers_from_zero() -> None:
     log = Log()
     call = {"id": "c_loc", "name": "get_location", "arguments": "{}"}

@@ -48,7 +48,7 @@ from app.models import (
     MESSAGE_COMMITTED,
     TERMINAL_EVENTS,
     TURN_CANCELLED,
-    TURN_FAILED,
+    TURN_FAILED_EVENT,
     TURN_RESUMED,
     TURN_STARTED,
 )
@@ -159,7 +159,7 @@ class ResponseEvents:
 
     def _end(self, event_type: str | None) -> None:
         self.ended = True
-        if event_type == TURN_FAILED:
+        if event_type == TURN_FAILED_EVENT:
             self.terminal = "response.failed"
         elif event_type == TURN_CANCELLED:
             self.terminal = "response.incomplete"
