@@ -7,8 +7,8 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     .offer, .verdict
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .translate, .objects, .stream         the client's checks and views, the live entries,
-                                          app.models and app.errors: pure (the routes read)
+    .translate, .objects, .stream;        the client's checks and views, the live entries,
+    app.api.aisdk .requests, .chunks      app.models and app.errors: pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     everything under app/ but the two     none of SQLAlchemy's query building (select, insert,
@@ -34,8 +34,13 @@ PURE = (
     "app.worker.offer",
     "app.worker.verdict",
 )
-DIALECT_PURE = tuple(
-    f"app.api.responses.{name}" for name in ("ids", "requests", "translate", "objects", "stream")
+DIALECT_PURE = (
+    *(
+        f"app.api.responses.{name}"
+        for name in ("ids", "requests", "translate", "objects", "stream")
+    ),
+    "app.api.aisdk.requests",
+    "app.api.aisdk.chunks",
 )
 DIALECT_MAY_IMPORT = (
     *DIALECT_PURE,

@@ -49,6 +49,10 @@ BODIES: dict[tuple[str, str], Any] = {
         "input": "bob was here",
         "conversation": alice.conversation,
     },
+    ("post", "/v1/ai-sdk/chat"): lambda alice: {
+        "id": alice.conversation,
+        "messages": [{"id": "m1", "role": "user", "parts": [{"type": "text", "text": "bob"}]}],
+    },
     # (naming her conversation gets him its 404, tested in tests/api/test_webhooks_api.py)
     ("post", "/v1/webhooks"): lambda _: {"url": "https://bob.example/hooks"},
 }
@@ -76,7 +80,12 @@ WITHOUT_ID = {
     ("post", "/v1/conversations"): 409,
     # Bob continuing alice's conversation through the OpenAI dialect: not found.
     ("post", "/v1/responses"): 404,
+    # Bob naming alice's conversation as his AI SDK chat: its id is taken, as above.
+    ("post", "/v1/ai-sdk/chat"): 409,
 }
+# Path parameters naming something bob may name as his own (an AI SDK chat id is any string): he
+# gets exactly what a chat never used gets (204 to resume it, `stopped: false`).
+AS_NEVER_USED = {"chat_id"}
 
 
 @dataclass
@@ -193,6 +202,7 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
         "webhook_id": alice.webhook,
         "delivery_id": "424242",
         "response_id": "resp_" + uuid.UUID(alice.turn).hex,
+        "chat_id": alice.conversation,
     }
     nobodys = {
         "conversation_id": str(uuid.uuid4()),
@@ -200,6 +210,7 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
         "webhook_id": str(uuid.uuid4()),
         "delivery_id": "424242",
         "response_id": "resp_" + uuid.uuid4().hex,
+        "chat_id": str(uuid.uuid4()),
     }
     checked = []
     with shared_api.http(token=token) as http:
@@ -219,7 +230,13 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
             assert alice.secret not in text, f"{where} showed bob alice's data: {text}"
             assert alice.name not in text, f"{where} named alice: {text}"
             names = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
-            if names:
+            if names and names[0] in AS_NEVER_USED:
+                nobody = call(http, method, path, operation=operation, alice=alice, ids=nobodys)
+                assert response.status_code == nobody.status_code < 300, f"{where}: {text}"
+                assert text.replace(alice.conversation, "?") == nobody.text.replace(
+                    nobodys["chat_id"], "?"
+                ), where
+            elif names:
                 # Exactly what an id nobody has gets, but for the ids themselves.
                 assert response.status_code == 404, f"{where}: {response.status_code} {text}"
                 problem = _not_found(response, NOT_FOUND[names[0]])
@@ -227,7 +244,8 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
                 assert _without(problem, hers) == _without(
                     _not_found(nobody, NOT_FOUND[names[0]]), nobodys
                 ), where
-                others = [v for k, v in hers.items() if k not in names]
+                named = {hers[name] for name in names}
+                others = [v for k, v in hers.items() if k not in names and v not in named]
                 assert not any(other in text for other in others), f"{where} leaked: {text}"
             else:
                 assert (method, path) in WITHOUT_ID, f"{where}: teach this test what bob may get"
@@ -242,7 +260,8 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
                     ), where
                 elif response.status_code == 409:  # the id bob sent, and nothing more
                     problem = assert_problem(response, 409, "conversation_conflict")
-                    assert _without(problem, hers) == _without(conflict, {"id": mine}), where
+                    expected = _without(conflict, {"id": mine}) | {"instance": path}
+                    assert _without(problem, hers) == expected, where
                 else:
                     assert alice.conversation not in text and alice.turn not in text, where
             checked.append(where)

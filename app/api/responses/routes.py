@@ -4,7 +4,6 @@ delete, and the input items. Errors are OpenAI's shape (`errors.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -14,12 +13,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.auth import Authenticated, Caller
 from app.api.problems import documented
+from app.api.rendered import RenderedTurn
 from app.api.responses.errors import ResponseNotFound, Unsupported
 from app.api.responses.ids import ResponseId
 from app.api.responses.objects import (
@@ -33,9 +31,8 @@ from app.api.responses.requests import CreateResponse, McpTool, parse_create
 from app.api.responses.stream import ResponseEvents
 from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
-from app.api.streaming import DATABASE_PAUSE_SECONDS
-from app.client import ConversationView, Following, TurnRecord
-from app.errors import DatabaseUnavailable, TurnNotFound
+from app.client import ConversationView, TurnRecord
+from app.errors import TurnNotFound
 from app.models import REQUIRES_ACTION
 
 log = logging.getLogger(__name__)
@@ -164,90 +161,46 @@ async def _stream(
     `starting_after` written."""
     api.open_stream()
     try:
-        opened = await api.follow_step(lambda: _Streamed.open(api, caller, response))
+        opened, first = await api.follow_step(lambda: _open(api, caller, response))
     except BaseException:
         api.close_stream()
         raise
     after = -1 if starting_after is None else starting_after
+
+    async def written() -> AsyncIterator[ServerSentEvent]:
+        async for event in opened.events(first):
+            if event["sequence_number"] > after:
+                yield ServerSentEvent(data=json.dumps(event), event=event["type"])
+
     return EventSourceResponse(
-        opened.events(after),
+        written(),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-class _Streamed:
-    """One open stream of a response: its follower and its renderer."""
+def _open(
+    api: ApiState, caller: Caller, response: ResponseId
+) -> tuple[RenderedTurn, list[dict[str, Any]]]:
+    """The response's renderer fed by a follower of its conversation, and its first events."""
+    record = _record(api, caller, response)
+    servers = _servers(api)
+    rendered = ResponseEvents(response, initial_object(record, response, servers))
+    first = rendered.begin(record.turn, tools_of(record, servers))
+    following = api.client.follow(
+        record.conversation.id,
+        record.events[0].seq - 1 if record.events else 0,
+        until=None,
+        poll_interval=STREAM_WAKE_SECONDS,
+        log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+        owner=caller.owner,
+    )
 
-    def __init__(
-        self,
-        api: ApiState,
-        caller: Caller,
-        response: ResponseId,
-        *,
-        rendered: ResponseEvents,
-        first: list[dict[str, Any]],
-        following: Following,
-    ) -> None:
-        self.api, self.caller, self.response = api, caller, response
-        self.rendered, self.first, self.following = rendered, first, following
-        self.finished = False
+    def finish() -> list[dict[str, Any]]:
+        ended = _record(api, caller, response)
+        return rendered.finish(response_object(ended, response, _servers(api)))
 
-    @classmethod
-    def open(cls, api: ApiState, caller: Caller, response: ResponseId) -> _Streamed:
-        record = _record(api, caller, response)
-        servers = _servers(api)
-        rendered = ResponseEvents(response, initial_object(record, response, servers))
-        first = rendered.begin(record.turn, tools_of(record, servers))
-        following = api.client.follow(
-            record.conversation.id,
-            record.events[0].seq - 1 if record.events else 0,
-            until=None,
-            poll_interval=STREAM_WAKE_SECONDS,
-            log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
-            owner=caller.owner,
-        )
-        return cls(api, caller, response, rendered=rendered, first=first, following=following)
-
-    def step(self) -> list[dict[str, Any]]:
-        """The next events (waiting for them), and the last one once the response ended."""
-        out: list[dict[str, Any]] = []
-        rendered = self.rendered
-        while not out and not rendered.ended:
-            item = next(self.following, None)
-            if item is None:
-                break
-            out += rendered.feed(item)
-            for more, _ in self.following.ready():
-                out += rendered.feed(more)
-        if rendered.ended:
-            record = _record(self.api, self.caller, self.response)
-            out += rendered.finish(response_object(record, self.response, _servers(self.api)))
-            self.finished = True
-        return out
-
-    async def events(self, after: int) -> AsyncIterator[ServerSentEvent]:
-        try:
-            batch = self.first
-            while True:
-                for event in batch:
-                    if event["sequence_number"] > after:
-                        yield ServerSentEvent(data=json.dumps(event), event=event["type"])
-                if self.finished:
-                    break
-                try:
-                    batch = await self.api.follow_step(self.step)
-                except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
-                    # The stream pauses, keeping its place (as our own streams do).
-                    log.warning("stream of %s: database unavailable (%s)", self.response, exc)
-                    await asyncio.sleep(DATABASE_PAUSE_SECONDS)
-                    batch = []
-                    continue
-                if not batch:
-                    break  # the follower was closed
-        finally:
-            self.following.close()
-            self.api.close_stream()
+    return RenderedTurn(api, following, rendered, finish), first
 
 
 # --- the steps ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ health checks)."""
 
 from fastapi import APIRouter
 
+from app.api.aisdk.routes import router as aisdk_router
 from app.api.responses.routes import router as responses_router
 from app.api.routes import conversations, events, system, turns, webhooks
 
@@ -13,5 +14,6 @@ router.include_router(turns.router)
 router.include_router(events.router)
 router.include_router(webhooks.router)
 router.include_router(responses_router)
+router.include_router(aisdk_router)
 
 __all__ = ["router"]

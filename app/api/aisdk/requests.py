@@ -1,0 +1,225 @@
+"""`POST /v1/ai-sdk/chat` read into what it asks of us, or refused with a clear 400. Pure.
+
+`useChat` posts the whole chat as the browser holds it; only its last message is taken (the
+client's copy of the history is never trusted: the transcript is ours):
+
+    the last message                      taken as
+    ------------------------------------  ------------------------------------------------------
+    role user, text parts                 the user's message: a new turn
+    role assistant (the turn's message),  the answers to what its turn waits for: a client
+    tool parts `output-available` /       tool's output (an error's text), the decision on an
+    `output-error` / `approval-responded` approval (with its reason); parts of calls the turn
+                                          does not wait for are the client's copy and ignored,
+                                          but an approval for a call that waits for none is
+                                          refused (a forged approval)
+
+    field                                 taken as
+    ------------------------------------  ------------------------------------------------------
+    id                                    the chat: our conversation id, or any other string
+                                          (useChat's own ids), which names a conversation of
+                                          the caller's own (created at its first message)
+    trigger                               submit-message (regenerate-message: not yet)
+    messageId                             the message answered (an assistant message), or an
+                                          edit of a user message (not yet)
+    model, instructions, tools,           the chat's setup when it is created (the `body`
+    clientTools, clarify                  option of useChat); later, when given, the same
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.api.aisdk.chunks import approval_id
+from app.client.views import ActionView, Decision
+from app.errors import InvalidRequest
+from app.models import APPROVAL
+
+#: The namespace of the conversations named by a chat id that is not one of ours.
+CHAT_CONVERSATIONS = uuid.UUID("0b7e4f7c-3c1d-4a8e-9f52-6a1d2c3b4e5f")
+MAX_CHAT_ID = 200
+ANSWER_STATES = ("output-available", "output-error", "approval-responded")
+SETUP = ("model", "instructions", "tools", "clientTools", "clarify")
+
+
+@dataclass(frozen=True)
+class ToolPart:
+    """A tool part of the client's assistant message, in a state that answers something."""
+
+    call_id: str
+    name: str
+    state: str
+    output: Any = None
+    error_text: str | None = None
+    approval: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    chat_id: str
+    message_id: str  # the last message's
+    text: str | None  # a user's message
+    parts: tuple[ToolPart, ...]  # an assistant message's answers
+    setup: Mapping[str, Any]  # the setup fields given
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object (useChat's: id, messages, trigger)")
+    chat_id = check_chat_id(body.get("id"))
+    trigger = body.get("trigger", "submit-message")
+    if trigger == "regenerate-message":
+        raise InvalidRequest(
+            "trigger regenerate-message: regenerating an answer is not supported yet (send a "
+            "new message instead)"
+        )
+    if trigger != "submit-message":
+        raise InvalidRequest(f"trigger must be 'submit-message', not {trigger!r}")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages must be a non-empty list (useChat's UI messages)")
+    last = messages[-1]
+    if not isinstance(last, dict) or not isinstance(last.get("parts"), list):
+        raise InvalidRequest("the last message must be an object with a list of parts")
+    message_id = last.get("id")
+    if not isinstance(message_id, str) or not message_id:
+        raise InvalidRequest("the last message needs its id (a string)")
+    edited = body.get("messageId")
+    role = last.get("role")
+    setup = {name: body[name] for name in SETUP if name in body}
+    if role == "user":
+        if edited is not None and any(
+            isinstance(m, dict) and m.get("id") == edited for m in messages[:-1]
+        ):
+            raise InvalidRequest("editing an earlier message is not supported yet")
+        return ChatRequest(chat_id, message_id, _text(last["parts"]), (), setup)
+    if role == "assistant":
+        parts = tuple(_answers(last["parts"]))
+        if not parts:
+            raise InvalidRequest(
+                "the last message is the assistant's and answers nothing (no tool part is "
+                f"in a state of {', '.join(ANSWER_STATES)})"
+            )
+        return ChatRequest(chat_id, message_id, None, parts, setup)
+    raise InvalidRequest(f"the last message's role must be user or assistant, not {role!r}")
+
+
+def check_chat_id(chat_id: Any) -> str:
+    if not isinstance(chat_id, str) or not chat_id.strip():
+        raise InvalidRequest("id (the chat's) must be a non-empty string")
+    if len(chat_id) > MAX_CHAT_ID or not chat_id.isprintable():
+        raise InvalidRequest(f"id (the chat's) must be printable, at most {MAX_CHAT_ID} characters")
+    return chat_id
+
+
+def conversation_of(owner: str | None, chat_id: str) -> uuid.UUID:
+    """Our conversation id, or the conversation a chat id names for this owner."""
+    try:
+        return uuid.UUID(chat_id)
+    except ValueError:
+        return uuid.uuid5(CHAT_CONVERSATIONS, f"{owner or ''}\x00{chat_id}")
+
+
+def _text(parts: list[Any]) -> str:
+    texts: list[str] = []
+    for part in parts:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequest("a text part's text must be a string")
+            texts.append(text)
+        elif kind == "file":
+            raise InvalidRequest("file parts are not supported yet (send text)")
+        elif kind in ("step-start",) or (isinstance(kind, str) and kind.startswith("data-")):
+            continue
+        else:
+            raise InvalidRequest(f"a user message's part of type {kind!r} is not supported")
+    text = "\n\n".join(texts)
+    if not text.strip():
+        raise InvalidRequest("the user's message has no text")
+    return text
+
+
+def _answers(parts: list[Any]) -> list[ToolPart]:
+    found: list[ToolPart] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise InvalidRequest("each part must be an object")
+        kind = part.get("type")
+        if not isinstance(kind, str) or not (kind.startswith("tool-") or kind == "dynamic-tool"):
+            continue
+        state = part.get("state")
+        if state not in ANSWER_STATES:
+            continue
+        call_id = part.get("toolCallId")
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidRequest(f"a {kind} part needs its toolCallId")
+        name = part.get("toolName") if kind == "dynamic-tool" else kind[len("tool-") :]
+        approval = part.get("approval")
+        if state == "approval-responded" and not (
+            isinstance(approval, dict) and isinstance(approval.get("approved"), bool)
+        ):
+            raise InvalidRequest(
+                f"call {call_id}: an approval-responded part needs approval.approved"
+            )
+        error_text = part.get("errorText")
+        found.append(
+            ToolPart(
+                call_id,
+                str(name),
+                state,
+                part.get("output"),
+                error_text if isinstance(error_text, str) else None,
+                approval if isinstance(approval, dict) else None,
+            )
+        )
+    return found
+
+
+def answers(
+    parts: Sequence[ToolPart], waiting: Sequence[ActionView]
+) -> tuple[dict[str, str], dict[str, Decision]]:
+    """The answers the client's parts give to what the turn waits for (`waiting`: its actions
+    not answered yet). An approval for a call that waits for none, or an output for a call
+    waiting for an approval: InvalidRequest; nothing answered at all: InvalidRequest."""
+    kinds = {action.call_id: action.kind for action in waiting}
+    outputs: dict[str, str] = {}
+    approvals: dict[str, Decision] = {}
+    for part in parts:
+        kind = kinds.get(part.call_id)
+        if part.state == "approval-responded":
+            if kind != APPROVAL:
+                raise InvalidRequest(
+                    f"call {part.call_id} waits for no approval (an approval for it is refused)"
+                )
+            assert part.approval is not None
+            if part.approval.get("id") != approval_id(part.call_id):
+                raise InvalidRequest(
+                    f"call {part.call_id}: approval id {part.approval.get('id')!r} is not the "
+                    f"one asked ({approval_id(part.call_id)!r})"
+                )
+            reason = part.approval.get("reason")
+            approvals[part.call_id] = Decision(
+                bool(part.approval["approved"]), reason if isinstance(reason, str) else None
+            )
+            continue
+        if kind is None:
+            continue  # a call answered before: the client's copy
+        if kind == APPROVAL:
+            raise InvalidRequest(f"call {part.call_id} waits for an approval, not an output")
+        if part.state == "output-error":
+            outputs[part.call_id] = f"Error: {part.error_text or 'the client tool failed'}"
+        else:
+            output = part.output
+            outputs[part.call_id] = output if isinstance(output, str) else json.dumps(output)
+    if not outputs and not approvals:
+        names = ", ".join(a.call_id for a in waiting) or "nothing"
+        raise InvalidRequest(f"the message answers none of the calls the chat waits for ({names})")
+    return outputs, approvals
+
+
+__all__ = ["ChatRequest", "ToolPart", "answers", "check_chat_id", "conversation_of", "parse_chat"]

@@ -1,0 +1,232 @@
+"""`/v1/ai-sdk/chat`: the AI SDK's chat transport over our turns, for `useChat` (React, Vue,
+Svelte) with its `DefaultChatTransport`: send a message or the answers to a pause and read the
+turn as a UI message stream (`chunks.py`), resume it (`resume: true`), stop it (a real cancel).
+
+    POST /v1/ai-sdk/chat                useChat's body (`requests.py`): the stream of the turn
+                                        started (or continued) by its last message
+    GET  /v1/ai-sdk/chat/{id}/stream    204 when the chat has no turn going; else its turn's
+                                        stream replayed from `start`, then live
+    POST /v1/ai-sdk/chat/{id}/stop      cancel the chat's turn (the model call or the tool it
+                                        runs is cancelled): {"stopped": true|false}
+
+Errors are our own problem documents: `useChat`'s transport throws an `Error` whose message is
+the body."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Response
+from fastapi.concurrency import run_in_threadpool
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from app.api.aisdk.chunks import UiMessageChunks
+from app.api.aisdk.requests import (
+    ChatRequest,
+    answers,
+    check_chat_id,
+    conversation_of,
+    parse_chat,
+)
+from app.api.auth import Authenticated, Caller
+from app.api.problems import documented
+from app.api.rendered import RenderedTurn
+from app.api.routes.events import STREAM_WAKE_SECONDS
+from app.api.state import Api, ApiState
+from app.client import TurnRecord
+from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
+from app.models import ACTION_REQUIRED, CLARIFY_TOOL, REQUIRES_ACTION
+
+router = APIRouter(prefix="/ai-sdk/chat", tags=["chat (AI SDK)"])
+
+HEADERS = {
+    "x-vercel-ai-ui-message-stream": "v1",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+#: An idempotency key per useChat message: a retried POST finds the turn its message started.
+MESSAGE_KEY = "ai-sdk:"
+
+
+@router.post("", responses=documented(400, 401, 404, 409, 413, 422, 429, 503))
+async def send_messages(
+    caller: Authenticated, api: Api, body: Annotated[Any, Body()]
+) -> EventSourceResponse:
+    """The turn the chat's last message starts (a user's message) or continues (the answers
+    to its pause), as a UI message stream."""
+    request = parse_chat(body)
+    turn_id, continues_after = await run_in_threadpool(lambda: _send(api, caller, request))
+    return await _stream(api, caller, turn_id, continues_after)
+
+
+@router.get("/{chat_id}/stream", responses=documented(400, 401, 422, 503, also={204: {}}))
+async def resume_stream(chat_id: str, caller: Authenticated, api: Api) -> Any:
+    """The chat's turn going on (or waiting for the client), replayed from its `start` and
+    followed live; 204 when there is none (a chat never used included)."""
+    turn_id = await run_in_threadpool(lambda: _going(api, caller, chat_id))
+    if turn_id is None:
+        return Response(status_code=204)
+    return await _stream(api, caller, turn_id, 0)
+
+
+@router.post("/{chat_id}/stop", responses=documented(400, 401, 422, 503))
+def stop(chat_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
+    """Cancel the chat's turn: its model call or tool is cancelled, its open calls are
+    answered "cancelled". Idempotent: `stopped` is false when no turn was going."""
+    conversation_id = conversation_of(caller.owner, check_chat_id(chat_id))
+    try:
+        turn = api.client.current_turn(conversation_id, owner=caller.owner)
+    except ConversationNotFound:
+        turn = None
+    if turn is None or turn.is_finished:
+        return {"stopped": False, "turn": None if turn is None else str(turn.id)}
+    api.client.cancel_turn(turn.id, owner=caller.owner)
+    return {"stopped": True, "turn": str(turn.id)}
+
+
+# --- the stream ---------------------------------------------------------------------------------
+
+
+async def _stream(
+    api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
+) -> EventSourceResponse:
+    api.open_stream()
+    try:
+        opened, first = await api.follow_step(lambda: _open(api, caller, turn_id, continues_after))
+    except BaseException:
+        api.close_stream()
+        raise
+
+    async def written() -> AsyncIterator[ServerSentEvent]:
+        async for chunk in opened.events(first):
+            yield ServerSentEvent(data=json.dumps(chunk))
+        yield ServerSentEvent(data="[DONE]")
+
+    return EventSourceResponse(
+        written(), ping=api.settings.api_heartbeat_seconds, headers=dict(HEADERS)
+    )
+
+
+def _open(
+    api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
+) -> tuple[RenderedTurn, list[dict[str, Any]]]:
+    record = api.client.turn_record(turn_id, owner=caller.owner)
+    pauses = [event.seq for event in record.events if event.type == ACTION_REQUIRED]
+    if record.turn.status == REQUIRES_ACTION:
+        pauses.pop()  # the pause it waits in ends the stream
+    chunks = UiMessageChunks(
+        record.turn,
+        _client_tools(record),
+        continues_after=continues_after,
+        answered_through=max(pauses, default=0),
+    )
+    following = api.client.follow(
+        record.conversation.id,
+        record.events[0].seq - 1 if record.events else 0,
+        until=None,
+        poll_interval=STREAM_WAKE_SECONDS,
+        log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+        owner=caller.owner,
+    )
+    return RenderedTurn(api, following, chunks, list), chunks.begin()
+
+
+def _client_tools(record: TurnRecord) -> frozenset[str]:
+    names = {str(tool["name"]) for tool in record.conversation.client_tools}
+    if record.conversation.clarify:
+        names.add(CLARIFY_TOOL)
+    return frozenset(names)
+
+
+# --- the steps ----------------------------------------------------------------------------------
+
+
+def _send(api: ApiState, caller: Caller, request: ChatRequest) -> tuple[uuid.UUID, int]:
+    """The turn to stream, and the event after which the client already holds it."""
+    conversation_id = conversation_of(caller.owner, request.chat_id)
+    _chat(api, caller, conversation_id, request)
+    if request.text is not None:
+        submitted = api.client.submit_message(
+            conversation_id,
+            request.text,
+            idempotency_key=f"{MESSAGE_KEY}{request.message_id}"[:200],
+            owner=caller.owner,
+        )
+        assert submitted.turn_id is not None
+        return submitted.turn_id, 0
+    record = _answered_turn(api, caller, conversation_id, request.message_id)
+    waiting = [
+        action for action in record.turn.actions if not action.answered and action.decision is None
+    ]
+    outputs, approvals = answers(request.parts, waiting)
+    api.client.answer_actions(record.turn.id, outputs, approvals=approvals, owner=caller.owner)
+    pauses = [event.seq for event in record.events if event.type == ACTION_REQUIRED]
+    return record.turn.id, pauses[-1]
+
+
+def _answered_turn(
+    api: ApiState, caller: Caller, conversation_id: uuid.UUID, message_id: str
+) -> TurnRecord:
+    """The turn an assistant message is (its id is the turn's), waiting for the client."""
+    try:
+        record = api.client.turn_record(uuid.UUID(message_id), owner=caller.owner)
+    except (ValueError, TurnNotFound):
+        raise InvalidRequest(
+            f"the assistant message {message_id!r} is not a turn of this chat"
+        ) from None
+    if record.conversation.id != conversation_id:
+        raise InvalidRequest(f"the assistant message {message_id!r} is not a turn of this chat")
+    if record.turn.status != REQUIRES_ACTION:
+        raise InvalidRequest(
+            f"the turn of message {message_id!r} waits for nothing (it is {record.turn.status})"
+        )
+    return record
+
+
+def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: ChatRequest) -> None:
+    """The chat's conversation, created at its first message with the setup given; later the
+    setup given must be the conversation's."""
+    setup = request.setup
+    try:
+        existing = api.client.get_conversation(conversation_id, 2**31 - 1, owner=caller.owner)
+    except ConversationNotFound:
+        existing = None
+    if existing is None:
+        if request.text is None:
+            raise ConversationNotFound(f"no chat {request.chat_id!r}")
+        api.client.create_or_get(
+            conversation_id=conversation_id,
+            model=setup.get("model"),
+            instructions=setup.get("instructions"),
+            tools=setup.get("tools") or (),
+            owner=caller.owner,
+            client_tools=setup.get("clientTools"),
+            clarify=setup.get("clarify", True),
+        )
+        return
+    given = {
+        "model": existing.model,
+        "instructions": existing.instructions,
+        "tools": list(existing.tools),
+        "clientTools": list(existing.client_tools),
+        "clarify": existing.clarify,
+    }
+    for name, value in setup.items():
+        if value != given[name] and not (name == "clientTools" and value == [] and not given[name]):
+            raise InvalidRequest(
+                f"{name} differs from the chat's (its setup is fixed by its first message)"
+            )
+
+
+def _going(api: ApiState, caller: Caller, chat_id: str) -> uuid.UUID | None:
+    conversation_id = conversation_of(caller.owner, check_chat_id(chat_id))
+    try:
+        turn = api.client.current_turn(conversation_id, owner=caller.owner)
+    except ConversationNotFound:
+        return None
+    if turn is None or turn.is_finished:
+        return None
+    return turn.id

@@ -1,0 +1,91 @@
+"""A turn's stream in another client's dialect: a follower of its conversation fed to that
+dialect's pure renderer (`responses/stream.py`, `aisdk/chunks.py`), one batch per hop to the
+followers' pool, until the renderer says the turn is over. A database that stops answering
+pauses the stream, keeping its place, as our own streams do (`streaming.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from app.api.state import ApiState
+from app.api.streaming import DATABASE_PAUSE_SECONDS
+from app.client import Delta, Discarded, EventView, Following
+from app.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+Rendered = dict[str, Any]
+
+
+class Renderer(Protocol):
+    @property
+    def ended(self) -> bool: ...
+
+    def feed(self, item: EventView | Delta | Discarded) -> list[Rendered]: ...
+
+
+class RenderedTurn:
+    """One open stream: its follower, its renderer, and what ends it (`finish`: the last
+    events, read once the renderer has ended)."""
+
+    def __init__(
+        self,
+        api: ApiState,
+        following: Following,
+        renderer: Renderer,
+        finish: Callable[[], list[Rendered]],
+    ) -> None:
+        self.api, self.following, self.renderer, self.finish = api, following, renderer, finish
+        self.finished = False
+
+    def step(self) -> list[Rendered]:
+        """The next events (waiting for them), and the last ones once the turn is over; empty
+        when the follower was closed."""
+        out: list[Rendered] = []
+        renderer = self.renderer
+        while not out and not renderer.ended:
+            item = next(self.following, None)
+            if item is None:
+                break
+            out += renderer.feed(item)
+            for more, _ in self.following.ready():
+                out += renderer.feed(more)
+        if renderer.ended:
+            out += self.finish()
+            self.finished = True
+        return out
+
+    async def events(self, first: list[Rendered]) -> AsyncIterator[Rendered]:
+        """`first`, then every batch until the end; the stream is counted out at the end."""
+        try:
+            batch = first
+            while True:
+                for event in batch:
+                    yield event
+                if self.finished:
+                    break
+                try:
+                    batch = await self.api.follow_step(self.step)
+                except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
+                    log.warning(
+                        "stream of %s: database unavailable (%s)",
+                        self.following.conversation_id,
+                        exc,
+                    )
+                    await asyncio.sleep(DATABASE_PAUSE_SECONDS)
+                    batch = []
+                    continue
+                if not batch:
+                    break  # the follower was closed
+        finally:
+            self.following.close()
+            self.api.close_stream()
+
+
+__all__ = ["RenderedTurn", "Renderer"]
