@@ -55,6 +55,11 @@ class ConversationCreate(Body):
         description="the model may ask the user a question (agent_clarify) when it has tools; "
         "the next message (or an action output) answers it",
     )
+    approval_tools: list[str] | None = Field(
+        None,
+        description="tools (of `tools`) whose every call waits for the user's approval, beyond "
+        "what each MCP server's own policy asks",
+    )
 
 
 class MessageCreate(Body):

@@ -134,6 +134,9 @@ class Conversation(View):
     tool_choice: ToolChoice
     context: dict[str, Any] | None
     client_tools: list[ClientTool] = Field(default_factory=list)
+    approval_tools: list[str] = Field(
+        default_factory=list, description="tools whose every call the user approves first"
+    )
     clarify: bool = True
     iterations: int
     turn_number: int = Field(description="the current (or last) turn's number; 0: none yet")

@@ -67,6 +67,7 @@ class AsyncChatClient:
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
+        approval_tools: Sequence[str] | None = None,
     ) -> uuid.UUID:
         """`ChatClient.create_conversation`, in a worker thread."""
         return await asyncio.to_thread(
@@ -80,6 +81,7 @@ class AsyncChatClient:
                 conversation_id=conversation_id,
                 client_tools=client_tools,
                 clarify=clarify,
+                approval_tools=approval_tools,
             )
         )
 
@@ -95,6 +97,7 @@ class AsyncChatClient:
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
+        approval_tools: Sequence[str] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`ChatClient.create_or_get`, in a worker thread."""
         return await asyncio.to_thread(
@@ -108,6 +111,7 @@ class AsyncChatClient:
                 conversation_id=conversation_id,
                 client_tools=client_tools,
                 clarify=clarify,
+                approval_tools=approval_tools,
             )
         )
 

@@ -88,6 +88,22 @@ def check_tool_names(tools: Sequence[str], tool_choice: str) -> list[str]:
     return names
 
 
+def check_approval_tools(approval: Any, tools: Sequence[str]) -> list[str] | None:
+    """The tools whose every call the user approves first: names among `tools` (a server's
+    tools of the conversation), without duplicates; None or [] for none."""
+    if approval is None:
+        return None
+    if isinstance(approval, str) or not all(isinstance(t, str) and t for t in approval):
+        raise InvalidRequest("approval_tools must be a list of tool names")
+    names = list(dict.fromkeys(approval))
+    unknown = [name for name in names if name not in tools]
+    if unknown:
+        raise InvalidRequest(
+            f"approval_tools: {unknown[0]!r} is not one of the conversation's tools"
+        )
+    return names or None
+
+
 def check_text(text: Any, what: str, limit: int, *, allow_empty: bool = False) -> None:
     """A storable string of at most `limit` characters (`what` names it in the message)."""
     if not isinstance(text, str):

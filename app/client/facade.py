@@ -23,6 +23,7 @@ from app.client import intake
 from app.client.admin import AdminClient
 from app.client.admission import REJECT
 from app.client.checks import (
+    check_approval_tools,
     check_busy_policy,
     check_client_tools,
     check_context,
@@ -103,6 +104,7 @@ class ChatClient(ChatReader):
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
+        approval_tools: Sequence[str] | None = None,
     ) -> uuid.UUID:
         """A new idle conversation; `tools` are names from `list_tools()`.
 
@@ -113,7 +115,9 @@ class ChatClient(ChatReader):
         `client_tools`: tools the web app's client executes ({"name", "description",
         "parameters": a JSON Schema}); a call of one pauses the turn (`requires_action`) until
         the client posts its output (`answer_actions`). `clarify`: the model may ask the
-        user a question (`agent_clarify`) when it has tools; the next message answers it."""
+        user a question (`agent_clarify`) when it has tools; the next message answers it.
+        `approval_tools`: tools (of `tools`) whose every call the user approves first, beyond
+        what each MCP server's own policy asks (a caller can ask for more, never less)."""
         return self.create_or_get(
             model=model,
             instructions=instructions,
@@ -124,6 +128,7 @@ class ChatClient(ChatReader):
             conversation_id=conversation_id,
             client_tools=client_tools,
             clarify=clarify,
+            approval_tools=approval_tools,
         )[0].id
 
     def create_or_get(
@@ -138,6 +143,7 @@ class ChatClient(ChatReader):
         conversation_id: uuid.UUID | str | None = None,
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
+        approval_tools: Sequence[str] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`create_conversation`, as read in its transaction (without messages), and whether it
         was created (False: it existed, same fields)."""
@@ -145,6 +151,7 @@ class ChatClient(ChatReader):
         check_tool_choice(tool_choice)
         names = check_tool_names(tools, tool_choice)
         declared = check_client_tools(client_tools, names)
+        approval = check_approval_tools(approval_tools, names)
         if not isinstance(clarify, bool):
             raise InvalidRequest(f"clarify must be true or false, not {clarify!r}")
         if instructions is not None:
@@ -162,6 +169,7 @@ class ChatClient(ChatReader):
             "context": context,
             "client_tools": declared,
             "clarify": clarify,
+            "approval_tools": approval,
         }
         try:
             return self._insert(chosen, setup)

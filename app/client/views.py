@@ -75,6 +75,7 @@ class ConversationView:
     updated_at: datetime
     messages: list[MessageView] = field(default_factory=list)
     client_tools: list[dict[str, Any]] = field(default_factory=list)  # executed by the client
+    approval_tools: list[str] = field(default_factory=list)  # every call approved first
     clarify: bool = True  # the model may ask the user (agent_clarify)
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
 

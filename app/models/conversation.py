@@ -101,6 +101,8 @@ class Conversation(Base):
     # Tools the web app's client executes ({"name", "description", "parameters"}); a call of one
     # pauses the turn until the client posts its output.
     client_tools: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
+    # Tools whose every call the user approves first, beyond each MCP server's own policy.
+    approval_tools: Mapped[list[str] | None] = mapped_column(JsonType)
     # Whether the model may ask the user a question (`agent_clarify`) when it uses tools.
     clarify: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
     # Opaque to the worker: the web app's own tracking data, passed through untouched.

@@ -204,7 +204,9 @@ class StepLoop:
         # What the tools the planner offers say of themselves: schemas and annotations.
         self.toolbox = box._replace(
             check=ArgumentCheck({d.name: d.input_schema for d in offered}),
-            approval=frozenset(d.name for d in offered if d.requires_approval),
+            approval=frozenset(
+                d.name for d in offered if d.requires_approval or d.name in snapshot.approval_tools
+            ),
             guarded=frozenset(d.name for d in served if not d.may_rerun),
         )
         self.function_tools = [d.as_function_tool() for d in offered]

@@ -224,6 +224,24 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
             "tools",
         ),
         (
+            {"input": "x", "tools": [{**MCP, "require_approval": "sometimes"}]},
+            openai.BadRequestError,
+            "tools[0]",
+        ),
+        (
+            {"input": "x", "tools": [{**MCP, "require_approval": {"always": ["add"]}}]},
+            openai.BadRequestError,
+            "tools[0]",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [{**MCP, "require_approval": {"always": {"tool_names": ["nope"]}}}],
+            },
+            openai.BadRequestError,
+            "tools",
+        ),
+        (
             {"input": "x", "previous_response_id": "resp_" + "0" * 32},
             openai.NotFoundError,
             None,
@@ -366,6 +384,47 @@ def test_mcp_calls_are_mcp_call_items_and_an_approval_is_a_round_trip(
     assert [(i.type, getattr(i, "approve", None)) for i in items] == [
         ("mcp_approval_response", True)
     ]
+
+
+def test_require_approval_always_asks_before_a_tool_its_server_runs_freely(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+            {"text": "Five."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    # the server's policy runs `add` without asking (it is not destructive)
+    always = {"always": {"tool_names": ["add"]}}
+    tools = [{**MCP, "allowed_tools": ["add", "fail"], "require_approval": always}]
+    first = create(sdk, input=f"add {token}", tools=tools)
+    (ask,) = first.output
+    assert ask.type == "mcp_approval_request" and ask.name == "add"
+    (echoed,) = first.tools
+    assert echoed.type == "mcp" and echoed.require_approval is not None
+    assert echoed.require_approval.model_dump(exclude_none=True) == always  # type: ignore[union-attr]
+    second = create(
+        sdk,
+        previous_response_id=first.id,
+        input=[{"type": "mcp_approval_response", "approval_request_id": ask.id, "approve": True}],
+    )
+    assert second.output_text == "Five." and second.output[0].output == "5.0"  # type: ignore[union-attr]
+    # "never" follows the server's own policy: a caller asks for more approvals, never fewer
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 1, "b": 1}}]},
+            {"text": "Two."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    plain = create(sdk, input=f"add {token}", tools=[{**MCP, "require_approval": "never"}])
+    assert plain.output_text == "Two." and plain.output[0].type == "mcp_call"
 
 
 def test_cancel_during_a_slow_tool_reaches_the_mcp_server(

@@ -41,8 +41,8 @@ GROUPS = {
         ("idle pickup", "busy pickup", "capacity:", "throughput:"),
     ),
     "kills, footprint, SSE fan-out": (
-        ("recovery", "footprint", "sse"),
-        ("recovery:", "worker RSS", "sse:"),
+        ("recovery", "footprint", "sse", "dialects"),
+        ("recovery:", "worker RSS", "sse:", "dialects: 20 responses", "dialects: 20 ai-sdk"),
     ),
     "streams, cancels, API requests": (
         ("callcpu", "cancel", "followers", "api"),

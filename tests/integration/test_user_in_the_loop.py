@@ -384,6 +384,38 @@ def test_a_call_that_needs_approval_waits_and_runs_once_approved(guarded: World)
     assert [name for name, _ in guarded.tools.executed].count("write_note") == 1
 
 
+def test_a_conversation_s_approval_tools_ask_before_a_tool_its_server_runs_freely(
+    guarded: World,
+) -> None:
+    scripted = note_then_answer()
+    conversation_id = guarded.conversation(
+        "Note it", tools=["add", "write_note"], approval_tools=["add"]
+    )
+    assert guarded.client.get_conversation(conversation_id).approval_tools == ["add"]
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
+    assert guarded.tools.executed == []  # add asks too, now
+    turn = guarded.client.current_turn(conversation_id)
+    assert turn is not None
+    assert [(a.call_id, a.kind) for a in turn.pending_actions] == [
+        ("c_add", "approval"),
+        ("c_note", "approval"),
+    ]
+    guarded.client.answer_actions(turn.id, approvals={"c_add": True, "c_note": True})
+    assert run(guarded.runner(scripted), conversation_id) is Outcome.IDLE
+    assert [name for name, _ in guarded.tools.executed] == ["add", "write_note"]
+
+
+@pytest.mark.parametrize(
+    ("approval_tools", "says"),
+    [(["nope"], "not one of the conversation's tools"), ("add", "list of tool names")],
+)
+def test_bad_approval_tools_are_refused_at_creation(
+    world: World, approval_tools: Any, says: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=says):
+        world.client.create_conversation(tools=["add"], approval_tools=approval_tools)
+
+
 def test_a_denied_call_never_runs_and_the_model_is_told_why(guarded: World) -> None:
     scripted = note_then_answer()
     conversation_id = guarded.conversation("Note it", tools=["add", "write_note"])

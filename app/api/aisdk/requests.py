@@ -22,7 +22,7 @@ client's copy of the history is never trusted: the transcript is ours):
     messageId                             the message answered (an assistant message), or an
                                           edit of a user message (not yet)
     model, instructions, tools,           the chat's setup when it is created (the `body`
-    clientTools, clarify                  option of useChat); later, when given, the same
+    clientTools, approvalTools, clarify   option of useChat); later, when given, the same
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from app.models import APPROVAL
 CHAT_CONVERSATIONS = uuid.UUID("0b7e4f7c-3c1d-4a8e-9f52-6a1d2c3b4e5f")
 MAX_CHAT_ID = 200
 ANSWER_STATES = ("output-available", "output-error", "approval-responded")
-SETUP = ("model", "instructions", "tools", "clientTools", "clarify")
+SETUP = ("model", "instructions", "tools", "clientTools", "approvalTools", "clarify")
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,7 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
             owner=caller.owner,
             client_tools=setup.get("clientTools"),
             clarify=setup.get("clarify", True),
+            approval_tools=setup.get("approvalTools"),
         )
         return
     given = {
@@ -212,10 +213,11 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
         "instructions": existing.instructions,
         "tools": list(existing.tools),
         "clientTools": list(existing.client_tools),
+        "approvalTools": list(existing.approval_tools),
         "clarify": existing.clarify,
     }
     for name, value in setup.items():
-        if value != given[name] and not (name == "clientTools" and value == [] and not given[name]):
+        if value != given[name] and not (value in ([], None) and not given[name]):
             raise InvalidRequest(
                 f"{name} differs from the chat's (its setup is fixed by its first message)"
             )

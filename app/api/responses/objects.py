@@ -154,8 +154,19 @@ def _tools_echo(record: TurnRecord, servers: Mapping[str, str]) -> list[dict[str
     by_server: dict[str, list[str]] = {}
     for name in conversation.tools:
         by_server.setdefault(servers.get(name, "chatworker"), []).append(name)
+    asked = set(conversation.approval_tools)
     for label, names in by_server.items():
-        echoed.append({"type": "mcp", "server_label": label, "allowed_tools": sorted(names)})
+        echo: dict[str, Any] = {
+            "type": "mcp",
+            "server_label": label,
+            "allowed_tools": sorted(names),
+        }
+        approving = sorted(asked & set(names))
+        if approving:
+            echo["require_approval"] = (
+                "always" if len(approving) == len(names) else {"always": {"tool_names": approving}}
+            )
+        echoed.append(echo)
     return echoed
 
 

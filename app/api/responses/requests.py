@@ -73,6 +73,8 @@ KNOWN = frozenset(
 class McpTool:
     server_label: str
     allowed_tools: tuple[str, ...] | None  # None: all of the server's tools
+    approve_all: bool = False  # require_approval "always": every call of its tools asks
+    approve: tuple[str, ...] = ()  # require_approval {"always": {"tool_names"}}: these ask
 
 
 @dataclass(frozen=True)
@@ -324,12 +326,7 @@ def _mcp(tool: dict[str, Any], where: str) -> McpTool:
                 "with; name one by server_label",
                 param=where,
             )
-    if tool.get("require_approval") is not None:
-        raise Unsupported(
-            f"{where}.require_approval: approvals follow the server's own policy "
-            "(CHATWORKER_MCP_SERVERS) in this version",
-            param=where,
-        )
+    approve_all, approve = _require_approval(tool.get("require_approval"), where)
     label = tool.get("server_label")
     if not isinstance(label, str) or not label:
         raise Unsupported(f"{where}.server_label must be a string", param=where)
@@ -340,4 +337,34 @@ def _mcp(tool: dict[str, Any], where: str) -> McpTool:
         not isinstance(allowed, list) or not all(isinstance(n, str) for n in allowed)
     ):
         raise Unsupported(f"{where}.allowed_tools must be a list of names", param=where)
-    return McpTool(label, None if allowed is None else tuple(allowed))
+    return McpTool(label, None if allowed is None else tuple(allowed), approve_all, approve)
+
+
+def _require_approval(value: Any, where: str) -> tuple[bool, tuple[str, ...]]:
+    """(every tool asks, the tools that ask): "always", or {"always": {"tool_names": [...]}}
+    ask; "never" (or a tool under "never") follows the server's own policy: a caller can ask
+    for more approvals than the operator's, never for fewer."""
+    if value is None or value == "never":
+        return False, ()
+    if value == "always":
+        return True, ()
+    if isinstance(value, dict) and set(value) <= {"always", "never"}:
+        names: list[str] = []
+        for key in ("always", "never"):
+            part = value.get(key)
+            if part is None:
+                continue
+            listed = part.get("tool_names") if isinstance(part, dict) else None
+            if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+                raise Unsupported(
+                    f'{where}.require_approval.{key} must be {{"tool_names": [...]}}',
+                    param=where,
+                )
+            if key == "always":
+                names = listed
+        return False, tuple(names)
+    raise Unsupported(
+        f'{where}.require_approval must be "always", "never" or '
+        '{"always": {"tool_names": [...]}, "never": {...}}',
+        param=where,
+    )

@@ -197,8 +197,13 @@ def _open(
     )
 
     def finish() -> list[dict[str, Any]]:
-        ended = _record(api, caller, response)
-        return rendered.finish(response_object(ended, response, _servers(api)))
+        """The last event, with the response as it ended: at the turn's end, from its terminal
+        event (no read); at a pause, read."""
+        if rendered.final_turn is None:
+            ended = _record(api, caller, response)
+        else:
+            ended = TurnRecord(rendered.final_turn, record.conversation, rendered.events)
+        return rendered.finish(response_object(ended, response, servers))
 
     return RenderedTurn(api, following, rendered, finish), first
 
@@ -270,7 +275,7 @@ def _create(api: ApiState, caller: Caller, request: CreateResponse, key: str | N
         return _submit(api, caller, request.conversation, request, key)
     if request.text is None:
         raise Unsupported("input needs a user message to start a response", param="input")
-    tools = _mcp_names(api, request.mcp)
+    tools, approval = _mcp_names(api, request.mcp)
     chosen = None
     if key is not None:
         chosen = uuid.uuid5(KEYED_CONVERSATIONS, f"{caller.owner}\x00{key}")
@@ -282,6 +287,7 @@ def _create(api: ApiState, caller: Caller, request: CreateResponse, key: str | N
         tool_choice=request.tool_choice,
         owner=caller.owner,
         client_tools=list(request.client_tools) or None,
+        approval_tools=approval or None,
     )
     return _submit(api, caller, view.id, request, key)
 
@@ -360,21 +366,27 @@ def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView
             param="instructions",
         )
     if request.tools_given:
-        names = sorted(_mcp_names(api, request.mcp))
+        names, approval = _mcp_names(api, request.mcp)
         functions = sorted(str(tool["name"]) for tool in request.client_tools)
-        if names != sorted(tools) or functions != sorted(str(t["name"]) for t in client_tools):
+        if (
+            sorted(names) != sorted(tools)
+            or functions != sorted(str(t["name"]) for t in client_tools)
+            or sorted(approval) != sorted(setup.approval_tools)
+        ):
             raise Unsupported(
                 "tools differ from the conversation's (they are set by its first response)",
                 param="tools",
             )
 
 
-def _mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> list[str]:
-    """The catalogue's tools of each named server (those allowed)."""
+def _mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> tuple[list[str], list[str]]:
+    """The catalogue's tools of each named server (those allowed), and those of them whose
+    every call asks for approval (`require_approval`)."""
     if not servers:
-        return []
+        return [], []
     catalogue = api.client.admin.list_tools()
     names: list[str] = []
+    approval: list[str] = []
     for server in servers:
         offered = {tool.name for tool in catalogue if tool.server == server.server_label}
         if not offered:
@@ -385,10 +397,12 @@ def _mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> list[str]:
                 param="tools",
             )
         wanted = offered if server.allowed_tools is None else set(server.allowed_tools)
-        unknown = sorted(wanted - offered)
+        unknown = sorted((wanted | set(server.approve)) - offered)
         if unknown:
             raise Unsupported(
                 f"server {server.server_label!r} has no tool {unknown[0]!r}", param="tools"
             )
+        asked = sorted(wanted) if server.approve_all else sorted(set(server.approve) & wanted)
         names.extend(sorted(wanted))
-    return names
+        approval.extend(asked)
+    return names, approval

@@ -88,6 +88,8 @@ class ResponseEvents:
         self._shown: dict[str, dict[str, Any]] = {}  # item id -> the state shown
         self._started = False
         self._last_seq = 0  # the turn's last committed message
+        self.events: list[EventView] = []  # the turn's committed events, as fed
+        self.final_turn: TurnView | None = None  # the turn as it ended (its terminal event's)
 
     def begin(self, turn: TurnView, tools: Tools) -> list[Event]:
         self._cutter = Cutter(turn, tools)
@@ -114,6 +116,7 @@ class ResponseEvents:
     def _committed(self, event: EventView) -> list[Event]:
         if event.turn_id != self.turn_id or self._cutter is None:
             return []
+        self.events.append(event)
         cutter = self._cutter
         answering_before = cutter.answering
         before = len(cutter.done_segments)
@@ -151,6 +154,7 @@ class ResponseEvents:
             self._end(None)
         elif event.type in TERMINAL_EVENTS:
             out += self._show(segment.output, None, reply_claims)
+            self.final_turn = event.turn
             self._end(event.type)
         return out
 

@@ -62,6 +62,7 @@ def create_conversation(
         if body.client_tools is None
         else [tool.model_dump() for tool in body.client_tools],
         clarify=body.clarify,
+        approval_tools=body.approval_tools,
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{view.id}"

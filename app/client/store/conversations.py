@@ -65,6 +65,7 @@ def insert_conversation(
     context: dict[str, Any] | None,
     client_tools: list[dict[str, Any]] | None = None,
     clarify: bool = True,
+    approval_tools: list[str] | None = None,
 ) -> bool:
     """A new idle conversation (the columns' defaults do the rest); False when one with that id
     exists already, set up exactly so for the same owner (nothing is written).
@@ -80,6 +81,7 @@ def insert_conversation(
         "context": context,
         "client_tools": client_tools,
         "clarify": clarify,
+        "approval_tools": approval_tools,
     }
     existing = connection.execute(
         select(*(conversations.c[name] for name in setup)).where(

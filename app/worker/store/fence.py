@@ -195,6 +195,7 @@ CLAIM = (
         _current("cancel_requested_at").is_not(None).label("cancel_requested"),
         c.client_tools,
         c.clarify,
+        c.approval_tools,
         _current("actions").label("turn_actions"),
         c.in_flight,
         c.taken_over,

@@ -71,6 +71,7 @@ class Snapshot:
     cancel_requested: bool = False  # the user asked to cancel this turn
     client_tools: tuple[dict[str, Any], ...] = ()  # tools the web app's client executes
     clarify: bool = True  # the model may ask the user (`agent_clarify`)
+    approval_tools: frozenset[str] = frozenset()  # every call approved first (the caller's)
     approved: frozenset[str] = frozenset()  # call ids the user approved (the turn's actions)
     actions: tuple[dict[str, Any], ...] = ()  # what the turn waited for so far (answered)
     in_flight: str | None = None  # a call started by an earlier owner that may not run twice
@@ -135,6 +136,7 @@ class TurnStore:
             cancel_requested=bool(row.cancel_requested),
             client_tools=tuple(row.client_tools or ()),
             clarify=bool(row.clarify),
+            approval_tools=frozenset(row.approval_tools or ()),
             approved=_approved(actions),
             actions=tuple(actions),
             in_flight=row.in_flight,
@@ -337,6 +339,7 @@ class _ClaimRow(NamedTuple):
     cancel_requested: bool | None
     client_tools: list[dict[str, Any]] | None
     clarify: bool | None
+    approval_tools: list[str] | None
     turn_actions: list[dict[str, Any]] | str | None
     in_flight: str | None
     taken_over: bool | None
