@@ -27,6 +27,7 @@ from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
+from bench.dialects import measure_dialects
 from bench.fairness import measure_fairness
 from bench.followers import measure_followers
 from bench.footprint import measure_footprint
@@ -230,6 +231,13 @@ def sse(ctx: Context) -> Measured:
         )
 
 
+def dialects(ctx: Context) -> Measured:
+    count, idle = ctx.pick((1000, 5.0), (100, 1.0), (20, 0.3))
+    with ctx.processes() as (url, redis_db, workdir):
+        rate = 50 if ctx.quick else 40  # as `sse`
+        return measure_dialects(url, redis_db, workdir, count, idle_seconds=idle, rate=rate)
+
+
 def ttft(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
         return measure_ttft(url, redis_db, workdir, ctx.pick(30, 10, 2))
@@ -253,6 +261,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "followers": followers,
     "api": api,
     "sse": sse,
+    "dialects": dialects,
     "ttft": ttft,
 }
 

@@ -90,14 +90,16 @@ def deployment(
     *,
     worker: bool,
     extra_env: dict[str, str] | None = None,
+    worker_env: dict[str, str] | None = None,
 ) -> Iterator[Deployment]:
     """The fake LLM answering `answer`, an API process with API keys (a key for `OWNER`), and a
-    worker process when `worker` (started while the API starts)."""
+    worker process when `worker` (started while the API starts; `worker_env` added to its
+    environment)."""
     with rig(database_url, redis_url, workdir, answer) as bench:
         key = bench.client.admin.create_key(OWNER, "bench")[1]
         env = {**bench.env, "CHATWORKER_API_AUTH": AUTH, **(extra_env or {})}
         api = ApiProcess(env, workdir / "api.log", cwd=REPO)
-        process = bench.worker() if worker else None
+        process = bench.worker(**(worker_env or {})) if worker else None
         try:
             started = time.perf_counter()
             if process is not None:
