@@ -30,6 +30,10 @@ from tests.invariants import violations_after_test
 # (`app/testing/zygote.py`): a real process each, without paying ~8 s of CPU to import litellm
 # again. CHATWORKER_TEST_ZYGOTE=0 starts each from a new interpreter instead.
 os.environ.setdefault(ZYGOTE_ENV, "1")
+# The suite's webhook receivers listen on loopback, which the egress policy refuses by default
+# (`app/egress.py`); the tests of that refusal set the networks themselves.
+LOOPBACK_NETWORKS = "127.0.0.0/8,::1/128"
+os.environ.setdefault("CHATWORKER_WEBHOOK_ALLOWED_NETWORKS", LOOPBACK_NETWORKS)
 
 INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 # Every test of these directories needs a service (PostgreSQL, Redis, an MCP server, the fake

@@ -41,8 +41,14 @@ def worker_environment(
     `MCP_EXTRA_TOOLS` in `extra` names the server's opt-in tools (not a variable of the
     worker's: the server is given it)."""
     servers = mcp_servers_json(ledger, notes, extra.pop("MCP_EXTRA_TOOLS", ""))
+    # The suite's webhook receivers listen on loopback (refused by default: `app/egress.py`).
+    loopback = {"CHATWORKER_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8,::1/128"}
     return worker_process.worker_environment(
-        database_url, redis_url, api_base, servers, **{"PYTHONPATH": str(REPO), **extra}
+        database_url,
+        redis_url,
+        api_base,
+        servers,
+        **{"PYTHONPATH": str(REPO), **loopback, **extra},
     )
 
 

@@ -145,6 +145,7 @@ class AdminClient:
                 event_types=event_types,
                 description=description,
                 body_format=body_format,
+                allowed=self.settings.webhook_networks,
             )
 
     def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from app.client.admission import BUSY_POLICIES
 from app.client.views import Decision
+from app.egress import Network, literal_address, refusal
 from app.errors import (
     ConversationNotFound,
     InvalidCursor,
@@ -366,11 +367,16 @@ def check_budget_subject(owner: str | None, conversation_id: uuid.UUID | None, p
         raise InvalidRequest("give exactly one of owner and conversation, and a period")
 
 
-def check_url(url: object) -> str:
+def check_url(url: object, allowed: Sequence[Network] = ()) -> str:
+    """A webhook's URL: http(s), a host, no credentials or fragment, no whitespace or control
+    character; a host that is an address (or `localhost`) must not be loopback, private,
+    link-local or reserved unless `allowed` (`app/egress.py`; a name is checked at delivery)."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidRequest(f"url must be an http or https URL, not {url!r}")
     if len(url) > MAX_URL_CHARS:
         raise InvalidRequest(f"url is over {MAX_URL_CHARS} characters")
+    if any(ch.isspace() or not ch.isprintable() for ch in url) or not _is_unicode(url):
+        raise InvalidRequest("url must not contain whitespace or control characters")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (a bad port raises here)
@@ -382,6 +388,16 @@ def check_url(url: object) -> str:
         raise InvalidRequest("url must not carry credentials: the signature authenticates")
     if parts.fragment:
         raise InvalidRequest("url must not have a #fragment")
+    host = parts.hostname
+    address = literal_address(host)
+    if address is None and (host == "localhost" or host.endswith(".localhost")):
+        address = literal_address("127.0.0.1")
+    why = None if address is None else refusal(address, allowed)
+    if why is not None:
+        raise InvalidRequest(
+            f"url's host {host!r} is a {why} address: webhooks are not sent there (an operator "
+            "allows a network with CHATWORKER_WEBHOOK_ALLOWED_NETWORKS)"
+        )
     return url
 
 

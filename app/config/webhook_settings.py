@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from app.config.section import Section, comma_list, variable_of
+from app.egress import Network, parse_networks
 
 
 class WebhookSettings(Section):
@@ -44,6 +45,19 @@ class WebhookSettings(Section):
         True,
         description="this worker delivers webhooks (`false`: leave them to the others)",
     )
+    webhook_allowed_networks: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="networks (CIDR, comma-separated) a webhook may be sent to although they are "
+        "loopback, private, link-local or reserved (refused by default: a receiver on your own "
+        "network must be listed, e.g. 10.1.0.0/16)",
+    )
+    webhook_owner_concurrency: int = Field(
+        4,
+        ge=1,
+        le=50,
+        description="deliveries of one owner a worker sends at once (a slow receiver holds only "
+        "its owner's)",
+    )
 
     @field_validator("webhook_retry_schedule", mode="before")
     @classmethod
@@ -56,6 +70,19 @@ class WebhookSettings(Section):
         if any(wait < 0 for wait in value):
             raise ValueError("a wait cannot be negative")
         return value
+
+    @field_validator("webhook_allowed_networks", mode="before")
+    @classmethod
+    def _parse_networks(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = tuple(comma_list(value))
+        parse_networks(value)  # ValueError names a bad one
+        return tuple(value)
+
+    @property
+    def webhook_networks(self) -> tuple[Network, ...]:
+        """The allowed networks, parsed."""
+        return parse_networks(self.webhook_allowed_networks)
 
     @model_validator(mode="after")
     def _webhook_lease_past_timeout(self) -> Self:

@@ -11,8 +11,13 @@ instead (`{"id", "object": "event", "created_at", "type": "response.completed", 
     ----------------------------------  ---------------------------------------------------------
     2xx                                 delivered
     any other status, timeout, refused  again after the schedule's wait for this attempt
-    connection, TLS or redirect
+    connection, TLS or redirect, an
+    address the egress policy refuses
     the same, schedule spent            given up (`failed`), listed by the API with its last error
+    an invalid URL                      given up at once (it will never be sent)
+
+The last error is ours ("HTTP 500", "no answer within 10 s", "could not connect"), never the
+receiver's words (`webhook_sender.py` reads nothing of an answer but its status).
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ TURN_STATUS = {
     WEBHOOK_CANCELLED: "cancelled",
     WEBHOOK_REQUIRES_ACTION: "requires_action",
 }
-MAX_ERROR_CHARS = 500  # of a receiver's answer, kept as the delivery's last error
 
 
 # OpenAI's webhook event for each of ours: a pause ends its response `completed`, as OpenAI's.
@@ -89,21 +93,16 @@ class Next:
     retry_in: float | None = None  # not delivered: the wait before the next attempt; None: give up
 
 
-def after_attempt(attempts: int, status_code: int | None, schedule: Sequence[float]) -> Next:
-    """`attempts` counts the one that just ended; `status_code` None: no answer at all."""
+def after_attempt(
+    attempts: int, status_code: int | None, schedule: Sequence[float], *, permanent: bool = False
+) -> Next:
+    """`attempts` counts the one that just ended; `status_code` None: no answer at all;
+    `permanent`: it can never be sent (an invalid URL), given up at once."""
     if status_code is not None and 200 <= status_code < 300:
         return Next(delivered=True)
-    if attempts - 1 < len(schedule):
+    if attempts - 1 < len(schedule) and not permanent:
         return Next(delivered=False, retry_in=schedule[attempts - 1])
     return Next(delivered=False)
-
-
-def describe(status_code: int, text: str) -> str:
-    """A receiver's refusal as the delivery's last error."""
-    shown = " ".join(text.split())
-    if len(shown) > MAX_ERROR_CHARS:
-        shown = shown[:MAX_ERROR_CHARS] + "..."
-    return f"HTTP {status_code}" + (f": {shown}" if shown else "")
 
 
 def _iso(moment: datetime) -> str:
@@ -112,4 +111,4 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-__all__ = ["TURN_STATUS", "Next", "after_attempt", "body", "describe"]
+__all__ = ["TURN_STATUS", "Next", "after_attempt", "body"]

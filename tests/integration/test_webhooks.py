@@ -80,7 +80,7 @@ def deliver(world: World, **settings: Any) -> int:
 
     async def once() -> int:
         try:
-            return await dispatcher.deliver_due()
+            return await dispatcher.deliver_due(wait=True)
         finally:
             await dispatcher.close()
 
@@ -271,7 +271,7 @@ def test_a_failing_receiver_gets_the_same_message_again_until_it_accepts(
     assert deliver(world) == 1
     [listed] = world.client.admin.list_deliveries(hook.id)
     assert (listed.status, listed.attempts, listed.last_status_code) == ("pending", 1, 500)
-    assert listed.last_error == "HTTP 500: receiver says no"
+    assert listed.last_error == "HTTP 500"  # our words, never the receiver's
     assert deliver(world) == 1
     assert deliver(world) == 1
     assert [r.answered for r in receiver.received] == [500, 503, 200]
@@ -319,7 +319,7 @@ def test_waits_grow_by_the_schedule_then_the_delivery_is_given_up_and_listed(
     assert deliver(world, **schedule) == 1  # attempt 3, the schedule's last, fails: given up
     [failed] = world.client.admin.list_deliveries(hook.id, status="failed")
     assert (failed.attempts, failed.last_status_code, failed.next_attempt_at) == (3, 500, None)
-    assert failed.last_error == "HTTP 500: receiver says no"
+    assert failed.last_error == "HTTP 500"
     assert world.client.admin.list_deliveries(hook.id, status="pending") == []
     assert deliver(world, **schedule) == 0
 
@@ -339,7 +339,7 @@ def test_an_unreachable_receiver_is_an_error_the_delivery_keeps(world: World) ->
     assert deliver(world, webhook_timeout_seconds=10) == 1
     [listed] = world.client.admin.list_deliveries(hook.id)
     assert listed.status == "pending" and listed.last_status_code is None
-    assert "ConnectError" in (listed.last_error or "")
+    assert listed.last_error == "could not connect"
 
 
 def test_a_redirect_is_not_followed(world: World, receiver: Receiver) -> None:
@@ -470,7 +470,11 @@ def test_the_invariant_checker_catches_a_missing_or_wrong_delivery(database_url:
 
 
 def webhooks_cli(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", ""), "DATABASE_URL": database_url}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_URL": database_url,
+        "CHATWORKER_WEBHOOK_ALLOWED_NETWORKS": os.environ["CHATWORKER_WEBHOOK_ALLOWED_NETWORKS"],
+    }
     return subprocess.run(
         [sys.executable, "-m", "app.cli", "webhooks", *args],
         cwd=REPO,

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Row, Select, delete, insert, select, update
 
 from app.client.checks import MAX_DESCRIPTION_CHARS, check_event_types, check_url
 from app.client.views import DeliveryView, WebhookView
+from app.egress import Network
 from app.errors import ConversationNotFound, InvalidRequest, WebhookNotFound
 from app.models import (
     BODY_FORMATS,
@@ -48,10 +49,11 @@ def add_webhook(
     event_types: Sequence[str] | None,
     description: str | None,
     body_format: str = STANDARD_BODY,
+    allowed: Sequence[Network] = (),
 ) -> WebhookView:
     """A new webhook with a new secret. With `conversation_id`, it hears of that conversation
     only (it must be the owner's); else of every conversation of the owner."""
-    checked_url = check_url(url)
+    checked_url = check_url(url, allowed)
     if body_format not in BODY_FORMATS:
         raise InvalidRequest(f"body_format must be one of {', '.join(BODY_FORMATS)}")
     types = check_event_types(event_types)

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, func, select, update
 
 from app.models import ACTION_REQUIRED, DELIVERED, GAVE_UP, PENDING, STANDARD_BODY
-from app.models.tables import deliveries, events, webhooks
+from app.models.tables import conversations, deliveries, events, webhooks
 from app.worker.store.clock import Clock, utc_now
 
 
@@ -36,6 +36,7 @@ class DueDelivery:
     occurred_at: datetime
     body_format: str = STANDARD_BODY  # the webhook's: ours, or OpenAI's events
     pauses: int = 0  # the turn's pauses before the event (which of its responses it ends)
+    owner: str | None = None  # whose: the webhook's owner, or its conversation's
 
 
 class DeliveryStore:
@@ -80,9 +81,15 @@ class DeliveryStore:
             )
             rows = connection.execute(
                 select(
-                    deliveries, webhooks.c.url, webhooks.c.secret, webhooks.c.body_format, pauses
+                    deliveries,
+                    webhooks.c.url,
+                    webhooks.c.secret,
+                    webhooks.c.body_format,
+                    pauses,
+                    func.coalesce(webhooks.c.owner, conversations.c.owner).label("owner"),
                 )
                 .join(webhooks, webhooks.c.id == deliveries.c.webhook_id)
+                .outerjoin(conversations, conversations.c.id == deliveries.c.conversation_id)
                 .where(deliveries.c.id.in_([row.id for row in taken]))
                 .order_by(deliveries.c.id)
             ).all()
@@ -101,9 +108,27 @@ class DeliveryStore:
                 occurred_at=row.occurred_at,
                 body_format=row.body_format,
                 pauses=row.pauses,
+                owner=row.owner,
             )
             for row in rows
         ]
+
+    def release(self, delivery: DueDelivery, after: float) -> bool:
+        """Give a taken delivery back unsent (its attempt not counted), due in `after` s."""
+        with self.engine.begin() as connection:
+            result = connection.execute(
+                update(deliveries)
+                .where(
+                    deliveries.c.id == delivery.id,
+                    deliveries.c.status == PENDING,
+                    deliveries.c.attempts == delivery.attempts,
+                )
+                .values(
+                    attempts=deliveries.c.attempts - 1,
+                    next_attempt_at=self.clock() + timedelta(seconds=after),
+                )
+            )
+            return result.rowcount == 1
 
     def delivered(self, delivery: DueDelivery, status_code: int) -> bool:
         now = self.clock()
