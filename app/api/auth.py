@@ -118,8 +118,13 @@ def _owner_of_token(api: Api, token: str) -> str:
     except jwt.InvalidTokenError as exc:
         raise refused("invalid_token", f"the bearer token is not valid: {exc}") from None
     subject = claims.get("sub")
-    if not isinstance(subject, str) or not subject or len(subject) > MAX_OWNER_CHARS:
-        raise refused("invalid_token", "the token's sub must name its owner")
+    if (
+        not isinstance(subject, str)
+        or not subject
+        or len(subject) > MAX_OWNER_CHARS
+        or not subject.isprintable()  # (a lone surrogate is not printable either)
+    ):
+        raise refused("invalid_token", "the token's sub must name its owner (printable text)")
     return subject
 
 

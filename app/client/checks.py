@@ -71,6 +71,8 @@ def check_model(model: Any) -> str:
     """The model string, stripped."""
     if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_CHARS:
         raise InvalidRequest(f"model must be a non-empty string of at most {MAX_MODEL_CHARS}")
+    if not model.isprintable() or not _is_unicode(model):
+        raise InvalidRequest("model must be printable text (no control character, no surrogate)")
     return model.strip()
 
 
@@ -131,9 +133,11 @@ def check_storable_json(value: Any, what: str) -> None:
     """JSON that every database stores: serializable, and no string in it (key or value) holds
     a NUL character or a lone surrogate (PostgreSQL's JSONB refuses both)."""
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{what} must be JSON-serializable: {exc}") from None
+        raise InvalidRequest(
+            f"{what} must be JSON (no NaN or Infinity: JSON has neither): {exc}"
+        ) from None
     stack = [value]
     while stack:
         item = stack.pop()

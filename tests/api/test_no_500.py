@@ -1,0 +1,133 @@
+"""No input gets a 500 (issue 23): every operation of the OpenAPI document (read at test time, so
+a new route is swept the day it exists) is sent, for each field of its JSON body, a string with a
+NUL, a lone surrogate, `NaN`, `1e999` and an object holding `NaN`; each string query parameter a
+NUL and bytes that are not UTF-8; and JWTs whose `sub` holds a NUL or a lone surrogate. Each
+answer must be below 500 (a refusal names what was wrong; a few are accepted as harmless).
+
+The paths name the caller's own conversation, turn and webhook, so a body reaches the code that
+stores it; streams are only opened (their status read) and closed. The webhook's URL is on
+loopback with nothing listening: nothing leaves the machine."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from tests.api.conftest import JWT_SECRET, Deployment, finished_turn, owner_name
+
+pytestmark = pytest.mark.xdist_group("api-no-500")
+
+NUL = '"a\\u0000b"'
+SURROGATE = '"a\\ud800b"'
+VALUES = {
+    "a NUL": NUL,
+    "a lone surrogate": SURROGATE,
+    "NaN": "NaN",
+    "1e999": "1e999",
+    "an object holding NaN": '{"k": NaN}',
+    "a list holding a NUL": f"[{NUL}]",
+}
+QUERY_VALUES = {"a NUL": "%00", "bytes that are not UTF-8": "%ED%A0%80", "a NUL inside": "a%00b"}
+
+
+def resolved(spec: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        schema = spec["components"]["schemas"][name]
+    return schema
+
+
+def body_fields(spec: dict[str, Any], operation: dict[str, Any]) -> list[str]:
+    content = operation.get("requestBody", {}).get("content", {})
+    schema = content.get("application/json", {}).get("schema")
+    if schema is None:
+        return []
+    schema = resolved(spec, schema)
+    fields = list(schema.get("properties", {}))
+    return fields or ["model", "input", "id", "messages", "text", "url"]  # a free-form body
+
+
+@pytest.fixture(scope="module")
+def mine(shared_api: Deployment) -> Iterator[dict[str, str]]:
+    owner = owner_name("no-500")
+    key = shared_api.key(owner)
+    with shared_api.http(token=key) as http:
+        conversation = http.post("/v1/conversations", json={}).json()["id"]
+        submitted = http.post(f"/v1/conversations/{conversation}/messages", json={"text": "hi"})
+        turn = submitted.json()["turn"]["id"]
+        assert finished_turn(http, turn)["status"] == "completed"
+        webhook = http.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/hooks"}).json()["id"]
+    yield {
+        "owner": owner,
+        "key": key,
+        "conversation_id": conversation,
+        "turn_id": turn,
+        "webhook_id": webhook,
+        "delivery_id": "1",
+        "response_id": "resp_" + uuid.UUID(turn).hex,
+        "chat_id": conversation,
+    }
+
+
+def answered(http: httpx.Client, method: str, url: str, **options: Any) -> int:
+    """The status (a stream's, from its head: it is closed at once)."""
+    with http.stream(method, url, timeout=15, **options) as response:
+        return response.status_code
+
+
+def test_no_field_of_any_body_and_no_query_value_gets_a_500(
+    shared_api: Deployment, mine: dict[str, str]
+) -> None:
+    failures: list[str] = []
+    checked = 0
+    with shared_api.http(token=mine["key"]) as http:
+        spec = http.get("/openapi.json").json()
+        for path, item in spec["paths"].items():
+            for method, operation in item.items():
+                if method not in ("get", "post", "put", "patch", "delete"):
+                    continue
+                url = path.format(**mine)
+                for field in body_fields(spec, operation):
+                    for what, value in VALUES.items():
+                        raw = f'{{"{field}": {value}}}'.encode()
+                        status = answered(
+                            http,
+                            method.upper(),
+                            url,
+                            content=raw,
+                            headers={"content-type": "application/json"},
+                        )
+                        checked += 1
+                        if status >= 500:
+                            failures.append(f"{method.upper()} {path} {field}={what}: {status}")
+                for parameter in operation.get("parameters", []):
+                    if parameter["in"] != "query":
+                        continue
+                    for what, value in QUERY_VALUES.items():
+                        status = answered(
+                            http, method.upper(), f"{url}?{parameter['name']}={value}"
+                        )
+                        checked += 1
+                        if status >= 500:
+                            name = parameter["name"]
+                            failures.append(f"{method.upper()} {path} ?{name}={what}: {status}")
+    assert failures == [], "\n".join(failures)
+    assert checked > 200
+
+
+@pytest.mark.parametrize("sub", ["a\x00b", "a\ud800b"], ids=["a NUL", "a lone surrogate"])
+def test_a_signed_jwt_whose_subject_cannot_be_an_owner_is_refused(
+    shared_api: Deployment, sub: str
+) -> None:
+    claims = {"sub": sub, "exp": int(time.time()) + 600}
+    signed = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+    with shared_api.http(token=signed) as http:
+        refused = http.get("/v1/conversations")
+    assert refused.status_code == 401, refused.text
+    assert refused.json()["code"] == "invalid_token"
