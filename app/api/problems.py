@@ -31,6 +31,8 @@
     429     budget_exceeded           the conversation's or its owner's budget is used up
     429     too_many_running_turns    the owner runs its limit of turns; `Retry-After`
     429     rate_limited              this key's request rate is spent; `Retry-After`
+    429     too_many_owner_streams    the owner holds `CHATWORKER_API_MAX_STREAMS_PER_OWNER`
+                                      streams and long polls on this process; `Retry-After`
     503     database_unavailable      the database did not answer; `Retry-After`
     503     too_many_streams          this process serves `CHATWORKER_API_MAX_STREAMS` streams
     500     internal_error            a bug: logged with its traceback, never shown

@@ -40,8 +40,10 @@ class RenderedTurn:
         following: Following,
         renderer: Renderer,
         finish: Callable[[], list[Rendered]],
+        owner: str | None = None,
     ) -> None:
         self.api, self.following, self.renderer, self.finish = api, following, renderer, finish
+        self.owner = owner  # whose stream it is (counted in by the route)
         self.finished = False
 
     def step(self) -> list[Rendered]:
@@ -85,7 +87,7 @@ class RenderedTurn:
                     break  # the follower was closed
         finally:
             self.following.close()
-            self.api.close_stream()
+            self.api.close_stream(self.owner)
 
 
 __all__ = ["RenderedTurn", "Renderer"]

@@ -33,6 +33,7 @@ class ApiState:
     # own pool, so they never starve the short requests of the shared threadpool.
     followers: ThreadPoolExecutor = field(init=False)
     _streams: int = 0
+    _owners: dict[str | None, int] = field(default_factory=dict)  # streams held by each owner
     _lock: threading.Lock = field(default_factory=threading.Lock)
     limiter: RateLimiter | None = field(init=False)
 
@@ -48,8 +49,10 @@ class ApiState:
         """Run a blocking step of a follower in the followers' pool."""
         return await asyncio.get_running_loop().run_in_executor(self.followers, step)
 
-    def open_stream(self) -> None:
-        """Count a stream in; 503 `too_many_streams` when this process serves its maximum."""
+    def open_stream(self, owner: str | None = None) -> None:
+        """Count a stream (or a long poll) in, for the process and for its owner: 503
+        `too_many_streams` when this process serves its maximum, 429 `too_many_owner_streams`
+        when the owner holds its own."""
         with self._lock:
             if self._streams >= self.settings.api_max_streams:
                 raise ApiProblem(
@@ -59,13 +62,39 @@ class ApiState:
                     "or follow with GET .../events?wait=",
                     {"Retry-After": "5"},
                 )
+            held = self._owners.get(owner, 0)
+            cap = self.settings.api_max_streams_per_owner
+            if held >= cap:
+                raise ApiProblem(
+                    429,
+                    "too_many_owner_streams",
+                    f"you hold {held} event streams and long polls on this server, the most one "
+                    f"owner may (CHATWORKER_API_MAX_STREAMS_PER_OWNER={cap}); close one, or "
+                    "retry soon",
+                    {"Retry-After": "5"},
+                )
             self._streams += 1
+            self._owners[owner] = held + 1
         metrics.EVENT_FOLLOWERS.inc()
 
-    def close_stream(self) -> None:
+    def close_stream(self, owner: str | None = None) -> None:
         with self._lock:
             self._streams -= 1
+            left = self._owners.get(owner, 0) - 1
+            if left > 0:
+                self._owners[owner] = left
+            else:
+                self._owners.pop(owner, None)
         metrics.EVENT_FOLLOWERS.dec()
+
+    async def held(self, owner: str | None, step: Callable[[], T]) -> T:
+        """A long poll: a blocking step in the followers' pool, counted as a stream while it
+        waits (so waits are capped like streams, for the process and per owner)."""
+        self.open_stream(owner)
+        try:
+            return await self.follow_step(step)
+        finally:
+            self.close_stream(owner)
 
     @property
     def streams(self) -> int:

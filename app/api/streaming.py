@@ -53,7 +53,9 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
     )
 
 
-async def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
+async def sse_events(
+    api: ApiState, following: Following, owner: str | None = None
+) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until the following ends (its `until`) or the reader leaves."""
 
     def step() -> list[tuple[EventView | Delta | Discarded, str]]:
@@ -83,4 +85,4 @@ async def sse_events(api: ApiState, following: Following) -> AsyncIterator[Serve
         yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
     finally:
         following.close()
-        api.close_stream()
+        api.close_stream(owner)

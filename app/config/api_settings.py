@@ -63,7 +63,15 @@ class ApiSettings(Section):
         2000,
         ge=1,
         le=100_000,
-        description="event streams one API process serves at once (then 503 `too_many_streams`)",
+        description="event streams and long polls one API process serves at once (then 503 "
+        "`too_many_streams`)",
+    )
+    api_max_streams_per_owner: int = Field(
+        200,
+        ge=1,
+        le=100_000,
+        description="event streams and long polls one owner holds at once on one API process "
+        "(then 429 `too_many_owner_streams`): one owner can never take the process's last ones",
     )
     api_log_poll_seconds: float = Field(
         10,

@@ -62,7 +62,7 @@ async def send_messages(
     return await _stream(api, caller, turn_id, continues_after)
 
 
-@router.get("/{chat_id}/stream", responses=documented(400, 401, 422, 503, also={204: {}}))
+@router.get("/{chat_id}/stream", responses=documented(400, 401, 422, 429, 503, also={204: {}}))
 async def resume_stream(chat_id: str, caller: Authenticated, api: Api) -> Any:
     """The chat's turn going on (or waiting for the client), replayed from its `start` and
     followed live; 204 when there is none (a chat never used included)."""
@@ -93,11 +93,11 @@ def stop(chat_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
 async def _stream(
     api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
 ) -> EventSourceResponse:
-    api.open_stream()
+    api.open_stream(caller.owner)
     try:
         opened, first = await api.follow_step(lambda: _open(api, caller, turn_id, continues_after))
     except BaseException:
-        api.close_stream()
+        api.close_stream(caller.owner)
         raise
 
     async def written() -> AsyncIterator[ServerSentEvent]:
@@ -131,7 +131,7 @@ def _open(
         log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
         owner=caller.owner,
     )
-    return RenderedTurn(api, following, chunks, list), chunks.begin()
+    return RenderedTurn(api, following, chunks, list, caller.owner), chunks.begin()
 
 
 def _client_tools(record: TurnRecord) -> frozenset[str]:

@@ -65,7 +65,7 @@ async def create_response(
     if request.stream:
         return await _stream(api, caller, response, None)
     if not request.background:
-        record = await api.follow_step(lambda: _wait(api, caller, response))
+        record = await api.held(caller.owner, lambda: _wait(api, caller, response))
     else:
         record = await run_in_threadpool(
             lambda: api.client.turn_record(response.turn_id, owner=caller.owner)
@@ -74,7 +74,7 @@ async def create_response(
     return response_object(record, response, servers, background=request.background)
 
 
-@router.get("/{response_id}", responses=documented(401, 404, 422, 503))
+@router.get("/{response_id}", responses=documented(401, 404, 422, 429, 503))
 async def retrieve_response(
     response_id: str,
     *,
@@ -95,7 +95,7 @@ async def retrieve_response(
     return response_object(record, response, servers)
 
 
-@router.post("/{response_id}/cancel", responses=documented(401, 404, 422, 503))
+@router.post("/{response_id}/cancel", responses=documented(401, 404, 422, 429, 503))
 def cancel_response(response_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
     """Stop the response's turn: the model call or the tool it runs is cancelled, open calls
     are answered "cancelled". Idempotent; a finished response comes back as it is."""
@@ -104,7 +104,11 @@ def cancel_response(response_id: str, caller: Authenticated, api: Api) -> dict[s
     if not record.turn.is_finished and _is_last(record, response):
         api.client.cancel_turn(response.turn_id, owner=caller.owner)
         # The worker holding it ends it in moments (its model or tool call is cancelled).
-        record = _wait(api, caller, response)
+        api.open_stream(caller.owner)  # a wait: counted as a long poll
+        try:
+            record = _wait(api, caller, response)
+        finally:
+            api.close_stream(caller.owner)
     return response_object(record, response, _servers(api))
 
 
@@ -159,11 +163,11 @@ async def _stream(
     """The response's events as server-sent events: a follower of its conversation from just
     before its turn's first event, rendered by `stream.ResponseEvents`, those after
     `starting_after` written."""
-    api.open_stream()
+    api.open_stream(caller.owner)
     try:
         opened, first = await api.follow_step(lambda: _open(api, caller, response))
     except BaseException:
-        api.close_stream()
+        api.close_stream(caller.owner)
         raise
     after = -1 if starting_after is None else starting_after
 
@@ -205,7 +209,7 @@ def _open(
             ended = TurnRecord(rendered.final_turn, record.conversation, rendered.events)
         return rendered.finish(response_object(ended, response, servers))
 
-    return RenderedTurn(api, following, rendered, finish), first
+    return RenderedTurn(api, following, rendered, finish, caller.owner), first
 
 
 # --- the steps ----------------------------------------------------------------------------------

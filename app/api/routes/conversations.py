@@ -158,17 +158,27 @@ async def submit_message(
         assert submitted.turn is not None
         return Submission.model_validate(submitted), submitted.turn.id
 
-    submission, turn_id = await run_in_threadpool(submit)
-    response.headers["Location"] = f"/v1/turns/{turn_id}"
-    if submission.repeated:
-        response.headers["Idempotent-Replayed"] = "true"
     if not wait:
+        submission, turn_id = await run_in_threadpool(submit)
+        response.headers["Location"] = f"/v1/turns/{turn_id}"
+        if submission.repeated:
+            response.headers["Idempotent-Replayed"] = "true"
         return submission
-    timeout = api.settings.api_max_wait_seconds
-    log_interval = api.settings.api_log_poll_seconds
-    result = await api.follow_step(
-        lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
-    )
+    # A long poll: counted with the streams, before anything is written (past the caps: 429 or
+    # 503, nothing submitted).
+    api.open_stream(caller.owner)
+    try:
+        submission, turn_id = await run_in_threadpool(submit)
+        response.headers["Location"] = f"/v1/turns/{turn_id}"
+        if submission.repeated:
+            response.headers["Idempotent-Replayed"] = "true"
+        timeout = api.settings.api_max_wait_seconds
+        log_interval = api.settings.api_log_poll_seconds
+        result = await api.follow_step(
+            lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
+        )
+    finally:
+        api.close_stream(caller.owner)
     # 200 once the turn rests: ended, or waiting for an answer (`requires_action`)
     response.status_code = 200 if result.finished or result.turn.status == REQUIRES_ACTION else 202
     return TurnResult.model_validate(result)

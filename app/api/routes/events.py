@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Annotated, Literal
 
@@ -27,7 +28,7 @@ STREAM_WAKE_SECONDS = 5.0
 @router.get(
     "/{conversation_id}/events",
     response_model=EventList,
-    responses=documented(400, 401, 404, 422, 503),
+    responses=documented(400, 401, 404, 422, 429, 503),
 )
 async def list_events(
     conversation_id: uuid.UUID,
@@ -48,7 +49,9 @@ async def list_events(
 ) -> EventList:
     """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
     wait = min(wait, api.settings.api_max_wait_seconds)
-    page = await api.follow_step(
+    # A long poll (wait > 0) is counted with the streams, for the process and the owner.
+    run = api.follow_step if wait == 0 else functools.partial(api.held, caller.owner)
+    page = await run(
         lambda: api.client.wait_for_events(
             conversation_id,
             after,
@@ -75,6 +78,7 @@ async def list_events(
         401,
         404,
         422,
+        429,
         503,
         also={
             200: {
@@ -105,7 +109,7 @@ async def stream_events(
     then continues live: the reply's words as `message.delta`, every event as it commits."""
     cursor = Cursor.parse(last_event_id if last_event_id is not None else (after or 0))
     ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
-    api.open_stream()
+    api.open_stream(caller.owner)
     try:
         following = await api.follow_step(
             lambda: api.client.follow(
@@ -118,10 +122,10 @@ async def stream_events(
             )
         )
     except BaseException:
-        api.close_stream()
+        api.close_stream(caller.owner)
         raise
     return EventSourceResponse(
-        sse_events(api, following),
+        sse_events(api, following, caller.owner),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -1,0 +1,95 @@
+"""Long polls and streams with fair limits (issue 23, point 3): long polls (`GET .../events?wait=`,
+`POST .../messages?wait=true`) count with the event streams, for the process and for each owner;
+one owner past `CHATWORKER_API_MAX_STREAMS_PER_OWNER` gets 429 `too_many_owner_streams` (with
+`Retry-After`, nothing written), while another owner is served at once; past the process's
+`CHATWORKER_API_MAX_STREAMS`, 503 `too_many_streams`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.api.conftest import Deployment, assert_problem, owner_name
+
+pytestmark = pytest.mark.xdist_group("api-owner-streams")
+
+PER_OWNER = 3
+API_ENV = {
+    "CHATWORKER_API_MAX_STREAMS_PER_OWNER": str(PER_OWNER),
+    "CHATWORKER_API_MAX_STREAMS": "5",
+}
+POLL_SECONDS = 4
+
+
+class Owner:
+    def __init__(self, deployment: Deployment, name: str) -> None:
+        self.deployment = deployment
+        self.key = deployment.key(owner_name(name))
+        with self.http() as http:
+            self.conversation = http.post("/v1/conversations", json={}).json()["id"]
+
+    def http(self) -> httpx.Client:
+        return self.deployment.http(token=self.key)
+
+    def long_polls(self, count: int) -> list[threading.Thread]:
+        """`count` long polls held in threads (each waits `POLL_SECONDS` for an event)."""
+
+        def poll() -> None:
+            with self.http() as http:
+                events = f"/v1/conversations/{self.conversation}/events"
+                http.get(events, params={"wait": POLL_SECONDS}, timeout=30)
+
+        threads = [threading.Thread(target=poll) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        return threads
+
+
+@pytest.fixture
+def owners(shared_api: Deployment) -> Iterator[tuple[Owner, Owner, Owner]]:
+    yield Owner(shared_api, "alice"), Owner(shared_api, "bob"), Owner(shared_api, "carol")
+
+
+def test_an_owner_past_its_streams_waits_and_others_are_served(
+    owners: tuple[Owner, Owner, Owner], shared_api: Deployment
+) -> None:
+    alice, bob, carol = owners
+    held = alice.long_polls(PER_OWNER)
+    time.sleep(1.0)  # they are in
+    with alice.http() as http:
+        events = f"/v1/conversations/{alice.conversation}/events"
+        refused = http.get(events, params={"wait": 1})
+        problem = assert_problem(refused, 429, "too_many_owner_streams")
+        assert refused.headers["retry-after"] == "5"
+        assert f"CHATWORKER_API_MAX_STREAMS_PER_OWNER={PER_OWNER}" in problem["detail"]
+        stream = http.get(f"/v1/conversations/{alice.conversation}/stream")
+        assert_problem(stream, 429, "too_many_owner_streams")
+        # a long poll of a message is refused before the message is written
+        before = http.get(events).json()["data"]
+        waiting = http.post(
+            f"/v1/conversations/{alice.conversation}/messages",
+            params={"wait": "true"},
+            json={"text": "hello"},
+        )
+        assert_problem(waiting, 429, "too_many_owner_streams")
+        assert http.get(events).json()["data"] == before  # nothing written
+        assert http.get(events).status_code == 200  # a plain read is not a long poll
+    with bob.http() as http:
+        started = time.monotonic()
+        read = http.get(f"/v1/conversations/{bob.conversation}/events")
+        assert read.status_code == 200 and time.monotonic() - started < 2
+    # the process's own cap: bob's two long polls fill it, carol gets 503
+    bobs = bob.long_polls(2)
+    time.sleep(1.0)
+    with carol.http() as http:
+        full = http.get(f"/v1/conversations/{carol.conversation}/events", params={"wait": 1})
+        assert_problem(full, 503, "too_many_streams")
+    for thread in [*held, *bobs]:
+        thread.join(timeout=30)
+    with alice.http() as http:  # the polls ended: alice's slots are free again
+        again = http.get(f"/v1/conversations/{alice.conversation}/events", params={"wait": 0.1})
+        assert again.status_code == 200, again.text
