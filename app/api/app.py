@@ -21,6 +21,7 @@ from app.api.body_limit import BodyLimit
 from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
 from app.api.routes import router
+from app.api.security_headers import SecurityHeaders
 from app.api.state import ApiState
 from app.client import ChatClient
 from app.config import Settings, get_settings
@@ -90,6 +91,7 @@ def install(
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
     app.add_middleware(Observed)
+    app.add_middleware(SecurityHeaders)
     app.include_router(router)
     add_metrics_route(app)
     _document_problems(app)

@@ -1,12 +1,14 @@
-"""No input gets a 500 (issue 23): every operation of the OpenAPI document (read at test time, so
-a new route is swept the day it exists) is sent, for each field of its JSON body, a string with a
-NUL, a lone surrogate, `NaN`, `1e999` and an object holding `NaN`; each string query parameter a
-NUL and bytes that are not UTF-8; and JWTs whose `sub` holds a NUL or a lone surrogate. Each
-answer must be below 500 (a refusal names what was wrong; a few are accepted as harmless).
+"""Hardening (issue 23) over real HTTP. No input gets a 500: every operation of the OpenAPI
+document (read at test time, so a new route is swept the day it exists) is sent, for each field
+of its JSON body, a string with a NUL, a lone surrogate, `NaN`, `1e999` and an object holding
+`NaN`; each string query parameter a NUL and bytes that are not UTF-8; and JWTs whose `sub`
+holds a NUL or a lone surrogate. Each answer must be below 500 (a refusal names what was wrong;
+a few are accepted as harmless).
 
 The paths name the caller's own conversation, turn and webhook, so a body reaches the code that
 stores it; streams are only opened (their status read) and closed. The webhook's URL is on
-loopback with nothing listening: nothing leaves the machine."""
+loopback with nothing listening: nothing leaves the machine. And every answer (the page, the
+API, a stream, a problem) carries the security headers."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pytest
 
 from tests.api.conftest import JWT_SECRET, Deployment, finished_turn, owner_name
 
-pytestmark = pytest.mark.xdist_group("api-no-500")
+pytestmark = pytest.mark.xdist_group("api-hardening")
 
 NUL = '"a\\u0000b"'
 SURROGATE = '"a\\ud800b"'
@@ -131,3 +133,25 @@ def test_a_signed_jwt_whose_subject_cannot_be_an_owner_is_refused(
         refused = http.get("/v1/conversations")
     assert refused.status_code == 401, refused.text
     assert refused.json()["code"] == "invalid_token"
+
+
+def test_every_answer_carries_the_security_headers(
+    shared_api: Deployment, mine: dict[str, str]
+) -> None:
+    with shared_api.http(token=mine["key"]) as http:
+        answers = [
+            http.get("/"),
+            http.get("/v1/health"),
+            http.get("/v1/conversations/not-an-id"),
+            http.get(f"/v1/conversations/{mine['conversation_id']}/events"),
+        ]
+        with http.stream(
+            "GET", f"/v1/conversations/{mine['conversation_id']}/stream", params={"until": "rest"}
+        ) as stream:
+            answers.append(stream)  # type: ignore[arg-type]
+    for answer in answers:
+        headers = answer.headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"], answer.url
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+        assert headers["referrer-policy"] == "no-referrer"
