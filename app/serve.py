@@ -39,6 +39,7 @@ def is_embedded() -> bool:
 def serve(options: ServeOptions) -> int:
     import uvicorn
 
+    from app.api.connection_limits import GuardedHttpTools
     from app.config import get_settings
     from app.telemetry import logs
 
@@ -72,6 +73,7 @@ def serve(options: ServeOptions) -> int:
             workers=options.workers,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            http=GuardedHttpTools,
             **logs.uvicorn_options(settings.log_format, options.log_level),
         )
         return 0
@@ -84,6 +86,7 @@ def serve(options: ServeOptions) -> int:
             port=options.port,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            http=GuardedHttpTools,
             **logs.uvicorn_options(settings.log_format, options.log_level),
         )
         return 0
@@ -103,6 +106,7 @@ def _serve_embedded(options: ServeOptions) -> int:
     import uvicorn
 
     from app.api import create_app
+    from app.api.connection_limits import GuardedHttpTools
     from app.client import ChatClient
     from app.config import get_settings
     from app.db import shown
@@ -125,6 +129,7 @@ def _serve_embedded(options: ServeOptions) -> int:
             port=options.port,
             log_level=options.log_level,
             timeout_graceful_shutdown=5,
+            http=GuardedHttpTools,
             **logs.uvicorn_options(settings.log_format, options.log_level),
         )
     finally:

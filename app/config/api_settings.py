@@ -53,6 +53,20 @@ class ApiSettings(Section):
         le=300,
         description="an idle event stream sends a comment this often, so proxies keep it open",
     )
+    api_max_header_bytes: int = Field(
+        65536,
+        ge=4096,
+        le=16 * 2**20,
+        description="the largest request line and headers `chatworker serve` reads (then 431, "
+        "the connection closed)",
+    )
+    api_header_timeout_seconds: float = Field(
+        10,
+        gt=0,
+        le=300,
+        description="how long a client has to send a request's line and headers once it began "
+        "(then 408, the connection closed): a slowly sent request holds nothing for long",
+    )
     api_max_wait_seconds: float = Field(
         60,
         gt=0,

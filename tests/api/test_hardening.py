@@ -12,6 +12,10 @@ API, a stream, a problem) carries the security headers."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import statistics
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +28,9 @@ import pytest
 from tests.api.conftest import JWT_SECRET, Deployment, finished_turn, owner_name
 
 pytestmark = pytest.mark.xdist_group("api-hardening")
+
+HEADER_TIMEOUT_S = 2
+API_ENV = {"CHATWORKER_API_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT_S)}
 
 NUL = '"a\\u0000b"'
 SURROGATE = '"a\\ud800b"'
@@ -155,3 +162,77 @@ def test_every_answer_carries_the_security_headers(
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["x-frame-options"] == "DENY"
         assert headers["referrer-policy"] == "no-referrer"
+
+
+# --- the server's own limits on a connection ----------------------------------------------------
+
+
+def health_latencies(http: httpx.Client, count: int = 20) -> list[float]:
+    found = []
+    for _ in range(count):
+        started = time.perf_counter()
+        assert http.get("/v1/health").status_code == 200
+        found.append(time.perf_counter() - started)
+    return found
+
+
+def slow_head(host: str, port: int, answers: list[bytes]) -> None:
+    """A request head sent a byte every 0.2 s (it would take minutes): what the server answers."""
+    with socket.create_connection((host, port), timeout=30) as sock:
+        head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 2000
+        try:
+            for byte in head:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.2)
+        except OSError:
+            pass  # the server closed it
+        answers.append(_read_all(sock))
+
+
+def huge_head(host: str, port: int, answers: list[bytes]) -> None:
+    """A 96 MB header, as fast as the server takes it."""
+    with socket.create_connection((host, port), timeout=30) as sock:
+        try:
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Huge: ")
+            chunk = b"a" * 2**20
+            for _ in range(96):
+                sock.sendall(chunk)
+        except OSError:
+            pass  # the server closed it
+        answers.append(_read_all(sock))
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    found = b""
+    with contextlib.suppress(OSError):
+        while piece := sock.recv(65536):
+            found += piece
+    return found
+
+
+def test_slow_and_huge_request_heads_are_cut_off_and_others_are_served(
+    shared_api: Deployment,
+) -> None:
+    url = httpx.URL(shared_api.apis[0].url)
+    host, port = url.host, url.port or 80
+    with shared_api.http() as http:
+        floor = statistics.median(health_latencies(http))
+        slow: list[bytes] = []
+        huge: list[bytes] = []
+        attackers = [
+            *(threading.Thread(target=slow_head, args=(host, port, slow)) for _ in range(20)),
+            *(threading.Thread(target=huge_head, args=(host, port, huge)) for _ in range(2)),
+        ]
+        started = time.monotonic()
+        for thread in attackers:
+            thread.start()
+        time.sleep(0.5)
+        during = statistics.median(health_latencies(http))
+        for thread in attackers:
+            thread.join(timeout=60)
+        took = time.monotonic() - started
+    assert len(slow) == 20 and all(a.startswith(b"HTTP/1.1 408") for a in slow), slow[:2]
+    assert took < HEADER_TIMEOUT_S + 10, took  # cut off at the deadline, not minutes later
+    assert len(huge) == 2 and all(a.startswith(b"HTTP/1.1 431") for a in huge), huge
+    # /v1/health while they ran, against its own floor measured just before
+    assert during < max(10 * floor, floor + 0.25), (floor, during)
