@@ -89,7 +89,11 @@ def install(
     api = ApiState(settings, client, owns_client=owned)
     app.state.chatworker = api
     install_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES,
+        timeout=settings.api_body_timeout_seconds,
+    )
     app.add_middleware(Observed)
     app.add_middleware(SecurityHeaders)
     app.include_router(router)

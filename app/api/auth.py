@@ -53,8 +53,25 @@ def authenticate(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     key_header: Annotated[str | None, Depends(_key_header)],
 ) -> Caller:
-    """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`."""
-    caller, identity = _identify(request, api, bearer, key_header)
+    """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`; a
+    client address past its rate of failed authentications
+    (`CHATWORKER_API_AUTH_FAILURE_LIMIT`), 429 `rate_limited` instead of 401."""
+    try:
+        caller, identity = _identify(request, api, bearer, key_header)
+    except ApiProblem as problem:
+        if problem.status == 401 and api.failures is not None:
+            address = request.client.host if request.client else "unknown"
+            verdict = api.failures.check("fail:" + address)
+            if not verdict.allowed:
+                raise ApiProblem(
+                    429,
+                    "rate_limited",
+                    f"too many failed authentications from this address (at most "
+                    f"{api.settings.api_auth_failure_limit}); retry in "
+                    f"{verdict.headers()['Retry-After']} s",
+                    {"Retry-After": verdict.headers()["Retry-After"]},
+                ) from None
+        raise
     if api.limiter is not None and identity is not None:
         verdict = api.limiter.check(identity)
         if not verdict.allowed:

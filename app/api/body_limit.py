@@ -1,9 +1,13 @@
 """Requests larger than any valid one are refused before they are read into memory (413
-`request_too_large`): a pure ASGI middleware, so streaming responses are untouched."""
+`request_too_large`), and a body sent slower than `CHATWORKER_API_BODY_TIMEOUT_SECONDS` allows is
+cut off (408 `request_timeout`): a pure ASGI middleware, so streaming responses are untouched (the
+deadline ends with the body: a stream's wait for its client's disconnect is not bounded)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -11,9 +15,10 @@ from app.api.problems import MEDIA_TYPE
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -27,12 +32,23 @@ class BodyLimit:
         too_large = False
         started = False
         refused = False
+        body_done = False
+        too_slow = False
+        deadline = time.monotonic() + self.timeout
 
         async def limited() -> Message:
-            nonlocal received, too_large
-            message = await receive()
+            nonlocal received, too_large, too_slow, body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    message = await receive()
+            except TimeoutError:
+                too_large = too_slow = True  # (the app's answer is dropped for ours)
+                raise _TooSlow from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_bytes:
                     too_large = True
                     raise _TooLarge
@@ -45,7 +61,7 @@ class BodyLimit:
                 # with a 400): the 413 goes out instead of its answer.
                 if not refused:
                     refused = True
-                    await self._refuse(scope, send)
+                    await self._refuse(scope, send, slow=too_slow)
                 return
             started = True
             await send(message)
@@ -56,22 +72,36 @@ class BodyLimit:
             if not started and not refused:
                 refused = True
                 await self._refuse(scope, send)
+        except _TooSlow:
+            if not started and not refused:
+                refused = True
+                await self._refuse(scope, send, slow=True)
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
+    async def _refuse(self, scope: Scope, send: Send, *, slow: bool = False) -> None:
+        status, title, code, detail = (
+            (408, "Request Timeout", "request_timeout", f"the body took over {self.timeout:g} s")
+            if slow
+            else (
+                413,
+                "Content Too Large",
+                "request_too_large",
+                f"the request body is over {self.max_bytes} bytes",
+            )
+        )
         body = json.dumps(
             {
                 "type": "about:blank",
-                "title": "Content Too Large",
-                "status": 413,
-                "code": "request_too_large",
-                "detail": f"the request body is over {self.max_bytes} bytes",
+                "title": title,
+                "status": status,
+                "code": code,
+                "detail": detail,
                 "instance": scope.get("path"),
             }
         ).encode()
         await send(
             {
                 "type": "http.response.start",
-                "status": 413,
+                "status": status,
                 "headers": [
                     (b"content-type", MEDIA_TYPE.encode()),
                     (b"content-length", str(len(body)).encode()),
@@ -83,4 +113,8 @@ class BodyLimit:
 
 
 class _TooLarge(Exception):
+    pass
+
+
+class _TooSlow(Exception):
     pass

@@ -19,6 +19,7 @@
     404     webhook_not_found         no such webhook or delivery, or another owner's
     404     not_found                 no such route
     405     method_not_allowed        a route that does not take that method
+    408     request_timeout           a body not sent within `CHATWORKER_API_BODY_TIMEOUT_SECONDS`
     409     conversation_busy         a turn runs (`on_busy=reject`, delete): `turn_id` names it
     409     conversation_conflict     a chosen conversation id is taken by another setup
     409     not_retryable             retry of a conversation that has not failed

@@ -127,12 +127,15 @@ class RedisRateLimiter(_Gcra):
         return self.verdict(bool(allowed), int(wait), int(ahead))
 
 
-def make_limiter(settings: Settings) -> RateLimiter | None:
-    if settings.api_rate_limit is None:
+def make_limiter(settings: Settings, rate: str | None = None) -> RateLimiter | None:
+    """The limiter of `rate` (default: the request rate), shared through Redis when there is
+    one; None without a rate."""
+    rate = settings.api_rate_limit if rate is None else rate
+    if rate is None:
         return None
     if settings.redis_url:
-        return RedisRateLimiter(settings.api_rate_limit, settings.redis_url)
-    return MemoryRateLimiter(settings.api_rate_limit)
+        return RedisRateLimiter(rate, settings.redis_url)
+    return MemoryRateLimiter(rate)
 
 
 def caller_of_key(presented: str) -> str:

@@ -36,9 +36,13 @@ class ApiState:
     _owners: dict[str | None, int] = field(default_factory=dict)  # streams held by each owner
     _lock: threading.Lock = field(default_factory=threading.Lock)
     limiter: RateLimiter | None = field(init=False)
+    failures: RateLimiter | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = make_limiter(self.settings)
+        # Failed authentications, counted per client address (`caller` "fail:<address>").
+        failures = self.settings.api_auth_failure_limit
+        self.failures = None if failures is None else make_limiter(self.settings, failures)
         # Twice the streams: a closed stream's thread may still wait out its read (up to
         # STREAM_WAKE_SECONDS) while its reader is already following again.
         self.followers = ThreadPoolExecutor(

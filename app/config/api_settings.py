@@ -47,6 +47,19 @@ class ApiSettings(Section):
         "`N/hour`, up to N at once (unset: no limit); shared through Redis by every API "
         "process; past it 429 `rate_limited`",
     )
+    api_auth_failure_limit: str | None = Field(
+        "60/minute",
+        description="failed authentications allowed per client address (`N/minute`, ...; past "
+        "it 429 `rate_limited` instead of 401, until the rate allows one again; unset: none); "
+        "behind a proxy, the proxy's address unless uvicorn is told to trust its forwarded one",
+    )
+    api_body_timeout_seconds: float = Field(
+        30,
+        gt=0,
+        le=3600,
+        description="how long a client has to send a request's whole body (then 408): a body "
+        "sent slowly holds nothing for long",
+    )
     api_heartbeat_seconds: float = Field(
         15,
         gt=0,
@@ -114,7 +127,7 @@ class ApiSettings(Section):
     def _parse_origins(cls, value: Any) -> Any:
         return comma_list(value)
 
-    @field_validator("api_rate_limit")
+    @field_validator("api_rate_limit", "api_auth_failure_limit")
     @classmethod
     def _rate_limit(cls, value: str | None) -> str | None:
         if value is None or not value.strip():

@@ -30,7 +30,13 @@ from tests.api.conftest import JWT_SECRET, Deployment, finished_turn, owner_name
 pytestmark = pytest.mark.xdist_group("api-hardening")
 
 HEADER_TIMEOUT_S = 2
-API_ENV = {"CHATWORKER_API_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT_S)}
+BODY_TIMEOUT_S = 2
+FAILURES = 10
+API_ENV = {
+    "CHATWORKER_API_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT_S),
+    "CHATWORKER_API_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT_S),
+    "CHATWORKER_API_AUTH_FAILURE_LIMIT": f"{FAILURES}/minute",
+}
 
 NUL = '"a\\u0000b"'
 SURROGATE = '"a\\ud800b"'
@@ -236,3 +242,53 @@ def test_slow_and_huge_request_heads_are_cut_off_and_others_are_served(
     assert len(huge) == 2 and all(a.startswith(b"HTTP/1.1 431") for a in huge), huge
     # /v1/health while they ran, against its own floor measured just before
     assert during < max(10 * floor, floor + 0.25), (floor, during)
+
+
+def test_a_body_sent_slowly_is_cut_off_and_a_long_stream_is_not(
+    shared_api: Deployment, mine: dict[str, str]
+) -> None:
+    url = httpx.URL(shared_api.apis[0].url)
+    with socket.create_connection((url.host, url.port or 80), timeout=30) as sock:
+        head = (
+            "POST /v1/conversations HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {mine['key']}\r\ncontent-type: application/json\r\n"
+            "content-length: 400\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        started = time.monotonic()
+        with contextlib.suppress(OSError):
+            for _ in range(400):
+                sock.sendall(b" ")
+                time.sleep(0.1)
+                if time.monotonic() - started > BODY_TIMEOUT_S + 5:
+                    break
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"request_timeout" in answer
+    # a stream outlives the body's deadline (its wait for the client's disconnect is free)
+    with shared_api.http(token=mine["key"]) as http:
+        stream_url = f"/v1/conversations/{mine['conversation_id']}/stream"
+        with http.stream("GET", stream_url, params={"until": "never"}) as stream:
+            opened = time.monotonic()
+            lines = stream.iter_lines()
+            while time.monotonic() - opened < BODY_TIMEOUT_S + 1.5:
+                next(lines)  # events, then the heartbeat's comments (every second)
+            assert not stream.is_closed
+
+
+def test_failed_authentications_from_an_address_are_limited_and_good_ones_are_not(
+    shared_api: Deployment, mine: dict[str, str]
+) -> None:
+    statuses = []
+    with shared_api.http(token="cwk_" + "0" * 32 + "_bad") as bad:
+        for _ in range(FAILURES + 5):
+            refused = bad.get("/v1/conversations")
+            statuses.append(refused.status_code)
+            if refused.status_code == 429:
+                break
+    assert statuses[-1] == 429, statuses
+    assert refused.json()["code"] == "rate_limited" and int(refused.headers["retry-after"]) >= 1
+    # the other tests of the module fail at most two authentications before this one
+    assert FAILURES - 2 <= statuses.count(401) <= FAILURES, statuses
+    with shared_api.http(token=mine["key"]) as good:
+        assert good.get("/v1/conversations").status_code == 200  # good credentials still work

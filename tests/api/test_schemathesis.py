@@ -34,7 +34,9 @@ from tests.api.conftest import Deployment, finished_turn, owner_name
 pytestmark = pytest.mark.xdist_group("api-schemathesis")
 
 # A fuzzed `?wait=` holds a request for at most a second.
-API_ENV = {"CHATWORKER_API_MAX_WAIT_SECONDS": "1"}
+# Schemathesis sends hundreds of bad credentials in a minute: the limit of failed
+# authentications per address is tested in test_hardening.py, not in the way here.
+API_ENV = {"CHATWORKER_API_MAX_WAIT_SECONDS": "1", "CHATWORKER_API_AUTH_FAILURE_LIMIT": ""}
 EXAMPLES = 12  # per operation, mode and kind of id
 # The streams never end on their own; `/v1/responses` answers in OpenAI's error shape, not
 # problem+json, and is checked against the SDK's own types in tests/api/test_responses.py.
