@@ -25,7 +25,9 @@ import httpx
 import pytest
 
 from app.testing.fake_llm import FakeLLMServer
+from bench.workers import dramatiq_child, rss_mb
 from tests.api.conftest import Deployment, assert_problem, finished_turn, owner_name
+from tests.servers.hostile_receiver import HostileReceiver
 from tests.servers.webhook_receiver import Receiver, receiving
 
 pytestmark = pytest.mark.xdist_group("api-webhooks")
@@ -197,3 +199,31 @@ def test_bad_delivery_requests_get_their_problems(http: httpx.Client) -> None:
         "validation_failed",
     )
     assert_problem(http.get("/v1/webhooks/not-a-uuid"), 422, "validation_failed")
+
+
+def test_a_receiver_answering_200_mb_costs_the_real_worker_nothing(
+    http: httpx.Client, fake_llm: FakeLLMServer, shared_api: Deployment, receiver: Receiver
+) -> None:
+    """The hostile receiver answers each attempt 500 with a 200 MB body; the worker process's
+    memory, measured before and after its three attempts, stays put (it never reads an answer's
+    body; before, one attempt took a worker from 306 to 871 MB). First a turn and a delivery to
+    a prompt receiver, so what a worker loads for them is loaded before the measure."""
+    worker = dramatiq_child(shared_api.workers[0])
+    warm = http.post("/v1/webhooks", json={"url": receiver.url}).json()["id"]
+    chat(http, fake_llm)
+    settled(http, warm, "delivered")
+    http.delete(f"/v1/webhooks/{warm}")
+    hostile = HostileReceiver("huge")
+    try:
+        webhook = http.post("/v1/webhooks", json={"url": hostile.url}).json()["id"]
+        before = rss_mb(worker)
+        chat(http, fake_llm)
+        failed = settled(http, webhook, "failed", timeout=60)
+        grown = rss_mb(worker) - before
+        assert failed["last_error"] == "HTTP 500" and failed["attempts"] == 3
+        assert hostile.requests == 3
+        assert grown < 30, f"the worker grew {grown:.0f} MB"
+        assert hostile.bytes_sent < 3 * 50 * 2**20  # it could not push its 600 MB
+    finally:
+        hostile.close()
+        http.delete(f"/v1/webhooks/{webhook}")
