@@ -13,9 +13,10 @@ from typing import Any, Protocol
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import ApiState
 from app.api.streaming import DATABASE_PAUSE_SECONDS
-from app.client import Delta, Discarded, EventView, Following
+from app.client import Delta, Discarded, EventView, Following, TurnRecord
 from app.errors import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,27 @@ class RenderedTurn:
         self.api, self.following, self.renderer, self.finish = api, following, renderer, finish
         self.owner = owner  # whose stream it is (counted in by the route)
         self.finished = False
+
+    @classmethod
+    def of(
+        cls,
+        api: ApiState,
+        record: TurnRecord,
+        renderer: Renderer,
+        finish: Callable[[], list[Rendered]],
+        owner: str | None,
+    ) -> RenderedTurn:
+        """The turn's stream: a follower of its conversation from just before its first event
+        (the renderer skips other turns'), then live."""
+        following = api.client.follow(
+            record.conversation.id,
+            record.events[0].seq - 1 if record.events else 0,
+            until=None,
+            poll_interval=STREAM_WAKE_SECONDS,
+            log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+            owner=owner,
+        )
+        return cls(api, following, renderer, finish, owner)
 
     def step(self) -> list[Rendered]:
         """The next events (waiting for them), and the last ones once the turn is over; empty

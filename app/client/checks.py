@@ -136,7 +136,7 @@ def check_storable_json(value: Any, what: str) -> None:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidRequest(
-            f"{what} must be JSON (no NaN or Infinity: JSON has neither): {exc}"
+            f"{what} must be JSON-serializable (no NaN or Infinity either): {exc}"
         ) from None
     stack = [value]
     while stack:

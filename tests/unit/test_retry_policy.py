@@ -198,6 +198,26 @@ def test_litellm_prefixes_are_dropped_from_the_provider_message() -> None:
     assert failure_message(exc, 1) == "LLM call failed (HTTP 401 ProviderError): Invalid key"
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # litellm's Anthropic handler passes the body on as the repr of its bytes
+        'litellm.BadRequestError: AnthropicException - b\'{"type":"error","error":'
+        '{"type":"invalid_request_error","message":"prompt is too long: 210000 '
+        "tokens > 200000 maximum\"}}'",
+        # and OpenAI's as text, with more after it
+        'litellm.BadRequestError: OpenAIException - {"error": {"message": "prompt is too long: '
+        '210000 tokens > 200000 maximum", "type": "invalid_request_error"}} (request id x)',
+    ],
+    ids=["anthropic bytes", "openai text"],
+)
+def test_a_provider_s_error_body_becomes_its_own_message(raw: str) -> None:
+    assert failure_message(ProviderError(400, raw), 1) == (
+        "LLM call failed (HTTP 400 ProviderError): prompt is too long: 210000 tokens > 200000 "
+        "maximum"
+    )
+
+
 def test_an_error_without_status_names_its_type() -> None:
     assert failure_message(ValueError("odd"), 1) == "LLM call failed (ValueError): odd"
 

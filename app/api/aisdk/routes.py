@@ -34,7 +34,6 @@ from app.api.aisdk.requests import (
 from app.api.auth import Authenticated, Caller
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
-from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
 from app.client import TurnRecord
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
@@ -123,15 +122,8 @@ def _open(
         continues_after=continues_after,
         answered_through=max(pauses, default=0),
     )
-    following = api.client.follow(
-        record.conversation.id,
-        record.events[0].seq - 1 if record.events else 0,
-        until=None,
-        poll_interval=STREAM_WAKE_SECONDS,
-        log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
-        owner=caller.owner,
-    )
-    return RenderedTurn(api, following, chunks, list, caller.owner), chunks.begin()
+    opened = RenderedTurn.of(api, record, chunks, list, caller.owner)
+    return opened, chunks.begin()
 
 
 def _client_tools(record: TurnRecord) -> frozenset[str]:

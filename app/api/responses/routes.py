@@ -29,7 +29,6 @@ from app.api.responses.objects import (
 )
 from app.api.responses.requests import CreateResponse, McpTool, parse_create
 from app.api.responses.stream import ResponseEvents
-from app.api.routes.events import STREAM_WAKE_SECONDS
 from app.api.state import Api, ApiState
 from app.client import ConversationView, TurnRecord
 from app.errors import TurnNotFound
@@ -191,14 +190,6 @@ def _open(
     servers = _servers(api)
     rendered = ResponseEvents(response, initial_object(record, response, servers))
     first = rendered.begin(record.turn, tools_of(record, servers))
-    following = api.client.follow(
-        record.conversation.id,
-        record.events[0].seq - 1 if record.events else 0,
-        until=None,
-        poll_interval=STREAM_WAKE_SECONDS,
-        log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
-        owner=caller.owner,
-    )
 
     def finish() -> list[dict[str, Any]]:
         """The last event, with the response as it ended: at the turn's end, from its terminal
@@ -209,7 +200,7 @@ def _open(
             ended = TurnRecord(rendered.final_turn, record.conversation, rendered.events)
         return rendered.finish(response_object(ended, response, servers))
 
-    return RenderedTurn(api, following, rendered, finish, caller.owner), first
+    return RenderedTurn.of(api, record, rendered, finish, caller.owner), first
 
 
 # --- the steps ----------------------------------------------------------------------------------

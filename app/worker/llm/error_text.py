@@ -57,7 +57,8 @@ def _error_body_message(text: str) -> str:
     if start < 0:
         return text
     try:
-        body = json.loads(text[start:])
+        # the first JSON value: litellm may wrap the body (the repr of its bytes: b'{...}')
+        body, _ = json.JSONDecoder().raw_decode(text[start:])
     except ValueError:
         return text
     error = body.get("error") if isinstance(body, dict) else None
