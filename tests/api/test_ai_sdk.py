@@ -196,7 +196,7 @@ def test_a_dropped_connection_resumes_into_the_same_message(
 ) -> None:
     token = uuid.uuid4().hex
     fake_llm.script(
-        [{"text": ANSWER, "stream": True, "chunks": 12, "chunk_delay": 0.1}], match=token
+        [{"text": ANSWER, "stream": True, "chunks": 20, "chunk_delay": 0.25}], match=token
     )
     chat = page.chat()
     dropped = chat.call("send", text=f"tell me {token}", dropAfter="text-delta")

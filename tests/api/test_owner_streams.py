@@ -49,6 +49,23 @@ class Owner:
         return threads
 
 
+def followers_reach(deployment: Deployment, count: int, timeout: float = 30) -> None:
+    """Wait until the API process counts `count` streams and long polls (its metric)."""
+    deadline = time.monotonic() + timeout
+    with deployment.http() as http:
+        while True:
+            text = http.get("/metrics").text
+            now = [
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith("chatworker_event_followers")
+            ]
+            if now and now[0] >= count:
+                return
+            assert time.monotonic() < deadline, f"{now} of {count} followers"
+            time.sleep(0.05)
+
+
 @pytest.fixture
 def owners(shared_api: Deployment) -> Iterator[tuple[Owner, Owner, Owner]]:
     yield Owner(shared_api, "alice"), Owner(shared_api, "bob"), Owner(shared_api, "carol")
@@ -59,7 +76,7 @@ def test_an_owner_past_its_streams_waits_and_others_are_served(
 ) -> None:
     alice, bob, carol = owners
     held = alice.long_polls(PER_OWNER)
-    time.sleep(1.0)  # they are in
+    followers_reach(shared_api, PER_OWNER)  # they are in
     with alice.http() as http:
         events = f"/v1/conversations/{alice.conversation}/events"
         refused = http.get(events, params={"wait": 1})
@@ -84,7 +101,7 @@ def test_an_owner_past_its_streams_waits_and_others_are_served(
         assert read.status_code == 200 and time.monotonic() - started < 2
     # the process's own cap: bob's two long polls fill it, carol gets 503
     bobs = bob.long_polls(2)
-    time.sleep(1.0)
+    followers_reach(shared_api, PER_OWNER + 2)
     with carol.http() as http:
         full = http.get(f"/v1/conversations/{carol.conversation}/events", params={"wait": 1})
         assert_problem(full, 503, "too_many_streams")
