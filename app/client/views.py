@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from app.models import ASSISTANT, FAILED, FINISHED_TURN_STATUSES, IDLE
+from app.models import ASSISTANT, CLARIFY_TOOL, FAILED, FINISHED_TURN_STATUSES, IDLE
 
 # The fixed value sets, typed once: the API's response bodies (`app/api/schemas.py`) are these
 # views field for field, so each set is spelt here and nowhere else on the web side.
@@ -82,6 +82,14 @@ class ConversationView:
     @property
     def is_running(self) -> bool:
         return self.status not in (IDLE, FAILED)
+
+    @property
+    def client_answered(self) -> frozenset[str]:
+        """The tools the client answers: its own, and the model's question when it may ask."""
+        names = {str(tool["name"]) for tool in self.client_tools}
+        if self.clarify:
+            names.add(CLARIFY_TOOL)
+        return frozenset(names)
 
     @property
     def total_tokens(self) -> int:

@@ -63,6 +63,10 @@ class Discarded:
     stream: str
     reason: str
 
+    def drops(self, message_seq: int, stream: str) -> bool:
+        """Whether it drops the partial reply of `stream` for message `message_seq`."""
+        return self.message_seq == message_seq and self.stream in (stream, ANY_STREAM)
+
 
 @dataclass(frozen=True)
 class CommitNotice:

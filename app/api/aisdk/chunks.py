@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.client.views import EventView, MessageView, TurnView
-from app.live.entries import ANY_STREAM, Delta, Discarded
+from app.live.entries import Delta, Discarded
 from app.models import (
     ACTION_REQUIRED,
     MESSAGE_COMMITTED,
@@ -280,9 +280,7 @@ class UiMessageChunks:
 
     def _discarded(self, discarded: Discarded) -> list[Chunk]:
         live = self._text
-        if live is None or live.seq != discarded.message_seq:
-            return []
-        if discarded.stream not in (live.stream, ANY_STREAM):
+        if live is None or not discarded.drops(live.seq, live.stream):
             return []
         return self._drop_text(discarded.reason)
 

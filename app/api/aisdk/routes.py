@@ -34,10 +34,11 @@ from app.api.aisdk.requests import (
 from app.api.auth import Authenticated, Caller
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
+from app.api.responses.routes import NO_MESSAGES
 from app.api.state import Api, ApiState
-from app.client import TurnRecord
+from app.client import TurnRecord, TurnView
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
-from app.models import ACTION_REQUIRED, CLARIFY_TOOL, REQUIRES_ACTION
+from app.models import ACTION_REQUIRED, REQUIRES_ACTION
 
 router = APIRouter(prefix="/ai-sdk/chat", tags=["chat (AI SDK)"])
 
@@ -75,11 +76,7 @@ async def resume_stream(chat_id: str, caller: Authenticated, api: Api) -> Any:
 def stop(chat_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
     """Cancel the chat's turn: its model call or tool is cancelled, its open calls are
     answered "cancelled". Idempotent: `stopped` is false when no turn was going."""
-    conversation_id = conversation_of(caller.owner, check_chat_id(chat_id))
-    try:
-        turn = api.client.current_turn(conversation_id, owner=caller.owner)
-    except ConversationNotFound:
-        turn = None
+    turn = _current(api, caller, chat_id)
     if turn is None or turn.is_finished:
         return {"stopped": False, "turn": None if turn is None else str(turn.id)}
     api.client.cancel_turn(turn.id, owner=caller.owner)
@@ -118,19 +115,12 @@ def _open(
         pauses.pop()  # the pause it waits in ends the stream
     chunks = UiMessageChunks(
         record.turn,
-        _client_tools(record),
+        record.conversation.client_answered,
         continues_after=continues_after,
         answered_through=max(pauses, default=0),
     )
     opened = RenderedTurn.of(api, record, chunks, list, caller.owner)
     return opened, chunks.begin()
-
-
-def _client_tools(record: TurnRecord) -> frozenset[str]:
-    names = {str(tool["name"]) for tool in record.conversation.client_tools}
-    if record.conversation.clarify:
-        names.add(CLARIFY_TOOL)
-    return frozenset(names)
 
 
 # --- the steps ----------------------------------------------------------------------------------
@@ -183,7 +173,7 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
     setup given must be the conversation's."""
     setup = request.setup
     try:
-        existing = api.client.get_conversation(conversation_id, 2**31 - 1, owner=caller.owner)
+        existing = api.client.get_conversation(conversation_id, NO_MESSAGES, owner=caller.owner)
     except ConversationNotFound:
         existing = None
     if existing is None:
@@ -216,11 +206,14 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
 
 
 def _going(api: ApiState, caller: Caller, chat_id: str) -> uuid.UUID | None:
+    turn = _current(api, caller, chat_id)
+    return None if turn is None or turn.is_finished else turn.id
+
+
+def _current(api: ApiState, caller: Caller, chat_id: str) -> TurnView | None:
+    """The chat's current (or last) turn; None for a chat never used (or another owner's)."""
     conversation_id = conversation_of(caller.owner, check_chat_id(chat_id))
     try:
-        turn = api.client.current_turn(conversation_id, owner=caller.owner)
+        return api.client.current_turn(conversation_id, owner=caller.owner)
     except ConversationNotFound:
         return None
-    if turn is None or turn.is_finished:
-        return None
-    return turn.id

@@ -19,14 +19,10 @@ from app.api.responses.translate import (
     segments,
 )
 from app.client.views import TurnRecord
-from app.models import CLARIFY_TOOL
 
 
 def tools_of(record: TurnRecord, servers: Mapping[str, str]) -> Tools:
-    client = {str(tool["name"]) for tool in record.conversation.client_tools}
-    if record.conversation.clarify:
-        client.add(CLARIFY_TOOL)
-    return Tools(frozenset(client), dict(servers))
+    return Tools(record.conversation.client_answered, dict(servers))
 
 
 def segment_of(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> Segment:

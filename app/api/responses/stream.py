@@ -42,7 +42,7 @@ from typing import Any
 from app.api.responses.ids import ResponseId, message_item
 from app.api.responses.translate import Cutter, Tools
 from app.client.views import EventView, MessageView, TurnView
-from app.live.entries import ANY_STREAM, Delta, Discarded
+from app.live.entries import Delta, Discarded
 from app.models import (
     ACTION_REQUIRED,
     MESSAGE_COMMITTED,
@@ -384,9 +384,7 @@ class ResponseEvents:
 
     def _discarded(self, discarded: Discarded) -> list[Event]:
         live = self._live
-        if live is None or live.seq != discarded.message_seq:
-            return []
-        if discarded.stream not in (live.stream, ANY_STREAM):
+        if live is None or not discarded.drops(live.seq, live.stream):
             return []
         return self._drop_live(discarded.reason)
 

@@ -156,22 +156,18 @@ async def submit_message(
             owner=caller.owner,
         )
         assert submitted.turn is not None
+        response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
+        if submitted.repeated:
+            response.headers["Idempotent-Replayed"] = "true"
         return Submission.model_validate(submitted), submitted.turn.id
 
     if not wait:
-        submission, turn_id = await run_in_threadpool(submit)
-        response.headers["Location"] = f"/v1/turns/{turn_id}"
-        if submission.repeated:
-            response.headers["Idempotent-Replayed"] = "true"
-        return submission
+        return (await run_in_threadpool(submit))[0]
     # A long poll: counted with the streams, before anything is written (past the caps: 429 or
     # 503, nothing submitted).
     api.open_stream(caller.owner)
     try:
-        submission, turn_id = await run_in_threadpool(submit)
-        response.headers["Location"] = f"/v1/turns/{turn_id}"
-        if submission.repeated:
-            response.headers["Idempotent-Replayed"] = "true"
+        _, turn_id = await run_in_threadpool(submit)
         timeout = api.settings.api_max_wait_seconds
         log_interval = api.settings.api_log_poll_seconds
         result = await api.follow_step(
