@@ -4,7 +4,7 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     modules                               may import
     ------------------------------------  --------------------------------------------------------
     app.worker.plan, .transcript, .entry, the standard library (and each other) only: pure
-    .offer, .verdict
+    .offer, .verdict, .context, .summary
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks and views, the live entries,
@@ -33,6 +33,8 @@ PURE = (
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",
+    "app.worker.context",
+    "app.worker.summary",
 )
 DIALECT_PURE = (
     *(

@@ -60,6 +60,12 @@ class ConversationCreate(Body):
         description="tools (of `tools`) whose every call waits for the user's approval, beyond "
         "what each MCP server's own policy asks",
     )
+    context_policy: dict[str, Any] | None = Field(
+        None,
+        description="this conversation's own rules for what the model is sent as it grows, "
+        "over the server's settings: `window` (tokens), `threshold` (0.1-1), `reply_tokens`, "
+        "`compaction` (bool), `summary_model`, `prompt_cache` (bool)",
+    )
 
 
 class MessageCreate(Body):

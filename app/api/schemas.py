@@ -138,6 +138,9 @@ class Conversation(View):
         default_factory=list, description="tools whose every call the user approves first"
     )
     clarify: bool = True
+    context_policy: dict[str, Any] | None = Field(
+        None, description="its own rules for what the model is sent as it grows"
+    )
     iterations: int
     turn_number: int = Field(description="the current (or last) turn's number; 0: none yet")
     usage: Usage

@@ -68,6 +68,7 @@ class AsyncChatClient:
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
+        context_policy: dict[str, Any] | None = None,
     ) -> uuid.UUID:
         """`ChatClient.create_conversation`, in a worker thread."""
         return await asyncio.to_thread(
@@ -82,6 +83,7 @@ class AsyncChatClient:
                 client_tools=client_tools,
                 clarify=clarify,
                 approval_tools=approval_tools,
+                context_policy=context_policy,
             )
         )
 
@@ -98,6 +100,7 @@ class AsyncChatClient:
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
+        context_policy: dict[str, Any] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`ChatClient.create_or_get`, in a worker thread."""
         return await asyncio.to_thread(
@@ -112,6 +115,7 @@ class AsyncChatClient:
                 client_tools=client_tools,
                 clarify=clarify,
                 approval_tools=approval_tools,
+                context_policy=context_policy,
             )
         )
 

@@ -107,6 +107,40 @@ def check_approval_tools(approval: Any, tools: Sequence[str]) -> list[str] | Non
     return names or None
 
 
+#: A conversation's context policy: each key, its type, and its bounds (as the settings').
+CONTEXT_POLICY_KEYS: dict[str, tuple[type, float | None, float | None]] = {
+    "window": (int, 256, None),
+    "threshold": (float, 0.1, 1.0),
+    "reply_tokens": (int, 16, None),
+    "compaction": (bool, None, None),
+    "summary_model": (str, None, None),
+    "prompt_cache": (bool, None, None),
+}
+
+
+def check_context_policy(policy: Any) -> dict[str, Any] | None:
+    """A conversation's own context rules (`CONTEXT_POLICY_KEYS`); None or {} for none."""
+    if policy is None:
+        return None
+    if not isinstance(policy, dict):
+        raise InvalidRequest("context_policy must be an object")
+    for key, value in policy.items():
+        if key not in CONTEXT_POLICY_KEYS:
+            known = ", ".join(CONTEXT_POLICY_KEYS)
+            raise InvalidRequest(f"context_policy: unknown key {key!r}; known: {known}")
+        kind, low, high = CONTEXT_POLICY_KEYS[key]
+        number = kind in (int, float) and not isinstance(value, bool)
+        fits = isinstance(value, int | float) if kind is float else isinstance(value, kind)
+        if not fits or (kind is int and isinstance(value, bool)):
+            raise InvalidRequest(f"context_policy.{key} must be a {kind.__name__}, not {value!r}")
+        if number and ((low is not None and value < low) or (high is not None and value > high)):
+            bounds = f"at least {low:g}" if high is None else f"from {low:g} to {high:g}"
+            raise InvalidRequest(f"context_policy.{key} must be {bounds}, not {value!r}")
+        if kind is str and not value.strip():
+            raise InvalidRequest(f"context_policy.{key} must not be empty")
+    return dict(policy) or None
+
+
 def check_text(text: Any, what: str, limit: int, *, allow_empty: bool = False) -> None:
     """A storable string of at most `limit` characters (`what` names it in the message)."""
     if not isinstance(text, str):

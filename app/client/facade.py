@@ -27,6 +27,7 @@ from app.client.checks import (
     check_busy_policy,
     check_client_tools,
     check_context,
+    check_context_policy,
     check_decisions,
     check_idempotency_key,
     check_metadata,
@@ -105,6 +106,7 @@ class ChatClient(ChatReader):
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
+        context_policy: dict[str, Any] | None = None,
     ) -> uuid.UUID:
         """A new idle conversation; `tools` are names from `list_tools()`.
 
@@ -117,7 +119,10 @@ class ChatClient(ChatReader):
         the client posts its output (`answer_actions`). `clarify`: the model may ask the
         user a question (`agent_clarify`) when it has tools; the next message answers it.
         `approval_tools`: tools (of `tools`) whose every call the user approves first, beyond
-        what each MCP server's own policy asks (a caller can ask for more, never less)."""
+        what each MCP server's own policy asks (a caller can ask for more, never less).
+        `context_policy`: this conversation's own rules for what the model is sent as it grows
+        (`window`, `threshold`, `reply_tokens`, `compaction`, `summary_model`, `prompt_cache`),
+        over the settings'."""
         return self.create_or_get(
             model=model,
             instructions=instructions,
@@ -129,6 +134,7 @@ class ChatClient(ChatReader):
             client_tools=client_tools,
             clarify=clarify,
             approval_tools=approval_tools,
+            context_policy=context_policy,
         )[0].id
 
     def create_or_get(
@@ -144,6 +150,7 @@ class ChatClient(ChatReader):
         client_tools: Sequence[dict[str, Any]] | None = None,
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
+        context_policy: dict[str, Any] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`create_conversation`, as read in its transaction (without messages), and whether it
         was created (False: it existed, same fields)."""
@@ -157,6 +164,7 @@ class ChatClient(ChatReader):
         if instructions is not None:
             check_text(instructions, "instructions", self._limit, allow_empty=True)
         check_context(context)
+        policy = check_context_policy(context_policy)
         if owner is not None:
             check_owner_name(owner)
         chosen = uuid.uuid4() if conversation_id is None else parse_conversation_id(conversation_id)
@@ -170,6 +178,7 @@ class ChatClient(ChatReader):
             "client_tools": declared,
             "clarify": clarify,
             "approval_tools": approval,
+            "context_policy": policy,
         }
         try:
             return self._insert(chosen, setup)

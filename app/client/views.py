@@ -77,6 +77,7 @@ class ConversationView:
     client_tools: list[dict[str, Any]] = field(default_factory=list)  # executed by the client
     approval_tools: list[str] = field(default_factory=list)  # every call approved first
     clarify: bool = True  # the model may ask the user (agent_clarify)
+    context_policy: dict[str, Any] | None = None  # its own context rules (over the settings)
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
 
     @property

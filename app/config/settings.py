@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.config.api_settings import ApiSettings
+from app.config.context_settings import ContextSettings
 from app.config.database_settings import DatabaseSettings
 from app.config.model_settings import ModelSettings
 from app.config.observability_settings import ObservabilitySettings
@@ -27,6 +28,7 @@ SECTIONS: tuple[type[Section], ...] = (
     DatabaseSettings,
     WorkerSettings,
     ModelSettings,
+    ContextSettings,
     ToolSettings,
     ApiSettings,
     WebhookSettings,
@@ -43,6 +45,7 @@ class Settings(
     WebhookSettings,
     ApiSettings,
     ToolSettings,
+    ContextSettings,
     ModelSettings,
     WorkerSettings,
     DatabaseSettings,

@@ -105,6 +105,9 @@ class Conversation(Base):
     approval_tools: Mapped[list[str] | None] = mapped_column(JsonType)
     # Whether the model may ask the user a question (`agent_clarify`) when it uses tools.
     clarify: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    # What the model is sent when the transcript grows (`app/worker/context.py`): the window,
+    # threshold, summary model and switches that override the settings for this conversation.
+    context_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     # Opaque to the worker: the web app's own tracking data, passed through untouched.
     context: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     iterations: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

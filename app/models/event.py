@@ -27,6 +27,7 @@ CANCEL_REQUESTED = "turn.cancel_requested"
 STATUS_CHANGED = "status.changed"
 MESSAGE_COMMITTED = "message.committed"
 ACTION_REQUIRED = "action.required"  # the turn waits for the user: see the turn's actions
+CONTEXT_COMPACTED = "context.compacted"  # what the model is sent was compacted (`data`: how)
 EVENT_TYPES = (
     TURN_QUEUED,
     TURN_STARTED,
@@ -38,6 +39,7 @@ EVENT_TYPES = (
     STATUS_CHANGED,
     MESSAGE_COMMITTED,
     ACTION_REQUIRED,
+    CONTEXT_COMPACTED,
 )
 TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
 

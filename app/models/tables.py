@@ -9,6 +9,7 @@ from sqlalchemy import Table
 
 from app.models.api_key import ApiKey
 from app.models.budget import Budget
+from app.models.compaction import Compaction
 from app.models.conversation import Conversation
 from app.models.event import Event
 from app.models.message import Message
@@ -20,6 +21,7 @@ from app.models.webhook import Webhook, WebhookDelivery
 api_keys = cast(Table, ApiKey.__table__)
 budgets = cast(Table, Budget.__table__)
 catalog = cast(Table, CatalogTool.__table__)
+compactions = cast(Table, Compaction.__table__)
 conversations = cast(Table, Conversation.__table__)
 deliveries = cast(Table, WebhookDelivery.__table__)
 events = cast(Table, Event.__table__)
@@ -32,6 +34,7 @@ __all__ = [
     "api_keys",
     "budgets",
     "catalog",
+    "compactions",
     "conversations",
     "deliveries",
     "events",

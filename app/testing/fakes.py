@@ -67,12 +67,21 @@ class ScriptedModel:
     not to (a benchmark's model must not hold every history it was sent)."""
 
     def __init__(
-        self, responder: Responder, *, record: bool = True, word_delay: float = 0.0
+        self,
+        responder: Responder,
+        *,
+        record: bool = True,
+        word_delay: float = 0.0,
+        window: int | None = None,
     ) -> None:
         self.responder = responder
         self.record = record
         self.word_delay = word_delay  # seconds between two streamed words
+        self.window = window  # the input window it says every model has (None: unknown)
         self.requests: list[ModelRequest] = []
+
+    def context_window(self, model: str) -> int | None:
+        return self.window
 
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         if self.record:

@@ -29,10 +29,18 @@ POINTS = {
     "before_ack": "the host has the doorbell; dramatiq has not acknowledged the message",
     "paused": "the turn's pause (requires_action, lease released) is committed",
     "webhook_sent": "a webhook's receiver answered 2xx; its delivery is not recorded",
+    "compaction_summarized": "a compaction's summary came back from the model; nothing of it "
+    "is committed",
+    "compacted": "a compaction (context.compacted) is committed; the model call it made room "
+    "for has not started",
 }
 #: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one,
-#: `webhook_sent` only a delivery.
-MATRIX_POINTS = tuple(point for point in POINTS if point not in ("paused", "webhook_sent"))
+#: `webhook_sent` only a delivery, the compaction's only a conversation that outgrew its window.
+MATRIX_POINTS = tuple(
+    point
+    for point in POINTS
+    if point not in ("paused", "webhook_sent", "compaction_summarized", "compacted")
+)
 
 
 @dataclass(frozen=True)

@@ -83,10 +83,23 @@ class ModelError(ChatWorkerError):
     """
 
 
+class ContextOverflow(ModelError):
+    """The provider refused the request as longer than the model's context window; `window` is
+    the window its error stated, when it stated one. The turn compacts and tries once more."""
+
+    def __init__(self, message: str, window: int | None = None) -> None:
+        super().__init__(message)
+        self.window = window
+
+
 class ModelClient(Protocol):
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         """Call the model, sending the reply to `sink` as it forms; raise `ModelError` when the
-        turn cannot go on."""
+        turn cannot go on (`ContextOverflow` when the request was too long for the model)."""
+        ...
+
+    def context_window(self, model: str) -> int | None:
+        """The model's input window in tokens; None when unknown."""
         ...
 
 

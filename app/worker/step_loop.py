@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.config import Settings
-from app.models import BUILTIN_TOOL_NAMES
+from app.models import BUILTIN_TOOL_NAMES, ELIDE, OVERFLOW, SUMMARY, THRESHOLD
 from app.telemetry import metrics, tracing
-from app.worker import builtin, failpoints, offer, plan, session_cache
+from app.worker import builtin, context, failpoints, offer, plan, session_cache, summary
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
+from app.worker.context import Elide, Summarize, TooLarge
 from app.worker.plan import (
     CallModel,
     Cancel,
@@ -36,6 +38,7 @@ from app.worker.plan import (
 from app.worker.ports import (
     NO_SINK,
     CallRef,
+    ContextOverflow,
     ModelClient,
     ModelError,
     ModelRequest,
@@ -44,7 +47,7 @@ from app.worker.ports import (
     ToolResult,
     Usage,
 )
-from app.worker.store import Committed, KeptOutput, Snapshot, TurnStore
+from app.worker.store import Committed, CompactionRecord, KeptOutput, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
 
@@ -77,6 +80,8 @@ class Means(Protocol):
 CANCELLED = "cancelled by the user"
 FAILED_CALL = "the model call failed"
 NOT_COMMITTED = "the reply could not be committed"
+SUMMARY_FAILED = "Compacting the conversation's context failed: {error}"
+MAX_COMPACTIONS = 8  # in a row before one model call: then the request goes as it is
 
 
 class _Aborted(Exception):
@@ -104,6 +109,9 @@ class StepLoop:
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
+        self.rules = context.Policy(None)  # what the requests must fit (`_load_tools` sets it)
+        self._overflow: ContextOverflow | None = None  # the provider's, not yet compacted for
+        self._overflow_retried = False  # this run compacted for an overflow already
 
     def request_cancel(self) -> None:
         """The user cancelled the turn: abort the call in flight; the planner does the rest."""
@@ -114,6 +122,7 @@ class StepLoop:
     async def drive(self) -> Outcome:
         await self._load_tools()
         settings = self.runner.settings
+        self.rules = self._context_rules()
         while True:
             action = plan.next_step(
                 self.transcript,
@@ -211,6 +220,13 @@ class StepLoop:
         )
         self.function_tools = [d.as_function_tool() for d in offered]
         self.tool_servers = {d.name: d.server for d in offered}
+        self.transcript.tools_tokens = context.text_tokens(json.dumps(self.function_tools))
+
+    def _context_rules(self, window: int | None = None) -> context.Policy:
+        """What this conversation's requests must fit: its model's window (or `window`, what
+        an overflow taught), the settings and the conversation's own policy."""
+        found = window or self.runner.model.context_window(self.snapshot.model)
+        return context.policy(self.runner.settings, self.snapshot.context_policy, found)
 
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests.
@@ -222,6 +238,9 @@ class StepLoop:
             if over is not None:
                 await self._fail(over.error)
                 return Outcome.FAILED
+        fitted = await self._fit_context()
+        if fitted is not None or self.cancel_requested:
+            return fitted  # failed, or cancelled while summarising (the planner ends the turn)
         request = ModelRequest(
             model=self.snapshot.model,
             messages=self.transcript.provider_messages(),
@@ -249,6 +268,11 @@ class StepLoop:
                 span.set_attribute("chatworker.cancelled", True)
                 sink.abandon(CANCELLED)
                 return None  # cancelled while the model was answering: the planner ends the turn
+            except ContextOverflow as exc:
+                tracing.failed(span, str(exc), "ContextOverflow")
+                sink.abandon(FAILED_CALL)
+                self._overflow = exc
+                return None  # the next plan calls the model again, compacted first (row 25)
             except ModelError as exc:
                 tracing.failed(span, str(exc), "ModelError")
                 sink.abandon(FAILED_CALL)
@@ -259,6 +283,7 @@ class StepLoop:
                 span, usage.prompt_tokens, usage.completion_tokens, reply.finish_reason
             )
         sink.flush()
+        self.transcript.observe(usage.prompt_tokens)
         failpoints.hit("llm_answered")
         verdict = judge_reply(
             reply.content,
@@ -301,6 +326,125 @@ class StepLoop:
                 sink.abandon(error)
                 await self._fail(error, reply.usage)
                 return Outcome.FAILED
+
+    # --- the context budget -----------------------------------------------------------------
+
+    async def _fit_context(self) -> Outcome | None:
+        """Compact what the model is sent until the next request fits (rows 19-25 of the
+        planner, `context.decide`), one committed step per compaction; FAILED when it cannot."""
+        for _ in range(MAX_COMPACTIONS):
+            overflow = self._overflow
+            if overflow is not None and not self._overflow_retried:
+                self.rules = self._overflowed_rules(overflow)
+            size = self.transcript.size(self.rules, overflowed=overflow is not None)
+            decision = context.decide(
+                size,
+                self.rules,
+                self.transcript.compacted,
+                overflowed=overflow is not None,
+                retried=self._overflow_retried,
+                overflow_detail=str(overflow or ""),
+            )
+            reason = OVERFLOW if overflow is not None else THRESHOLD
+            match decision:
+                case None:
+                    return None
+                case TooLarge(error):
+                    await self._fail(error)
+                    return Outcome.FAILED
+                case Elide(from_seq, through):
+                    compacted = self.transcript.compacted
+                    state = compacted._replace(number=compacted.number + 1, elided_through=through)
+                    await self._record_compaction(
+                        CompactionRecord(
+                            ELIDE,
+                            reason,
+                            from_seq,
+                            through,
+                            state,
+                            size.tokens,
+                            0,
+                            self.rules.window,
+                        )
+                    )
+                case Summarize(from_seq, through):
+                    written = await self._summarize(from_seq, through, reason, size)
+                    if written is not None:
+                        return written
+                    if self.cancel_requested:
+                        return None
+            if overflow is not None:
+                self._overflow, self._overflow_retried = None, True
+        return None
+
+    def _overflowed_rules(self, overflow: ContextOverflow) -> context.Policy:
+        """After the provider's overflow: its stated window, else a little under what was sent
+        (the estimate of the request it refused), for the rest of this run."""
+        window = overflow.window or self.rules.window
+        if window is None:
+            window = int(self.transcript.estimate() * 0.9)
+        return self._context_rules(window)
+
+    async def _summarize(
+        self, from_seq: int, through: int, reason: str, size: context.Size
+    ) -> Outcome | None:
+        """Ask the model for a summary of messages `from_seq..through`, then commit it as the
+        conversation's latest compaction. FAILED when the model could not write one."""
+        compacted = self.transcript.compacted
+        model = self.rules.summary_model or self.snapshot.model
+        request = ModelRequest(
+            model=model,
+            messages=summary.request_messages(
+                compacted.summary,
+                self.transcript.between(from_seq, through),
+                compacted.elided_through,
+                context.summary_tokens(self.rules),
+            ),
+        )
+        with tracing.model_span(model) as span:
+            span.set_attribute("chatworker.compaction", True)
+            try:
+                reply = await self._interruptible(self.runner.model.complete(request))
+            except _Aborted:
+                return None  # cancelled: the planner ends the turn
+            except ModelError as exc:
+                tracing.failed(span, str(exc), "ModelError")
+                await self._fail(SUMMARY_FAILED.format(error=exc))
+                return Outcome.FAILED
+        failpoints.hit("compaction_summarized")
+        text = summary.summary_text(reply.content)
+        if text is None:
+            await self._fail(summary.EMPTY_SUMMARY_ERROR, reply.usage)
+            return Outcome.FAILED
+        state = compacted._replace(
+            number=compacted.number + 1, summarized_through=through, summary=text
+        )
+        await self._record_compaction(
+            CompactionRecord(
+                SUMMARY,
+                reason,
+                from_seq,
+                through,
+                state,
+                0,
+                0,
+                self.rules.window,
+                model=model,
+                usage=reply.usage,
+            )
+        )
+        return None
+
+    async def _record_compaction(self, record: CompactionRecord) -> None:
+        """Commit a compaction (a fenced step with `context.compacted`), then send by it."""
+        before = self.transcript.estimate(measured=False)
+        self.transcript.compact(record.compacted)
+        after = self.transcript.estimate(measured=False)
+        record = record._replace(tokens_before=before, tokens_after=after)
+        await self._commit(
+            self.store.compact, self.claim, record, ttl=self.runner.settings.lease_ttl_seconds
+        )
+        failpoints.hit("compacted")
 
     async def _run_tool(
         self, call: ToolCall, arguments: dict[str, Any], mark_in_flight: bool

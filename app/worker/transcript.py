@@ -4,17 +4,48 @@ entries are appended: each entry is converted once, so a step never re-reads the
 Every assistant tool call is answered, in call order, right after its message: by the result that
 follows it in the transcript, or by a synthetic error when none came (a turn that failed midway).
 Results answering no call of the message they follow are dropped, so providers never reject it.
+
+What is sent follows the conversation's latest compaction (`context.Compacted`): the messages a
+summary replaced are left out (the summary goes into the system message, and the current turn's
+own user message is always sent, first after it), and the tool outputs up to `elided_through`
+go as a reference the model can read them back by. The entries themselves (what the planner
+reads) stay whole. The transcript also keeps the size of what it sends, entry by entry, for the
+context budget (`size`): appending stays O(1), and so does the estimate.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.worker.context import (
+    CALL_TOKENS,
+    ELIDE_MIN_CHARS,
+    MESSAGE_TOKENS,
+    NOT_COMPACTED,
+    Compacted,
+    Policy,
+    Size,
+    keep_target,
+    summary_input_tokens,
+    summary_tokens,
+    text_tokens,
+)
 from app.worker.plan import Entry, ToolCall
+from app.worker.summary import REQUEST_TOKENS, line_tokens
 
 INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
+SUMMARY_HEADING = (
+    "Summary of the earlier part of this conversation (messages 1-{through}, compacted to fit "
+    "the model's context; the transcript itself is kept whole):"
+)
+ELIDED_OUTPUT = (
+    "[The {chars:,} characters of this {tool} output were taken out of the context to save "
+    'room. The whole output is kept: call session_cache_get with {{"id": "{call_id}"}} to read '
+    "it.]"
+)
 
 Message = dict[str, Any]
 
@@ -22,40 +53,133 @@ Message = dict[str, Any]
 class Transcript(Sequence[Entry]):
     """The committed entries of a conversation, plus their provider messages and call ids."""
 
-    def __init__(self, instructions: str | None, entries: Iterable[Entry] = ()) -> None:
+    def __init__(
+        self,
+        instructions: str | None,
+        entries: Iterable[Entry] = (),
+        compacted: Compacted = NOT_COMPACTED,
+        unkept: Iterable[str] = (),
+    ) -> None:
+        self.instructions = instructions
+        self.compacted = compacted
+        # Tools whose outputs the session cache does not keep (never elided): the worker's own,
+        # and the web app's client tools.
+        self._unkept = frozenset(unkept)
         self._entries: list[Entry] = []
+        self._seqs: list[int] = []
+        self._users: list[int] = []  # the indexes of the user messages
+        self._prefix: list[int] = [0]  # tokens sent for entries[:i] (0 for summarised ones)
+        self.call_ids: set[str] = set()  # every tool call id used so far
+        self.tools_tokens = 0  # the estimate of the tool definitions the requests carry
+        # (the provider's prompt tokens, our estimate) of the last request sent
+        self._measured: tuple[int, int] | None = None
+        self._reset_messages()
+        for entry in entries:
+            self.append(entry)
+
+    # --- entries ------------------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> None:
+        # Called once per history message at every claim: kept lean (1,000 entries ~1 ms).
+        index = len(self._entries)
+        self._entries.append(entry)
+        self._seqs.append(entry.seq)
+        if entry.role == "user":
+            self._users.append(index)
+        if entry.tool_calls:
+            self.call_ids.update(call.id for call in entry.tool_calls)
+        through = self.compacted.summarized_through
+        if entry.seq <= through:
+            self._prefix.append(self._prefix[-1])
+            return
+        if index and self._seqs[index - 1] <= through and entry.role != "user":
+            self._pin_turn_message()
+        self._prefix.append(self._prefix[-1] + self._add_message(entry))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._entries[index]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # --- the messages sent ----------------------------------------------------------------------
+
+    def provider_messages(self) -> list[Message]:
+        """A new list (the caller may keep it); the message dicts are shared, do not mutate."""
+        return self._settled + self._open_block()
+
+    def compact(self, compacted: Compacted) -> None:
+        """From now on, send what `compacted` says (a committed compaction): rebuilt once."""
+        self.compacted = compacted
+        self._measured = None
+        entries = self._entries
+        self._entries, self._seqs, self._users, self._prefix = [], [], [], [0]
+        self.call_ids = set()
+        self._reset_messages()
+        for entry in entries:
+            self.append(entry)
+
+    def _reset_messages(self) -> None:
         self._settled: list[Message] = []  # messages no later entry can change
         self._asking: Entry | None = None  # an assistant message whose calls may still be answered
         self._asked: set[str] = set()  # the ids of its calls
         self._answers: dict[str, Entry] = {}
-        self.call_ids: set[str] = set()  # every tool call id used so far
-        if instructions:
-            self._settled.append({"role": "system", "content": instructions})
-        for entry in entries:
-            self.append(entry)
+        self._pinned = 0  # tokens of the current turn's message, sent though summarised
+        system = self._system_text()
+        self._fixed = text_tokens(system) + MESSAGE_TOKENS if system else 0
+        if system:
+            self._settled.append({"role": "system", "content": system})
 
-    def append(self, entry: Entry) -> None:
-        # Called once per history message at every claim: kept lean (1,000 entries ~1 ms).
-        self._entries.append(entry)
+    def _system_text(self) -> str | None:
+        summary = self.compacted.summary
+        if summary is None:
+            return self.instructions
+        heading = SUMMARY_HEADING.format(through=self.compacted.summarized_through)
+        parts = [self.instructions, f"{heading}\n{summary}"]
+        return "\n\n".join(part for part in parts if part)
+
+    def _add_message(self, entry: Entry) -> int:
+        """Turn `entry` into its provider message(s); the tokens it adds to the request."""
         role = entry.role
         if role == "tool":
             if entry.tool_call_id in self._asked:
                 self._answers.setdefault(entry.tool_call_id or "", entry)
-            return
+            return text_tokens(self._tool_content(entry)) + MESSAGE_TOKENS
         if self._asking is not None:
             self._settle()
         if entry.tool_calls:
             self._asking = entry
             self._asked = {call.id for call in entry.tool_calls}
-            self.call_ids |= self._asked
-        elif role == "assistant":
+            arguments = sum(
+                text_tokens(c.name) + text_tokens(c.arguments) + CALL_TOKENS
+                for c in entry.tool_calls
+            )
+            return text_tokens(entry.content) + arguments + MESSAGE_TOKENS
+        if role == "assistant":
             self._settled.append({"role": "assistant", "content": entry.content})
         else:
             self._settled.append({"role": role, "content": entry.content or ""})
+        return text_tokens(entry.content) + MESSAGE_TOKENS
 
-    def provider_messages(self) -> list[Message]:
-        """A new list (the caller may keep it); the message dicts are shared, do not mutate."""
-        return self._settled + self._open_block()
+    def _pin_turn_message(self) -> None:
+        """A summary that ends inside a turn still sends that turn's user message, first after
+        it: the messages kept go on from the middle of the turn it asked for."""
+        if self._users:
+            content = self._entries[self._users[-1]].content or ""
+            self._settled.append({"role": "user", "content": content})
+            self._pinned = text_tokens(content) + MESSAGE_TOKENS
+
+    def _tool_content(self, entry: Entry) -> str:
+        content = entry.content or ""
+        if (
+            entry.seq <= self.compacted.elided_through
+            and len(content) > ELIDE_MIN_CHARS
+            and entry.tool_name not in self._unkept
+        ):
+            return ELIDED_OUTPUT.format(
+                chars=len(content), tool=entry.tool_name or "tool", call_id=entry.tool_call_id
+            )
+        return content
 
     def _settle(self) -> None:
         self._settled += self._open_block()
@@ -67,14 +191,125 @@ class Transcript(Sequence[Entry]):
         answers = self._answers
         return [
             _assistant_message(self._asking),
-            *(_result_message(call, answers.get(call.id)) for call in self._asking.tool_calls),
+            *(
+                _result_message(call, self._answer_text(answers.get(call.id)))
+                for call in self._asking.tool_calls
+            ),
         ]
 
-    def __getitem__(self, index: Any) -> Any:
-        return self._entries[index]
+    def _answer_text(self, result: Entry | None) -> str:
+        return INTERRUPTED_RESULT if result is None else self._tool_content(result)
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    # --- the context budget -----------------------------------------------------------------------
+
+    def observe(self, prompt_tokens: int) -> None:
+        """The provider counted `prompt_tokens` for the request just sent: the next estimate
+        starts from that count."""
+        if prompt_tokens > 0:
+            self._measured = (prompt_tokens, self._estimated())
+
+    def _estimated(self) -> int:
+        return self._fixed + self._pinned + self._prefix[-1] + self.tools_tokens
+
+    def estimate(self, *, measured: bool = True) -> int:
+        """The next request's size in tokens (O(1)): from the provider's count of the last
+        request when there is one (`measured`), else the estimate alone (what a compaction's
+        sizes are compared in)."""
+        estimated = self._estimated()
+        if self._measured is None or not measured:
+            return estimated
+        counted, then = self._measured
+        return counted + max(0, estimated - then)
+
+    def size(self, rules: Policy, overflowed: bool = False) -> Size:
+        """What the decision needs (`context.decide`); the parts past the estimate are worked
+        out only when the request is over the trigger or overflowed."""
+        tokens = self.estimate()
+        if rules.window is not None and tokens <= rules.trigger and not overflowed:
+            return Size(tokens, 0, 0, None, tokens)
+        turn = self._users[-1] if self._users else len(self._entries)
+        elidable, elide_through = self._elidable(turn)
+        target = keep_target(rules, tokens)
+        raw = self.estimate(measured=False)
+        cut, kept = self._cut(turn, target, summary_input_tokens(rules), raw, summary_tokens(rules))
+        return Size(tokens, elidable, elide_through, cut, kept)
+
+    def _elidable(self, turn: int) -> tuple[int, int]:
+        """Tokens saved by eliding the outputs of the turns before entry `turn`, and through."""
+        if turn == 0:
+            return 0, 0
+        through = self._entries[turn - 1].seq
+        start = bisect.bisect_right(self._seqs, self.compacted.elided_through)
+        saved = 0
+        for entry in self._entries[start:turn]:
+            if entry.role != "tool" or entry.seq <= self.compacted.summarized_through:
+                continue
+            content = entry.content or ""
+            if len(content) > ELIDE_MIN_CHARS and entry.tool_name not in self._unkept:
+                reference = ELIDED_OUTPUT.format(
+                    chars=len(content), tool=entry.tool_name or "tool", call_id=entry.tool_call_id
+                )
+                saved += text_tokens(content) - text_tokens(reference)
+        return (saved, through) if saved > 0 else (0, through)
+
+    def _cut(
+        self, turn: int, target: int, most: int, tokens: int, allowance: int
+    ) -> tuple[tuple[int, int] | None, int]:
+        """The range a summary would replace: the fewest oldest messages that bring the request
+        under `target` tokens, reading at most `most` tokens; None when none can go."""
+        entries = self._entries
+        start = bisect.bisect_right(self._seqs, self.compacted.summarized_through)
+        last = self._last_kept(turn)
+        candidates = [i for i in self._users if start < i <= last]
+        candidates += [
+            i for i in range(max(turn + 1, start + 1), last + 1) if entries[i].role == "assistant"
+        ]
+        if not candidates:
+            return None, tokens
+        candidates.sort()
+        fixed = text_tokens(self.instructions) + text_tokens(SUMMARY_HEADING) + MESSAGE_TOKENS
+        fixed += allowance + self.tools_tokens
+        turn_tokens = text_tokens(entries[turn].content) if turn < len(entries) else 0
+
+        def after(i: int) -> int:
+            pinned = turn_tokens + MESSAGE_TOKENS if i > turn else 0
+            return fixed + pinned + self._prefix[-1] - self._prefix[i]
+
+        readable = self._readable(start, candidates, most)
+        if not readable:
+            return None, tokens
+        chosen = next((i for i in readable if after(i) <= target), readable[-1])
+        if after(chosen) >= tokens:  # a summary must save room
+            return None, tokens
+        return (entries[start].seq, entries[chosen - 1].seq), after(chosen)
+
+    def _readable(self, start: int, candidates: list[int], most: int) -> list[int]:
+        """The candidates whose range (from `start`) a summary request can read: what it is
+        sent of each message (`summary.line_tokens`), with the summary before, under `most`."""
+        budget = most - text_tokens(self.compacted.summary) - REQUEST_TOKENS
+        readable, read, index = [], 0, start
+        for candidate in candidates:
+            while index < candidate:
+                read += line_tokens(self._entries[index], self.compacted.elided_through)
+                index += 1
+            if read > budget:
+                break
+            readable.append(candidate)
+        return readable
+
+    def _last_kept(self, turn: int) -> int:
+        """The index of the first entry a summary must keep: the current turn's last assistant
+        message (its calls and their results stay whole), or the turn's user message."""
+        for index in range(len(self._entries) - 1, turn, -1):
+            if self._entries[index].role == "assistant":
+                return index
+        return turn
+
+    def between(self, from_seq: int, through: int) -> list[Entry]:
+        """The entries `from_seq..through` (what a summary replaces)."""
+        start = bisect.bisect_left(self._seqs, from_seq)
+        end = bisect.bisect_right(self._seqs, through)
+        return self._entries[start:end]
 
 
 def provider_messages(instructions: str | None, transcript: Iterable[Entry]) -> list[Message]:
@@ -96,8 +331,7 @@ def _assistant_message(entry: Entry) -> Message:
     return message
 
 
-def _result_message(call: ToolCall, result: Entry | None) -> Message:
-    content = INTERRUPTED_RESULT if result is None else (result.content or "")
+def _result_message(call: ToolCall, content: str) -> Message:
     return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 
@@ -115,4 +349,10 @@ def _sendable_arguments(arguments: str) -> str:
     return arguments if isinstance(parsed, dict) else "{}"
 
 
-__all__ = ["INTERRUPTED_RESULT", "Transcript", "provider_messages"]
+__all__ = [
+    "ELIDED_OUTPUT",
+    "INTERRUPTED_RESULT",
+    "SUMMARY_HEADING",
+    "Transcript",
+    "provider_messages",
+]

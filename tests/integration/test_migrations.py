@@ -17,6 +17,7 @@ EXPECTED_TABLES = {
     "alembic_version",
     "api_keys",
     "budgets",
+    "compactions",
     "conversations",
     "events",
     "messages",

@@ -166,6 +166,9 @@ class SlowModel:
         self.running = 0
         self.most = 0
 
+    def context_window(self, model: str) -> int | None:
+        return None
+
     async def complete(self, request: ModelRequest, sink: object = None) -> ModelReply:
         self.running += 1
         self.most = max(self.most, self.running)

@@ -63,6 +63,7 @@ def create_conversation(
         else [tool.model_dump() for tool in body.client_tools],
         clarify=body.clarify,
         approval_tools=body.approval_tools,
+        context_policy=body.context_policy,
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{view.id}"

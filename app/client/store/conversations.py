@@ -66,6 +66,7 @@ def insert_conversation(
     client_tools: list[dict[str, Any]] | None = None,
     clarify: bool = True,
     approval_tools: list[str] | None = None,
+    context_policy: dict[str, Any] | None = None,
 ) -> bool:
     """A new idle conversation (the columns' defaults do the rest); False when one with that id
     exists already, set up exactly so for the same owner (nothing is written).
@@ -82,6 +83,7 @@ def insert_conversation(
         "client_tools": client_tools,
         "clarify": clarify,
         "approval_tools": approval_tools,
+        "context_policy": context_policy,
     }
     existing = connection.execute(
         select(*(conversations.c[name] for name in setup)).where(

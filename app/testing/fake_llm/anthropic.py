@@ -44,6 +44,14 @@ def error_body(status: int, step: Step) -> JSON:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
+def overflow_step(tokens: int, window: int) -> Step:
+    """Anthropic's answer to a prompt longer than the model's window (HTTP 400)."""
+    return {
+        "type": "invalid_request_error",
+        "message": f"prompt is too long: {tokens} tokens > {window} maximum",
+    }
+
+
 def tool_input(call: JSON) -> JSON:
     """A call's `input`, which Anthropic sends as an object, never as text: arguments given as a
     string that is not a JSON object arrive wrapped as `{"_raw": the string}`."""
@@ -90,7 +98,7 @@ def usage_of(body: JSON, step: Step) -> JSON:
         for block in content_of(step)
     )
     return {
-        "input_tokens": estimate_tokens(messages_text(body)),
+        "input_tokens": int(step.get("prompt_tokens") or estimate_tokens(messages_text(body))),
         "output_tokens": estimate_tokens(produced),
     }
 

@@ -100,6 +100,7 @@ class FakeLLMServer:
         *,
         transient_error_rate: float = 0.0,
         seed: int | None = None,
+        context_window: int | None = None,
     ) -> None:
         """Install a script; one with the same `match` is replaced.
 
@@ -147,6 +148,12 @@ class FakeLLMServer:
         (`Retry-After: 0`) or the route's overload status (503 OpenAI, 529 Anthropic) instead,
         without consuming a step; `seed` makes the draw repeatable for a given order of
         requests. Injected errors are recorded with `step["chaos"] is True`.
+
+        Window: with `context_window`, a request whose prompt holds more tokens than that
+        (counted by a real tokenizer, `tokens.count_prompt`) gets the route's own overflow
+        error (OpenAI: 400 `context_length_exceeded`, "maximum context length is N tokens";
+        Anthropic: 400 "prompt is too long: M tokens > N maximum") instead of its step, and
+        the usage of the others reports that count as the prompt's tokens.
         """
         payload: JSON = {"steps": steps, "mode": mode}
         if match is not None:
@@ -157,6 +164,8 @@ class FakeLLMServer:
             payload["transient_error_rate"] = transient_error_rate
         if seed is not None:
             payload["seed"] = seed
+        if context_window is not None:
+            payload["context_window"] = context_window
         self._call("POST", "/_script", payload)
 
     def requests(self, match: str | None = None) -> list[JSON]:

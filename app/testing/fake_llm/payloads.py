@@ -61,7 +61,7 @@ def usage_of(body: JSON, step: Step) -> JSON:
     produced = (step.get("text") or "") + "".join(
         c["function"]["name"] + c["function"]["arguments"] for c in tool_calls_of(step)
     )
-    prompt = estimate_tokens(messages_text(body))
+    prompt = int(step.get("prompt_tokens") or estimate_tokens(messages_text(body)))
     completion = estimate_tokens(produced)
     return {
         "prompt_tokens": prompt,
@@ -110,6 +110,16 @@ def error_body(status: int, step: Step) -> JSON:
             "param": None,
             "code": step.get("code", default_code),
         }
+    }
+
+
+def overflow_step(tokens: int, window: int) -> Step:
+    """OpenAI's answer to a request longer than the model's window (HTTP 400)."""
+    return {
+        "message": f"This model's maximum context length is {window} tokens. However, your "
+        f"messages resulted in {tokens} tokens. Please reduce the length of the messages.",
+        "type": "invalid_request_error",
+        "code": "context_length_exceeded",
     }
 
 

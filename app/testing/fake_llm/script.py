@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.testing.fake_llm.tokens import count_prompt
+
 Step = dict[str, Any]
 JSON = dict[str, Any]
 
@@ -33,6 +35,7 @@ class Script:
     default: Step | None = None
     transient_error_rate: float = 0.0
     seed: int | None = None
+    context_window: int | None = None  # longer requests get the provider's overflow error
     served: int = 0
     rng: random.Random = field(init=False, repr=False)
 
@@ -134,7 +137,13 @@ class ServerState:
             injected = script.transient_error(transient_statuses)
             if injected is not None:
                 return injected, ""
+            window = script.context_window
             step, index = script.next_step(messages if isinstance(messages, list) else [])
+        if window is not None and step is not None:
+            prompt = count_prompt(body)
+            if prompt > window:
+                return {"error": 400, "overflow": {"tokens": prompt, "window": window}}, ""
+            step = {**step, "prompt_tokens": prompt}
         if step is None:
             return None, (
                 f"fake_llm: script exhausted (match={script.match!r}, mode={script.mode}, "
@@ -173,7 +182,7 @@ def parse_script(payload: Any) -> Script:
     if not isinstance(payload, dict) or not isinstance(payload.get("steps"), list):
         raise ValueError(
             'a script is {"steps": [...], "match"?, "mode"?, "default"?, '
-            '"transient_error_rate"?, "seed"?}'
+            '"transient_error_rate"?, "seed"?, "context_window"?}'
         )
     mode = payload.get("mode") or SEQUENCE
     if mode not in (SEQUENCE, BY_ITERATION):
@@ -184,6 +193,9 @@ def parse_script(payload: Any) -> Script:
     seed = payload.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer, not {seed!r}")
+    window = payload.get("context_window")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+        raise ValueError(f"context_window must be an integer, not {window!r}")
     return Script(
         steps=payload["steps"],
         match=payload.get("match"),
@@ -191,4 +203,5 @@ def parse_script(payload: Any) -> Script:
         default=payload.get("default"),
         transient_error_rate=float(rate),
         seed=seed,
+        context_window=window,
     )

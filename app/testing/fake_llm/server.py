@@ -40,6 +40,8 @@ class Dialect:
     error_frame: Callable[[int, Step], str]
     end_marker: str | None
     transient_statuses: tuple[int, int]
+    # The error step of a request longer than the script's `context_window` (tokens, window).
+    overflow: Callable[[int, int], Step]
 
 
 def openai_frames(body: JSON, step: Step) -> Iterator[str]:
@@ -67,6 +69,7 @@ OPENAI = Dialect(
     error_frame=openai_error_frame,
     end_marker="data: [DONE]\n\n",
     transient_statuses=TRANSIENT_STATUSES,
+    overflow=payloads.overflow_step,
 )
 # litellm's anthropic/ provider appends /v1/messages to the api_base it is given.
 ANTHROPIC = Dialect(
@@ -76,6 +79,7 @@ ANTHROPIC = Dialect(
     error_frame=anthropic_error_frame,
     end_marker=None,  # message_stop, the last event, ends the stream
     transient_statuses=ANTHROPIC_TRANSIENT_STATUSES,
+    overflow=anthropic.overflow_step,
 )
 # Step options that only make sense in a stream, so they stream whatever the request asked.
 STREAM_ENDINGS = frozenset({"stream_error", "stream_cut"})
@@ -184,6 +188,11 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             self.send_json(200, dialect.answer(body, step))
 
     def send_error_step(self, status: int, step: Step, dialect: Dialect) -> None:
+        if "overflow" in step:
+            step = {
+                **step,
+                **dialect.overflow(step["overflow"]["tokens"], step["overflow"]["window"]),
+            }
         headers = {}
         if step.get("retry_after") is not None:
             headers["Retry-After"] = str(step["retry_after"])

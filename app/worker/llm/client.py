@@ -14,9 +14,18 @@ from typing import Any
 
 from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.telemetry import logs, metrics
+from app.worker.llm import windows
 from app.worker.llm.retry import MAX_RETRY_AFTER_SECONDS, Sleep, call_with_retries
 from app.worker.plan import ToolCall
-from app.worker.ports import NO_SINK, ModelError, ModelReply, ModelRequest, ReplySink, Usage
+from app.worker.ports import (
+    NO_SINK,
+    ContextOverflow,
+    ModelError,
+    ModelReply,
+    ModelRequest,
+    ReplySink,
+    Usage,
+)
 from app.worker.reply import ReplyAssembler
 
 log = logging.getLogger("app.worker.llm")
@@ -78,6 +87,9 @@ class LiteLLMClient:
             f"stream={self.stream!r})"
         )
 
+    def context_window(self, model: str) -> int | None:
+        return windows.model_window(model)
+
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         prepare_litellm()
         import litellm
@@ -108,6 +120,10 @@ class LiteLLMClient:
                 max_retry_after=self.max_retry_after,
             )
             outcome = "ok"
+        except ContextOverflow as exc:
+            if exc.window is not None:
+                windows.learn(request.model, exc.window)
+            raise
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise

@@ -14,8 +14,9 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from app.worker.context import window_in
 from app.worker.llm.error_text import failure_message, redact, short_reason, status_code
-from app.worker.ports import ModelError
+from app.worker.ports import ContextOverflow, ModelError
 
 # The package's name, as before it was a package: operators filter the retry warnings by it.
 log = logging.getLogger("app.worker.llm")
@@ -32,6 +33,21 @@ TRANSIENT_STATUSES = frozenset({429, 503})
 # "rate" must start a word: "Rate limit", "rate_limit_exceeded" and "ratelimit" are transient,
 # but a plain substring test would also retry "generate failed", "accurate" or "moderate".
 TRANSIENT_TEXT = re.compile(r"\brate|overloaded", re.IGNORECASE)
+# What a provider (or litellm's ContextWindowExceededError) says of a request too long for the
+# model's window: OpenAI's code and wording, Anthropic's, and the usual gateways'.
+OVERFLOW_TEXT = re.compile(
+    r"context_length_exceeded|maximum context length|prompt is too long|context window|"
+    r"too many (input )?tokens|input is too long",
+    re.IGNORECASE,
+)
+
+
+def is_overflow(exc: BaseException) -> bool:
+    """Whether the provider refused the request as too long for the model: never transient
+    (the same request fails the same way), but the turn can compact and try again."""
+    if any(cls.__name__ == "ContextWindowExceededError" for cls in type(exc).__mro__):
+        return True
+    return OVERFLOW_TEXT.search(str(exc)) is not None
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -40,6 +56,8 @@ def is_transient(exc: BaseException) -> bool:
     Decided from the status code and the text, never from the exception class: litellm picks
     some classes from the message wording (a 401 can arrive as a BadRequestError).
     """
+    if is_overflow(exc):
+        return False
     if status_code(exc) in TRANSIENT_STATUSES:
         return True
     return TRANSIENT_TEXT.search(str(exc)) is not None
@@ -159,7 +177,10 @@ async def call_with_retries(
             f"the {max_retry_after:g} s this worker waits (CHATWORKER_LLM_MAX_RETRY_AFTER_SECONDS)"
         ) from None
     except Exception as exc:
-        raise ModelError(failure_message(exc, attempts, timeout=timeout, secrets=hidden)) from None
+        text = failure_message(exc, attempts, timeout=timeout, secrets=hidden)
+        if is_overflow(exc):
+            raise ContextOverflow(text, window_in(str(exc))) from None
+        raise ModelError(text) from None
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 
@@ -193,6 +214,7 @@ __all__ = [
     "OnRetry",
     "Sleep",
     "call_with_retries",
+    "is_overflow",
     "is_transient",
     "retry_after",
     "retry_cause",

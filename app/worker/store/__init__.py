@@ -9,6 +9,7 @@ from app.worker.store.driver import DEFERRED_CLAIM, Deferred
 from app.worker.store.lifecycle import (
     Claim,
     Committed,
+    CompactionRecord,
     KeptOutput,
     LeaseLost,
     Snapshot,
@@ -22,6 +23,7 @@ __all__ = [
     "Claim",
     "Clock",
     "Committed",
+    "CompactionRecord",
     "Deferred",
     "DeliveryStore",
     "DueDelivery",

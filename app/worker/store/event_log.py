@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     CompoundSelect,
     FromClause,
     Insert,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     true,
     union_all,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
 
 from app.models import (
@@ -38,6 +40,8 @@ from app.models import (
 from app.models.tables import events
 from app.worker.store.fence import NOW, OLD_STATUS, TURN_ID
 
+_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
 
 @dataclass(frozen=True)
 class Logged:
@@ -48,6 +52,7 @@ class Logged:
     status: Any = None
     attempt: Any = None
     when: Any = None
+    data: Any = None  # a bound JSON parameter (`context.compacted`); most events carry none
 
 
 def log(
@@ -61,14 +66,16 @@ def log(
     def part(fenced: FromClause) -> Insert:
         rows = rows_of(fenced)
         turn_id = turn(fenced) if callable(turn) else turn
-        columns = ("type", "message_seq", "status", "attempt")
+        columns: tuple[str, ...] = ("type", "message_seq", "status", "attempt")
+        if any(row.data is not None for row in rows):
+            columns += ("data",)
         if all(row.when is None for row in rows):
             selects = [
                 select(
                     fenced.c.id,
                     fenced.c.event_seq - (len(rows) - 1 - k),
                     turn_id,
-                    *_values(row),
+                    *_values(row, columns),
                     NOW,
                 )
                 for k, row in enumerate(rows)
@@ -80,7 +87,10 @@ def log(
         for k, row in enumerate(rows):
             branch = select(
                 literal(k, Integer).label("k"),
-                *(value.label(name) for value, name in zip(_values(row), columns, strict=True)),
+                *(
+                    value.label(name)
+                    for value, name in zip(_values(row, columns), columns, strict=True)
+                ),
             ).select_from(fenced)
             branches.append(branch if row.when is None else branch.where(row.when))
         logged = _union(branches).subquery("logged")
@@ -95,14 +105,17 @@ def log(
     return part
 
 
-def _values(row: Logged) -> tuple[Any, ...]:
-    """The row's type, message seq, status and attempt, typed (NULLs included)."""
-    return (
+def _values(row: Logged, columns: tuple[str, ...]) -> tuple[Any, ...]:
+    """The row's type, message seq, status and attempt (and data), typed (NULLs included)."""
+    values: tuple[Any, ...] = (
         _typed(row.type, String()),
         _typed(row.message_seq, Integer()),
         _typed(row.status, String()),
         _typed(row.attempt, Integer()),
     )
+    if "data" in columns:
+        values += (row.data if row.data is not None else cast(null(), _JSON),)
+    return values
 
 
 def _union(branches: list[Select[Any]]) -> Select[Any] | CompoundSelect[Any]:

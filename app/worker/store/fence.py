@@ -56,7 +56,7 @@ from app.models import (
     TOOL_LOOP,
 )
 from app.models.tables import budgets as _budgets
-from app.models.tables import conversations, messages, turns
+from app.models.tables import compactions, conversations, messages, turns
 
 c = conversations.c
 
@@ -159,7 +159,21 @@ def _current(column: str) -> Any:
     return select(CURRENT_TURN.c[column]).scalar_subquery()
 
 
+def _compacted(column: str) -> Any:
+    """A column of the conversation's latest compaction (NULL: never compacted)."""
+    return (
+        select(compactions.c[column])
+        .where(compactions.c.conversation_id == bindparam("claim_id"))
+        .order_by(compactions.c.number.desc())
+        .limit(1)
+        .scalar_subquery()
+        .label(f"compacted_{column}")
+    )
+
+
 _PROMOTES = _current("input").is_not(None)  # the turn's message waited outside the transcript
+# What the claim reads of the latest compaction (`context.Compacted`, in its order).
+COMPACTED_COLUMNS = ("number", "elided_through", "summarized_through", "summary")
 
 CLAIM = (
     update(conversations)
@@ -214,6 +228,8 @@ CLAIM = (
         )
         .exists()
         .label("budgeted"),
+        c.context_policy,
+        *(_compacted(column) for column in COMPACTED_COLUMNS),
     )
     .add_cte(CURRENT_TURN)
 )
@@ -282,6 +298,7 @@ class Write(enum.Enum):
     CANCEL = "cancel"  # the user cancelled the turn and every call is answered
     PAUSE = "pause"  # every open call waits for the user: the turn requires action, lease freed
     STARTING = "starting"  # a call that may not run twice is about to run (`in_flight`)
+    COMPACT = "compact"  # what the model is sent was compacted (`compactions`): a step
 
 
 ERROR = bindparam("error", type_=Text)
@@ -303,6 +320,8 @@ HEADS: dict[Any, Update] = {
             **_COUNTED,
         ),
     ),
+    # context.compacted: a step (the lease renewed); a summary's model call counted
+    Write.COMPACT: _fenced(1, **PROGRESS, **_COUNTED),
     # action.required, and status.changed unless the status stays: the conversation rests with
     # its turn still current (a later turn keeps waiting behind it), nothing counted.
     Write.PAUSE: _fenced(1 + _changes(literal(IDLE)), status=IDLE, attempts=0, **RELEASED_LEASE),

@@ -43,6 +43,7 @@ from app.models import (
     ACTION_REQUIRED,
     CANCELLED,
     COMPLETED,
+    CONTEXT_COMPACTED,
     MESSAGE_COMMITTED,
     REQUIRES_ACTION,
     RUNNING,
@@ -52,7 +53,7 @@ from app.models import (
     TURN_FAILED_EVENT,
     USER,
 )
-from app.models.tables import messages, tool_outputs, turns
+from app.models.tables import compactions, messages, tool_outputs, turns
 from app.worker.plan import Entry
 from app.worker.ports import Usage
 from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
@@ -127,7 +128,26 @@ _OUTPUT_PARAMS: dict[str, BindParameter[Any]] = {
     "content": bindparam("o_content", type_=Text),
     "chars": bindparam("o_chars", type_=Integer),
 }
-JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "actions", "o_arguments")
+# A compaction's row (`compactions`): its columns and their parameters.
+_COMPACTION_PARAMS: dict[str, BindParameter[Any]] = {
+    "number": bindparam("k_number", type_=Integer),
+    "kind": bindparam("k_kind", type_=String),
+    "reason": bindparam("k_reason", type_=String),
+    "from_seq": bindparam("k_from_seq", type_=Integer),
+    "through_seq": bindparam("k_through_seq", type_=Integer),
+    "elided_through": bindparam("k_elided_through", type_=Integer),
+    "summarized_through": bindparam("k_summarized_through", type_=Integer),
+    "summary": bindparam("k_summary", type_=Text),
+    "tokens_before": bindparam("k_tokens_before", type_=Integer),
+    "tokens_after": bindparam("k_tokens_after", type_=Integer),
+    "window": bindparam("k_window", type_=Integer),
+    "model": bindparam("k_model", type_=String),
+    "prompt_tokens": ADD_PROMPT,
+    "completion_tokens": ADD_COMPLETION,
+    "cost_usd": ADD_COST,
+}
+COMPACTED_DATA = bindparam("k_data", type_=_JSON)
+JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "actions", "o_arguments", "k_data")
 
 
 def _insert_message(fenced: FromClause) -> Insert:
@@ -152,6 +172,13 @@ def _keep_output(fenced: FromClause) -> Insert:
     )
     columns = ["conversation_id", "call_id", "turn_id", "seq", "tool", *_OUTPUT_PARAMS]
     return insert(tool_outputs).from_select([*columns, "is_error", "created_at"], source)
+
+
+def _insert_compaction(fenced: FromClause) -> Insert:
+    """The compaction's row: what the model is sent from now on."""
+    source = select(fenced.c.id, TURN_ID, NOW, *_COMPACTION_PARAMS.values())
+    columns = ["conversation_id", "turn_id", "created_at", *_COMPACTION_PARAMS]
+    return insert(compactions).from_select(columns, source)
 
 
 def _promote_message(fenced: FromClause) -> Insert:
@@ -247,6 +274,22 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
         (
             _end_turn(CANCELLED),
             log(lambda f: [Logged(TURN_CANCELLED), status_changed(f)]),
+        ),
+    ),
+    Write.COMPACT: Composite(
+        HEADS[Write.COMPACT],
+        (
+            _insert_compaction,
+            _add_usage,
+            log(
+                lambda f: [
+                    Logged(
+                        CONTEXT_COMPACTED,
+                        message_seq=_COMPACTION_PARAMS["through_seq"],
+                        data=COMPACTED_DATA,
+                    )
+                ]
+            ),
         ),
     ),
     StepKind.TOOL_CALLS: Composite(

@@ -21,7 +21,8 @@ from sqlalchemy import Engine
 
 from app.client.store import budgets
 from app.errors import ChatWorkerError
-from app.models import APPROVED, TOOL_LOOP
+from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
+from app.worker.context import Compacted
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
 from app.worker.store import fence, journal, outputs
@@ -78,6 +79,7 @@ class Snapshot:
     taken_over: bool = False  # the lease was taken from a worker that stopped without releasing
     trace_context: dict[str, str] | None = None  # the submit's span, when the turn is traced
     budgeted: bool = False  # a budget applies: check it before each model call
+    context_policy: dict[str, Any] | None = None  # the conversation's own context rules
 
 
 class TurnStore:
@@ -131,7 +133,20 @@ class TurnStore:
             tool_choice=row.tool_choice,
             iterations=row.iterations,
             attempts=row.attempts,
-            transcript=Transcript(row.instructions, map(_entry, transcript)),
+            transcript=Transcript(
+                row.instructions,
+                map(_entry, transcript),
+                compacted=Compacted(
+                    row.compacted_number or 0,
+                    row.compacted_elided_through or 0,
+                    row.compacted_summarized_through or 0,
+                    row.compacted_summary,
+                ),
+                unkept={
+                    *BUILTIN_TOOL_NAMES,
+                    *(str(tool["name"]) for tool in row.client_tools or ()),
+                },
+            ),
             event_seq=row.event_seq,
             cancel_requested=bool(row.cancel_requested),
             client_tools=tuple(row.client_tools or ()),
@@ -143,6 +158,7 @@ class TurnStore:
             taken_over=bool(row.taken_over),
             trace_context=_json_object(row.trace_context),
             budgeted=bool(row.budgeted),
+            context_policy=_json_object(row.context_policy),
         )
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
@@ -245,6 +261,11 @@ class TurnStore:
         (`idle`) with the turn still current, lease released, in one transaction."""
         return self._run(Write.PAUSE, claim, old_status=status, actions=list(actions))
 
+    def compact(self, claim: Claim, record: CompactionRecord, *, ttl: float) -> Committed:
+        """A compaction of what the model is sent (`record`), with its `context.compacted`
+        event and a summary's usage, in one fenced statement: a step, so it renews the lease."""
+        return self._run(Write.COMPACT, claim, ttl=ttl, **record.parameters())
+
     def cancel(self, claim: Claim, *, status: str) -> Committed:
         """End the turn `cancelled` once every call has an answer: the conversation rests
         (`idle`) or moves on to the next waiting turn (`processing`), lease released."""
@@ -299,6 +320,49 @@ class TurnStore:
         return replace(committed, entry=entry)
 
 
+class CompactionRecord(NamedTuple):
+    """A compaction to commit: its kind and reason, the range it compacts, the whole state it
+    leaves (`compacted`), the estimates around it and a summary's model call."""
+
+    kind: str
+    reason: str
+    from_seq: int
+    through_seq: int
+    compacted: Compacted
+    tokens_before: int
+    tokens_after: int
+    window: int | None
+    model: str | None = None
+    usage: Usage | None = None
+
+    def parameters(self) -> dict[str, Any]:
+        state = self.compacted
+        return {
+            "k_number": state.number,
+            "k_kind": self.kind,
+            "k_reason": self.reason,
+            "k_from_seq": self.from_seq,
+            "k_through_seq": self.through_seq,
+            "k_elided_through": state.elided_through,
+            "k_summarized_through": state.summarized_through,
+            "k_summary": state.summary,
+            "k_tokens_before": self.tokens_before,
+            "k_tokens_after": self.tokens_after,
+            "k_window": self.window,
+            "k_model": self.model,
+            "k_data": {
+                "number": state.number,
+                "kind": self.kind,
+                "reason": self.reason,
+                "from_seq": self.from_seq,
+                "through_seq": self.through_seq,
+                "tokens_before": self.tokens_before,
+                "tokens_after": self.tokens_after,
+            },
+            **journal.usage_parameters(self.usage),
+        }
+
+
 class KeptOutput(NamedTuple):
     """An MCP call's whole output and the arguments it ran with, for the session tool cache."""
 
@@ -345,6 +409,11 @@ class _ClaimRow(NamedTuple):
     taken_over: bool | None
     trace_context: dict[str, str] | str | None
     budgeted: bool | None
+    context_policy: dict[str, Any] | str | None
+    compacted_number: int | None
+    compacted_elided_through: int | None
+    compacted_summarized_through: int | None
+    compacted_summary: str | None
 
 
 def _entry(row: Row) -> Entry:
@@ -362,7 +431,7 @@ def _actions(actions: list[dict[str, Any]] | str | None) -> list[dict[str, Any]]
     return found
 
 
-def _json_object(value: dict[str, str] | str | None) -> dict[str, str] | None:
+def _json_object(value: dict[str, Any] | str | None) -> dict[str, Any] | None:
     """A JSON object column's value (JSON text on some drivers)."""
     found = json.loads(value) if isinstance(value, str) else value
     return found if isinstance(found, dict) and found else None
@@ -379,4 +448,12 @@ def _lost(claim: Claim) -> LeaseLost:
     return LeaseLost(f"conversation {claim.conversation_id}: lease epoch {claim.epoch} lost")
 
 
-__all__ = ["Claim", "Committed", "KeptOutput", "LeaseLost", "Snapshot", "TurnStore"]
+__all__ = [
+    "Claim",
+    "Committed",
+    "CompactionRecord",
+    "KeptOutput",
+    "LeaseLost",
+    "Snapshot",
+    "TurnStore",
+]

@@ -1,0 +1,117 @@
+"""Conversations that never outgrow the model: `compactions` (what the model is sent instead of
+the whole transcript, one committed row per compaction), the `context.compacted` event and a
+conversation's own `context_policy`.
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-11-26
+"""
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0018"
+down_revision: str | None = "0017"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+EVENT_TYPES = (
+    "type IN ('turn.queued', 'turn.started', 'turn.resumed', 'turn.completed', 'turn.failed', "
+    "'turn.cancelled', 'turn.cancel_requested', 'status.changed', 'message.committed', "
+    "'action.required')"
+)
+EVENT_TYPES_NOW = EVENT_TYPES[:-1] + ", 'context.compacted')"
+
+
+def upgrade() -> None:
+    op.add_column("conversations", sa.Column("context_policy", JSON, nullable=True))
+    op.create_table(
+        "compactions",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("conversation_id", sa.Uuid(), nullable=False),
+        sa.Column("number", sa.Integer(), nullable=False),
+        sa.Column("turn_id", sa.Uuid(), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("reason", sa.String(16), nullable=False),
+        sa.Column("from_seq", sa.Integer(), nullable=False),
+        sa.Column("through_seq", sa.Integer(), nullable=False),
+        sa.Column("elided_through", sa.Integer(), nullable=False),
+        sa.Column("summarized_through", sa.Integer(), nullable=False),
+        sa.Column("summary", sa.Text(), nullable=True),
+        sa.Column("tokens_before", sa.Integer(), nullable=False),
+        sa.Column("tokens_after", sa.Integer(), nullable=False),
+        sa.Column("window", sa.Integer(), nullable=True),
+        sa.Column("model", sa.String(200), nullable=True),
+        sa.Column("prompt_tokens", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("completion_tokens", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("cost_usd", sa.Numeric(20, 10), nullable=True),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("CURRENT_TIMESTAMP"),
+            nullable=False,
+        ),
+        sa.CheckConstraint("kind IN ('elide', 'summary')", name=op.f("ck_compactions_kind")),
+        sa.CheckConstraint(
+            "reason IN ('threshold', 'overflow')", name=op.f("ck_compactions_reason")
+        ),
+        sa.CheckConstraint("number >= 1", name=op.f("ck_compactions_number_positive")),
+        sa.CheckConstraint(
+            "elided_through >= 0 AND summarized_through >= 0",
+            name=op.f("ck_compactions_through_not_negative"),
+        ),
+        sa.CheckConstraint(
+            "(summarized_through = 0) = (summary IS NULL)",
+            name=op.f("ck_compactions_summary_names_its_range"),
+        ),
+        sa.ForeignKeyConstraint(
+            ["conversation_id"],
+            ["conversations.id"],
+            name=op.f("fk_compactions_conversation_id_conversations"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_compactions")),
+        sa.UniqueConstraint(
+            "conversation_id", "number", name=op.f("uq_compactions_conversation_id_number")
+        ),
+    )
+    _events_type_check(EVENT_TYPES_NOW)
+
+
+def downgrade() -> None:
+    op.execute("DELETE FROM events WHERE type = 'context.compacted'")
+    _events_type_check(EVENT_TYPES)
+    op.drop_table("compactions")
+    if op.get_context().dialect.name == "sqlite":
+        op.execute("ALTER TABLE conversations DROP COLUMN context_policy")
+    else:
+        op.drop_column("conversations", "context_policy")
+
+
+def _events_type_check(check: str) -> None:
+    """Replace the CHECK on `events.type`. SQLite copies the table to do it, which drops the
+    webhook outbox trigger on it (migration 0014): it is made again from 0014's own text."""
+    sqlite = op.get_context().dialect.name == "sqlite"
+    if sqlite:
+        op.execute("DROP TRIGGER events_webhook_outbox")
+    with op.batch_alter_table("events") as batch:
+        batch.drop_constraint(op.f("ck_events_type"), type_="check")
+        batch.create_check_constraint("type", check)
+    if sqlite:
+        for statement in _webhooks_migration().SQLITE:
+            op.execute(statement)
+
+
+def _webhooks_migration():  # type: ignore[no-untyped-def]
+    path = Path(__file__).with_name("0014_webhooks.py")
+    spec = importlib.util.spec_from_file_location("chatworker_migration_0014", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
