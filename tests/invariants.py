@@ -18,6 +18,10 @@
   calls of the last assistant message, whose open calls are all actions;
 - every kept tool output (the session tool cache) answers its own tool message, which holds it
   whole or its start and a marker;
+- compactions: numbered 1..n per conversation, each with exactly one `context.compacted` event
+  naming its range; each names a range of committed messages; what is elided and summarised
+  only grows; a summary never splits a call from its result (no result after its range answers
+  a call inside it) and a compaction's turn is of its conversation;
 - the webhook outbox: every terminal event (and `action.required`) of a conversation a webhook
   hears of, appended after the webhook was made, has exactly its one delivery, of its type; and
   every delivery tells of such an event (while the conversation is there);
@@ -60,6 +64,7 @@ def violations(
         ).fetchall()
         problems += event_log_violations(conn)
         problems += tool_cache_violations(conn)
+        problems += compaction_violations(conn)
         problems += outbox_violations(conn)
         rows = conn.execute(
             "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
@@ -129,6 +134,52 @@ def tool_cache_violations(conn: psycopg.Connection[Any]) -> list[str]:
     ):
         if why is not None:
             problems.append(f"conversation {cid}: kept output of {call_id} has {why}")
+    return problems
+
+
+def compaction_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """Every compaction names a committed range, is logged once, grows what it compacts, and
+    never splits a call from its result (see the module's list)."""
+    problems: list[str] = []
+    rows = conn.execute(
+        "SELECT k.conversation_id, k.number, k.from_seq, k.through_seq, k.elided_through,"
+        " k.summarized_through, (SELECT max(seq) FROM messages m"
+        "  WHERE m.conversation_id = k.conversation_id),"
+        " (SELECT count(*) FROM events e WHERE e.conversation_id = k.conversation_id"
+        "  AND e.type = 'context.compacted' AND (e.data ->> 'number')::int = k.number"
+        "  AND e.message_seq = k.through_seq),"
+        " (SELECT t.conversation_id FROM turns t WHERE t.id = k.turn_id)"
+        " FROM compactions k ORDER BY k.conversation_id, k.number"
+    ).fetchall()
+    previous: dict[Any, tuple[int, int, int]] = {}
+    for cid, number, first, through, elided, summarized, last, logged, turn_of in rows:
+        where = f"conversation {cid}: compaction {number}"
+        before = previous.get(cid, (0, 0, 0))
+        if number != before[0] + 1:
+            problems.append(f"{where} follows compaction {before[0]}")
+        if not 1 <= first <= through <= (last or 0):
+            problems.append(f"{where} names messages {first}..{through} of {last or 0}")
+        if elided < before[1] or summarized < before[2]:
+            problems.append(f"{where} compacts less than the one before")
+        if logged != 1:
+            problems.append(f"{where} has {logged} context.compacted events naming it")
+        if turn_of != cid:
+            problems.append(f"{where} names a turn of another conversation")
+        previous[cid] = (number, elided, summarized)
+    for cid, number, call_id in conn.execute(
+        "SELECT k.conversation_id, k.number, r.tool_call_id FROM compactions k"
+        " JOIN messages r ON r.conversation_id = k.conversation_id AND r.role = 'tool'"
+        "  AND r.seq > k.summarized_through"
+        " JOIN messages a ON a.conversation_id = k.conversation_id AND a.role = 'assistant'"
+        "  AND a.seq <= k.summarized_through AND a.tool_calls IS NOT NULL"
+        "  AND jsonb_path_exists(a.tool_calls, '$[*] ? (@.id == $id)',"
+        "   jsonb_build_object('id', r.tool_call_id))"
+        " WHERE k.summarized_through > 0"
+    ):
+        problems.append(
+            f"conversation {cid}: compaction {number} summarises the call {call_id} "
+            "but not its result"
+        )
     return problems
 
 

@@ -70,6 +70,24 @@ question of the same data, so they are the same path):
 18  the session cache's readers, while the cache is on and a    offered; answered from the store
     server's tool is offered                                      (RunOwnTool, row 5)
 
+`context.decide` (`context.py`) decides, before each model call (row 9), whether what the model
+is sent must be compacted first; each compaction is a committed step (`compactions`, the event
+`context.compacted`), and a resumed turn sends by the latest one:
+
+    the next request                                            decided
+    ----------------------------------------------------------  ----------------------------------
+19  compaction off, or the model's window unknown               send it as it is
+20  under the trigger (threshold x window, less the reply's     send it
+    room), and no overflow
+21  earlier turns' tool outputs not yet elided                  Elide: sent as references
+22  a range of the oldest messages can be summarised            Summarize: a model call, then a
+                                                                  committed step
+23  nothing left, and surely past the window                    Fail(TOO_LARGE)
+24  nothing left otherwise                                      send it: the provider decides
+25  the provider's overflow, with compaction off or after one   Fail(the overflow, and why)
+    compaction for an overflow already (else rows 21-24 act
+    on it whatever the estimate, and the call is tried again)
+
 A reply that arrived is committed by these rows even when a cancel came while it was on its way:
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
 the call, so no reply comes and row 3 cancels the turn.

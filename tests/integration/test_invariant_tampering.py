@@ -25,7 +25,8 @@ from app.db import make_engine
 from app.migrate import upgrade
 from app.testing import fakes, services
 from app.worker.lease_runner import Outcome
-from app.worker.ports import ModelError
+from app.worker import summary
+from app.worker.ports import ModelError, ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
 from tests.conftest import copy_rows
 from tests.integration.test_loop import ADD_THEN_ANSWER, World, _publish, make_tools, run
@@ -85,10 +86,33 @@ def populate(url: str) -> dict[str, uuid.UUID]:
         error = ModelError("LLM call failed (HTTP 400 BadRequestError): bad")
         refusing = fakes.ScriptedModel(fakes.by_iteration([error]))
         assert run(world.runner(refusing), failed) is Outcome.FAILED
+        compacted = compact(world)
     finally:
         client.close()
         engine.dispose()
-    return {"done": done, "waiting": waiting, "failed": failed}
+    return {"done": done, "waiting": waiting, "failed": failed, "compacted": compacted}
+
+
+def compact(world: World) -> uuid.UUID:
+    """A conversation whose small window made its turns compact what they send (a summary)."""
+    adding = fakes.by_iteration([fakes.calls(("c1", "add", {"a": 1, "b": 2})), fakes.text("3.")])
+
+    def answer(request: ModelRequest) -> ModelReply:
+        if summary.MARKER in str(request.messages):
+            return fakes.text("They added numbers.")
+        return adding(request)
+
+    model = fakes.ScriptedModel(answer)
+    conversation_id = world.conversation(
+        "What is 1 + 2?", tools=["add"], context_policy={"window": 1_000}
+    )
+    for n in range(30):
+        outcome = run(world.runner(model), conversation_id)
+        assert outcome is Outcome.IDLE, world.client.get_conversation(conversation_id).error
+        if len(model.requests) > 2 * (n + 1):  # one more than the turn's two: a summary
+            return conversation_id
+        world.client.submit_message(conversation_id, f"And {n} + {n}?")
+    raise AssertionError("no summary in 30 turns")
 
 
 def tamper(url: str, sql: str, ids: dict[str, uuid.UUID], replica: bool = True) -> None:
@@ -111,10 +135,13 @@ def test_the_baseline_the_product_left_has_no_violations(clone: str, baseline: B
     assert violations(clone) == []
     with psycopg.connect(services.libpq_dsn(clone)) as conn:
         counts = conn.execute(
-            "SELECT (SELECT count(*) FROM tool_outputs), (SELECT count(*) FROM webhook_deliveries),"
-            " (SELECT count(*) FROM turns WHERE status = 'requires_action')"
+            "SELECT (SELECT count(*) FROM tool_outputs WHERE conversation_id = %(done)s),"
+            " (SELECT count(*) FROM webhook_deliveries),"
+            " (SELECT count(*) FROM turns WHERE status = 'requires_action'),"
+            " (SELECT count(*) > 0 FROM compactions WHERE kind = 'summary')",
+            baseline.ids,
         ).fetchone()
-    assert counts == (1, 1, 1)  # every check below has something to look at
+    assert counts == (1, 1, 1, True)  # every check below has something to look at
 
 
 # Appends an event to a conversation the way a writer would (the next seq, counted).
@@ -212,6 +239,36 @@ ROWS = [
      "UPDATE tool_outputs SET content = 'x' || content, chars = chars + 1"
      " WHERE conversation_id = %(done)s",
      "kept output of c1 has another text"),
+    # compactions
+    ("a compaction out of order",
+     "UPDATE compactions SET number = number + 10 WHERE conversation_id = %(compacted)s",
+     "compaction 11 follows compaction 0"),
+    ("a compaction past the transcript",
+     "UPDATE compactions SET through_seq = 999 WHERE conversation_id = %(compacted)s",
+     "names messages"),
+    ("a compaction nobody was told of",
+     "UPDATE events SET message_seq = message_seq + 1"
+     " WHERE conversation_id = %(compacted)s AND type = 'context.compacted'",
+     "context.compacted events naming it"),
+    ("a compaction that compacts less than the one before",
+     "UPDATE compactions SET summarized_through = 0, summary = NULL, number = 99"
+     " WHERE conversation_id = %(compacted)s AND number = 1;"
+     " UPDATE compactions SET number = 1, summarized_through = 1, summary = 's'"
+     " WHERE conversation_id = %(compacted)s AND number = 99;"
+     " INSERT INTO compactions (conversation_id, number, turn_id, kind, reason, from_seq,"
+     " through_seq, elided_through, summarized_through, tokens_before, tokens_after)"
+     " SELECT conversation_id, 2, turn_id, 'elide', 'threshold', 1, 1, 0, 0, 1, 1"
+     " FROM compactions WHERE conversation_id = %(compacted)s AND number = 1"
+     " AND NOT EXISTS (SELECT 1 FROM compactions WHERE conversation_id = %(compacted)s"
+     " AND number = 2)",
+     "compacts less than the one before"),
+    ("a summary that splits a call from its result",
+     "UPDATE compactions SET summarized_through = 2 WHERE conversation_id = %(compacted)s",
+     "summarises the call c1 but not its result"),
+    ("a compaction of another conversation's turn",
+     "UPDATE compactions SET turn_id = (SELECT id FROM turns WHERE conversation_id"
+     " = %(waiting)s) WHERE conversation_id = %(compacted)s",
+     "names a turn of another conversation"),
     # the webhook outbox
     ("a terminal event with no delivery", "DELETE FROM webhook_deliveries",
      "has no delivery to webhook"),
