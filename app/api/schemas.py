@@ -71,6 +71,11 @@ class Usage(View):
         description="US dollars of the model calls by litellm's prices; null when a call's "
         "price is unknown (a model litellm has no price for): unknown, not zero"
     )
+    cached_tokens: int = Field(
+        0,
+        description="of prompt_tokens, those the provider read from its prompt cache (counted "
+        "at the cached price in cost_usd)",
+    )
 
 
 class Message(View):
@@ -82,6 +87,11 @@ class Message(View):
     tool_name: str | None
     is_error: bool
     created_at: datetime
+    usage: dict[str, Any] | None = Field(
+        None,
+        description="an assistant message's model call: prompt_tokens, completion_tokens, "
+        "cached_tokens, cache_write_tokens, cost_usd",
+    )
 
 
 class Turn(View):

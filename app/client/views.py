@@ -34,6 +34,7 @@ class UsageView:
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float | None  # litellm's prices; None: a call's price was unknown
+    cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
 
     @property
     def total_tokens(self) -> int:
@@ -52,6 +53,9 @@ class MessageView:
     created_at: datetime
     # How a reply was streamed: {"attempt", "text": each live delta's length} (None: it was not)
     reply_stream: dict[str, Any] | None = None
+    # What the model call that wrote it used (an assistant message's): prompt, completion,
+    # cached and cache-write tokens, cost_usd
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class ConversationView:
     clarify: bool = True  # the model may ask the user (agent_clarify)
     context_policy: dict[str, Any] | None = None  # its own context rules (over the settings)
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
+    cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
 
     @property
     def is_running(self) -> bool:
@@ -98,7 +103,9 @@ class ConversationView:
 
     @property
     def usage(self) -> UsageView:
-        return UsageView(self.prompt_tokens, self.completion_tokens, self.cost_usd)
+        return UsageView(
+            self.prompt_tokens, self.completion_tokens, self.cost_usd, self.cached_tokens
+        )
 
     def cursor(self, previous: int | None = None) -> int | None:
         """The `after_seq` for the next poll."""
@@ -149,6 +156,7 @@ class TurnView:
     actions: tuple[ActionView, ...] = ()  # what it waits for while `requires_action`
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
     metadata: dict[str, str] | None = None  # the caller's, given with its message
+    cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:
@@ -161,7 +169,9 @@ class TurnView:
 
     @property
     def usage(self) -> UsageView:
-        return UsageView(self.prompt_tokens, self.completion_tokens, self.cost_usd)
+        return UsageView(
+            self.prompt_tokens, self.completion_tokens, self.cost_usd, self.cached_tokens
+        )
 
 
 @dataclass(frozen=True)

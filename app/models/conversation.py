@@ -139,6 +139,8 @@ class Conversation(Base):
     # US dollars of every model call (litellm's prices); NULL once any call had no known price.
     cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(20, 10), default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # Of the prompt tokens, those read from the provider's prompt cache.
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")

@@ -66,6 +66,9 @@ class Message(Base):
     # How a reply was streamed (assistant messages): {"attempt": its ordinal, "text": the length
     # of each live delta's text}, so a replay splits and numbers it as the live stream did.
     reply_stream: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # What the model call that wrote it used (assistant messages): prompt, completion, cached
+    # and cache-write tokens, cost in US dollars.
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )

@@ -90,6 +90,7 @@ class Turn(Base):
     # US dollars of the turn's model calls; NULL once any call had no known price.
     cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(20, 10), default=0, server_default="0")
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     cancel_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")

@@ -24,15 +24,30 @@ class ModelRequest:
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str = "auto"
+    # Marks the request's stable prefix for the provider's prompt cache, keyed by this (the
+    # conversation); None: no marks.
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True)
 class Usage:
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every input token, those read from or written to a cache included
     completion_tokens: int = 0
     # What the call cost in US dollars, from litellm's price data; None when the model's price
     # is unknown (stored as unknown, never as zero: a total with an unknown part is unknown).
     cost_usd: float | None = 0.0
+    cached_tokens: int = 0  # of the prompt, read from the provider's prompt cache
+    cache_write_tokens: int = 0  # of the prompt, written to it (Anthropic bills them higher)
+
+    def as_json(self) -> dict[str, Any]:
+        """What a message keeps of the call that wrote it (`messages.usage`)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost_usd": self.cost_usd,
+        }
 
 
 @dataclass(frozen=True)

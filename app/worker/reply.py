@@ -89,7 +89,7 @@ class ReplyAssembler:
             return
         prompt, completion = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
         if prompt or completion:
-            self._usage = Usage(prompt, completion)
+            self._usage = Usage(prompt, completion, 0.0, *cache_tokens(usage))
 
     def _add_call(self, delta: Any) -> None:
         index = int(getattr(delta, "index", None) or 0)
@@ -147,4 +147,16 @@ def _tokens(usage: Any, name: str) -> int:
     return int(_field(usage, name) or 0)
 
 
-__all__ = ["ReplyAssembler"]
+def cache_tokens(usage: Any) -> tuple[int, int]:
+    """The prompt's tokens read from the provider's cache and written to it, as litellm maps
+    them for every provider (`prompt_tokens_details.cached_tokens`; Anthropic's writes also as
+    `cache_creation_input_tokens`)."""
+    details = _field(usage, "prompt_tokens_details")
+    read = _tokens(details, "cached_tokens") or _tokens(usage, "cache_read_input_tokens")
+    written = _tokens(details, "cache_creation_tokens") or _tokens(
+        usage, "cache_creation_input_tokens"
+    )
+    return read, written
+
+
+__all__ = ["ReplyAssembler", "cache_tokens"]

@@ -218,7 +218,8 @@ class StepLoop:
             ),
             guarded=frozenset(d.name for d in served if not d.may_rerun),
         )
-        self.function_tools = [d.as_function_tool() for d in offered]
+        # In one order whatever the servers' (the prefix a prompt cache matches stays the same).
+        self.function_tools = [d.as_function_tool() for d in sorted(offered, key=_name)]
         self.tool_servers = {d.name: d.server for d in offered}
         self.transcript.tools_tokens = context.text_tokens(json.dumps(self.function_tools))
 
@@ -246,6 +247,7 @@ class StepLoop:
             messages=self.transcript.provider_messages(),
             tools=self.function_tools,
             tool_choice=self.snapshot.tool_choice,
+            cache_key=str(self.claim.conversation_id) if self.rules.prompt_cache else None,
         )
         seq = self._next_seq()
         sink = self.runner.broadcaster.reply(self.claim.conversation_id, seq)
@@ -542,6 +544,10 @@ class StepLoop:
 
     def _next_seq(self) -> int:
         return next_seq(self.transcript)
+
+
+def _name(definition: Any) -> str:
+    return str(definition.name)
 
 
 __all__ = ["Means", "Outcome", "StepLoop", "next_seq"]

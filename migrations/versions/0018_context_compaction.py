@@ -1,6 +1,7 @@
 """Conversations that never outgrow the model: `compactions` (what the model is sent instead of
 the whole transcript, one committed row per compaction), the `context.compacted` event and a
-conversation's own `context_policy`.
+conversation's own `context_policy`; prompt caching's accounting: the cached prompt tokens of
+each turn and conversation, and each model call's usage on the message it wrote.
 
 Revision ID: 0018
 Revises: 0017
@@ -31,6 +32,12 @@ EVENT_TYPES_NOW = EVENT_TYPES[:-1] + ", 'context.compacted')"
 
 def upgrade() -> None:
     op.add_column("conversations", sa.Column("context_policy", JSON, nullable=True))
+    for table in ("conversations", "turns"):
+        op.add_column(
+            table,
+            sa.Column("cached_tokens", sa.BigInteger(), server_default="0", nullable=False),
+        )
+    op.add_column("messages", sa.Column("usage", JSON, nullable=True))
     op.create_table(
         "compactions",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -88,10 +95,18 @@ def downgrade() -> None:
     op.execute("DELETE FROM events WHERE type = 'context.compacted'")
     _events_type_check(EVENT_TYPES)
     op.drop_table("compactions")
-    if op.get_context().dialect.name == "sqlite":
-        op.execute("ALTER TABLE conversations DROP COLUMN context_policy")
-    else:
-        op.drop_column("conversations", "context_policy")
+    # Not a batch (a copy of the table): migration 0014's trigger names these tables, and
+    # SQLite (3.35+) drops a column in place.
+    for table, column in (
+        ("messages", "usage"),
+        ("turns", "cached_tokens"),
+        ("conversations", "cached_tokens"),
+        ("conversations", "context_policy"),
+    ):
+        if op.get_context().dialect.name == "sqlite":
+            op.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        else:
+            op.drop_column(table, column)
 
 
 def _events_type_check(check: str) -> None:

@@ -128,7 +128,7 @@ def _usage(record: TurnRecord) -> dict[str, Any]:
     turn = record.turn
     return {
         "input_tokens": turn.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": turn.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": turn.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": turn.prompt_tokens + turn.completion_tokens,

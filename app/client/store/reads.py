@@ -46,6 +46,7 @@ _CONVERSATION_COLUMNS = (
     conversations.c.prompt_tokens,
     conversations.c.completion_tokens,
     conversations.c.cost_usd,
+    conversations.c.cached_tokens,
     conversations.c.turn_number,
     conversations.c.created_at,
     conversations.c.updated_at,
@@ -271,6 +272,7 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
         cost_usd=_dollars(row.cost_usd),
+        cached_tokens=row.cached_tokens,
         turn_number=row.turn_number,
         created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
@@ -321,6 +323,7 @@ def _turn_view(row: Any) -> TurnView:
         error=row["error"],
         prompt_tokens=row["prompt_tokens"],
         completion_tokens=row["completion_tokens"],
+        cached_tokens=row["cached_tokens"],
         cost_usd=_dollars(row["cost_usd"]),
         created_at=_aware(row["created_at"]),
         started_at=_maybe_aware(row["started_at"]),
@@ -357,6 +360,7 @@ def _message_view(row: Any) -> MessageView:
         is_error=row["is_error"],
         created_at=_aware(row["created_at"]),
         reply_stream=row.get("reply_stream"),
+        usage=row.get("usage"),
     )
 
 

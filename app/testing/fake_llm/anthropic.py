@@ -97,10 +97,16 @@ def usage_of(body: JSON, step: Step) -> JSON:
         block["name"] + json.dumps(block["input"]) if block["type"] == "tool_use" else block["text"]
         for block in content_of(step)
     )
-    return {
-        "input_tokens": int(step.get("prompt_tokens") or estimate_tokens(messages_text(body))),
-        "output_tokens": estimate_tokens(produced),
-    }
+    prompt = int(step.get("prompt_tokens") or estimate_tokens(messages_text(body)))
+    usage: JSON = {"input_tokens": prompt, "output_tokens": estimate_tokens(produced)}
+    if "cache" in step:
+        read, written = step["cache"]["read"], step["cache"]["written"]
+        usage.update(
+            input_tokens=max(0, prompt - read - written),
+            cache_read_input_tokens=read,
+            cache_creation_input_tokens=written,
+        )
+    return usage
 
 
 def message_of(body: JSON, step: Step, content: list[JSON] | None = None) -> JSON:

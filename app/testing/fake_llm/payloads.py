@@ -63,11 +63,14 @@ def usage_of(body: JSON, step: Step) -> JSON:
     )
     prompt = int(step.get("prompt_tokens") or estimate_tokens(messages_text(body)))
     completion = estimate_tokens(produced)
-    return {
+    usage: JSON = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
+    if "cache" in step:
+        usage["prompt_tokens_details"] = {"cached_tokens": step["cache"]["read"]}
+    return usage
 
 
 def envelope(body: JSON, obj: str) -> JSON:

@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.testing.fake_llm.caching import PromptCache
 from app.testing.fake_llm.tokens import count_prompt
 
 Step = dict[str, Any]
@@ -109,6 +110,7 @@ class ServerState:
     scripts: list[Script] = field(default_factory=list)
     requests: list[JSON] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    cache: PromptCache = field(default_factory=PromptCache)
 
     def install(self, script: Script) -> None:
         with self.lock:
@@ -122,6 +124,7 @@ class ServerState:
         with self.lock:
             self.scripts.clear()
             self.requests.clear()
+        self.cache.reset()
 
     def choose_step(
         self, body: Any, transient_statuses: tuple[int, int] = TRANSIENT_STATUSES

@@ -27,6 +27,7 @@ from app.testing.fake_llm.script import (
     parse_json_object,
     parse_script,
 )
+from app.testing.fake_llm.tokens import count_prompt
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,8 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             self.send_json(400, dialect.error(400, {"message": message}))
             return
         step, problem = self.server.state.choose_step(body, dialect.transient_statuses)
+        if step is not None and "error" not in step:
+            step = self.cached(body, step, dialect)
         # Recorded before answering, so a test sees the attempt even while the answer hangs.
         self.record_request(path, body, step)
         if step is None:
@@ -163,6 +166,20 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             self.send_json(500, dialect.error(500, spec))
             return
         self.answer_step(body, step, dialect)
+
+    def cached(self, body: JSON, step: Step, dialect: Dialect) -> Step:
+        """The step, with what the request read from the prompt cache and wrote to it when it
+        asked for caching (its prompt then counted by the tokenizer)."""
+        marked = "prompt_cache_key" in body or "cache_control" in json.dumps(body)
+        if not marked:
+            return step
+        cache = self.server.state.cache
+        prompt = step.get("prompt_tokens") or count_prompt(body)
+        if dialect is ANTHROPIC:
+            read, written = cache.anthropic(body, prompt)
+        else:
+            read, written = cache.openai(body, prompt), 0
+        return {**step, "prompt_tokens": prompt, "cache": {"read": read, "written": written}}
 
     def record_request(self, path: str, body: JSON | None, step: Step | None) -> None:
         self.server.state.record(

@@ -20,7 +20,8 @@ _lock = threading.Lock()
 
 
 @cache
-def _encoding() -> Any:
+def encoding() -> Any:
+    """o200k_base, from the files litellm ships."""
     spec = importlib.util.find_spec("litellm")
     if spec is not None and spec.origin is not None:
         bundled = Path(spec.origin).parent / "litellm_core_utils" / "tokenizers"
@@ -32,8 +33,8 @@ def _encoding() -> Any:
 
 def count_text(text: str) -> int:
     with _lock:
-        encoding = _encoding()
-    return len(encoding.encode(text, disallowed_special=()))
+        found = encoding()
+    return len(found.encode(text, disallowed_special=()))
 
 
 def count_prompt(body: Any) -> int:
@@ -66,4 +67,4 @@ def _texts(value: Any, into: list[str]) -> None:
                 _texts(item, into)
 
 
-__all__ = ["count_prompt", "count_text"]
+__all__ = ["count_prompt", "count_text", "encoding"]

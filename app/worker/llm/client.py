@@ -26,7 +26,7 @@ from app.worker.ports import (
     ReplySink,
     Usage,
 )
-from app.worker.reply import ReplyAssembler
+from app.worker.reply import ReplyAssembler, cache_tokens
 
 log = logging.getLogger("app.worker.llm")
 
@@ -130,9 +130,10 @@ class LiteLLMClient:
         finally:
             timed.observe(request.model, outcome)
         usage = reply.usage
-        cost = price(request.model, usage.prompt_tokens, usage.completion_tokens)
+        cost = price(request.model, usage)
         metrics.MODEL_TOKENS.labels(request.model, "prompt").inc(usage.prompt_tokens)
         metrics.MODEL_TOKENS.labels(request.model, "completion").inc(usage.completion_tokens)
+        metrics.MODEL_TOKENS.labels(request.model, "cached").inc(usage.cached_tokens)
         if cost is None:
             metrics.MODEL_UNPRICED_CALLS.labels(request.model).inc()
         else:
@@ -153,24 +154,63 @@ class LiteLLMClient:
             options["api_base"] = self.api_base
         if self._api_key:
             options["api_key"] = self._api_key
+        if request.cache_key is not None:
+            options.update(cache_marks(request.model, request.cache_key))
         return options
 
 
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
+# Anthropic caches a prompt's prefix up to a marked block (and finds earlier marks up to 20
+# blocks back): one mark after the tools and system prompt, one on the newest message.
+ANTHROPIC_MARKS = [{"location": "message", "role": "system"}, {"location": "message", "index": -1}]
+_providers: dict[str, str] = {}
+
+
+def cache_marks(model: str, key: str) -> dict[str, Any]:
+    """How to mark a request's stable prefix for the model's provider: OpenAI's
+    `prompt_cache_key` (requests of one key land on the same cache), Anthropic's
+    `cache_control` breakpoints (through litellm's injection points); nothing for the rest,
+    which cache on their own or not at all (a parameter they do not take would be refused)."""
+    provider = _provider(model)
+    if provider in ("openai", "azure"):
+        return {"prompt_cache_key": key}
+    claude_elsewhere = provider in ("bedrock", "vertex_ai", "vertex_ai_beta") and "claude" in model
+    if provider == "anthropic" or claude_elsewhere:
+        return {"cache_control_injection_points": ANTHROPIC_MARKS}
+    return {}
+
+
+def _provider(model: str) -> str:
+    found = _providers.get(model)
+    if found is None:
+        import litellm
+
+        try:
+            found = str(litellm.get_llm_provider(model)[1])
+        except Exception:  # litellm: "LLM Provider NOT provided"
+            found = ""
+        _providers[model] = found
+    return found
+
 
 _UNPRICED: set[str] = set()  # models litellm has no price for (asked once per process)
 
 
-def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """What a call cost in US dollars by litellm's price data (bundled with it: no network);
-    None when the model has no known price, never a guess of zero."""
+def price(model: str, usage: Usage) -> float | None:
+    """What a call cost in US dollars by litellm's price data (bundled with it: no network),
+    its cached prompt tokens at the cached price (and cache writes at theirs); None when the
+    model has no known price, never a guess of zero."""
     if model in _UNPRICED:
         return None
     import litellm
 
     try:
         prompt, completion = litellm.cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+            model=model,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cache_read_input_tokens=usage.cached_tokens,
+            cache_creation_input_tokens=usage.cache_write_tokens,
         )
     except Exception:  # litellm: "This model isn't mapped yet"
         _UNPRICED.add(model)
@@ -303,10 +343,20 @@ def _raw_arguments(arguments: Any) -> str:
 
 
 def _usage(usage: Any) -> Usage:
+    read, written = cache_tokens(usage)
     return Usage(
         prompt_tokens=int(getattr(usage, "prompt_tokens", None) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", None) or 0),
+        cached_tokens=read,
+        cache_write_tokens=written,
     )
 
 
-__all__ = ["NO_CHOICES_ERROR", "LiteLLMClient", "model_reply", "prepare_litellm", "price"]
+__all__ = [
+    "NO_CHOICES_ERROR",
+    "LiteLLMClient",
+    "cache_marks",
+    "model_reply",
+    "prepare_litellm",
+    "price",
+]

@@ -79,10 +79,12 @@ _TOUCHED = {"heartbeat_at": NOW, "updated_at": NOW}  # every write is a sign of 
 ADD_PROMPT = bindparam("add_prompt_tokens", type_=Integer)
 ADD_COMPLETION = bindparam("add_completion_tokens", type_=Integer)
 ADD_COST = bindparam("add_cost_usd", type_=Numeric(20, 10))  # NULL: unknown, and so the total
+ADD_CACHED = bindparam("add_cached_tokens", type_=Integer)
 _COUNTED = {
     "prompt_tokens": c.prompt_tokens + ADD_PROMPT,
     "completion_tokens": c.completion_tokens + ADD_COMPLETION,
     "cost_usd": c.cost_usd + ADD_COST,
+    "cached_tokens": c.cached_tokens + ADD_CACHED,
 }
 
 #: What every fenced UPDATE returns; the statements that depend on it read these.
@@ -383,6 +385,7 @@ def fence_parameters(
 
 
 __all__ = [
+    "ADD_CACHED",
     "ADD_COMPLETION",
     "ADD_COST",
     "ADD_PROMPT",

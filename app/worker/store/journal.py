@@ -58,6 +58,7 @@ from app.worker.plan import Entry
 from app.worker.ports import Usage
 from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
 from app.worker.store.fence import (
+    ADD_CACHED,
     ADD_COMPLETION,
     ADD_COST,
     ADD_PROMPT,
@@ -119,6 +120,10 @@ _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
         "m_reply_stream",
         type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
     ),
+    "usage": bindparam(
+        "m_usage",
+        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
+    ),
 }
 _JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 ACTIONS = bindparam("actions", type_=_JSON)
@@ -147,7 +152,7 @@ _COMPACTION_PARAMS: dict[str, BindParameter[Any]] = {
     "cost_usd": ADD_COST,
 }
 COMPACTED_DATA = bindparam("k_data", type_=_JSON)
-JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "actions", "o_arguments", "k_data")
+JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "m_usage", "actions", "o_arguments", "k_data")
 
 
 def _insert_message(fenced: FromClause) -> Insert:
@@ -214,6 +219,7 @@ _TURN_USAGE = {
     "prompt_tokens": turns.c.prompt_tokens + ADD_PROMPT,
     "completion_tokens": turns.c.completion_tokens + ADD_COMPLETION,
     "cost_usd": turns.c.cost_usd + ADD_COST,
+    "cached_tokens": turns.c.cached_tokens + ADD_CACHED,
 }
 
 
@@ -335,6 +341,7 @@ def usage_parameters(usage: Usage | None) -> dict[str, Any]:
         "add_prompt_tokens": usage.prompt_tokens,
         "add_completion_tokens": usage.completion_tokens,
         "add_cost_usd": None if cost is None else Decimal(repr(cost)),
+        "add_cached_tokens": usage.cached_tokens,
     }
 
 
@@ -342,9 +349,12 @@ def output_parameters(arguments: dict[str, Any], content: str) -> dict[str, Any]
     return {"o_arguments": arguments, "o_content": content, "o_chars": len(content)}
 
 
-def message_parameters(entry: Entry, reply_stream: dict[str, Any] | None = None) -> dict[str, Any]:
+def message_parameters(
+    entry: Entry, reply_stream: dict[str, Any] | None = None, usage: Usage | None = None
+) -> dict[str, Any]:
     return {
         "m_reply_stream": reply_stream,
+        "m_usage": None if usage is None else usage.as_json(),
         "m_seq": entry.seq,
         "m_role": entry.role,
         "m_content": entry.content,

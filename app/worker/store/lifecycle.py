@@ -307,7 +307,7 @@ class TurnStore:
         values = {
             "old_status": status,
             **journal.usage_parameters(usage),
-            **journal.message_parameters(entry, reply),
+            **journal.message_parameters(entry, reply, usage),
             **(extra or {}),
         }
         try:
