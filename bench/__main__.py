@@ -27,6 +27,7 @@ from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
+from bench.context import context_notes, measure_context_cpu, measure_prompt_bytes
 from bench.dialects import measure_dialects
 from bench.fairness import measure_fairness
 from bench.followers import measure_followers
@@ -169,6 +170,13 @@ def history(ctx: Context) -> Measured:
         return measure_history(url, ctx.pick(20, 3, 1))
 
 
+def context(ctx: Context) -> Measured:
+    rows, extra = measure_context_cpu(ctx.pick(2_000, 200, 20))
+    with ctx.database() as url:
+        prompt_rows, prompt = measure_prompt_bytes(url, ctx.pick(200, 40, 8))
+    return rows + prompt_rows, {**extra, "prompt": prompt}
+
+
 def janitor(ctx: Context) -> Measured:
     total, stale, repeats = ctx.pick((1_000_000, 1_000, 5), (20_000, 20, 3), (20_000, 20, 1))
     with ctx.database() as url:
@@ -249,6 +257,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "fairness": fairness,
     "throughput": throughput,
     "history": history,
+    "context": context,
     "janitor": janitor,
     "retention": retention,
     "storage": storage,
@@ -389,7 +398,7 @@ def _notes(extras: dict[str, Any]) -> None:
             f"recovery: worst {r['max_to_request_seconds']:.1f} s with a 3 s lease{also}"
             f" (goal <= 60 s every trial: {'met' if r['meets_goal'] else 'MISSED'})"
         )
-    for line in api_notes(extras):
+    for line in [*context_notes(extras), *api_notes(extras)]:
         print(line)
 
 

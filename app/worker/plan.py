@@ -67,8 +67,10 @@ question of the same data, so they are the same path):
 16  a server's tool the turn allows, not named like one of the  offered; runs on its server
     worker's own tools
 17  `agent_clarify` (when on), the conversation's client tools  offered; never run (waiting, row 5)
-18  the session cache's readers, while the cache is on and a    offered; answered from the store
-    server's tool is offered                                      (RunOwnTool, row 5)
+18  the session cache's readers, while the cache is on, a       offered; answered from the store
+    server's tool is offered, and what is sent refers to the      (RunOwnTool, row 5)
+    cache (an output cut at the context cap, or elided; a
+    summary): before that they could serve nothing
 
 `context.decide` (`context.py`) decides, before each model call (row 9), whether what the model
 is sent must be compacted first; each compaction is a committed step (`compactions`, the event

@@ -110,6 +110,7 @@ class StepLoop:
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
         self.rules = context.Policy(None)  # what the requests must fit (`_load_tools` sets it)
+        self._readers = False  # the session cache's readers are offered
         self._overflow: ContextOverflow | None = None  # the provider's, not yet compacted for
         self._overflow_retried = False  # this run compacted for an overflow already
 
@@ -187,6 +188,7 @@ class StepLoop:
 
     async def _load_tools(self) -> None:
         snapshot, settings = self.snapshot, self.runner.settings
+        self._readers = self._cache_readable()
         allowed = snapshot.allowed_tools
         names = [*allowed, *(str(tool["name"]) for tool in snapshot.client_tools)]
         if not offer.uses_tools(names, snapshot.tool_choice):
@@ -202,7 +204,7 @@ class StepLoop:
             None,
             action_kinds,
             cache=(d.name for d in readers),
-            session_cache=settings.session_cache,
+            session_cache=self._readers,
             reserved=BUILTIN_TOOL_NAMES,
             approved=snapshot.approved,
             in_flight=snapshot.in_flight,
@@ -223,6 +225,10 @@ class StepLoop:
         self.tool_servers = {d.name: d.server for d in offered}
         self.transcript.tools_tokens = context.text_tokens(json.dumps(self.function_tools))
 
+    def _cache_readable(self) -> bool:
+        """Row 18: the cache's readers serve once what is sent refers to the cache."""
+        return self.runner.settings.session_cache and self.transcript.refers_to_cache
+
     def _context_rules(self, window: int | None = None) -> context.Policy:
         """What this conversation's requests must fit: its model's window (or `window`, what
         an overflow taught), the settings and the conversation's own policy."""
@@ -242,6 +248,8 @@ class StepLoop:
         fitted = await self._fit_context()
         if fitted is not None or self.cancel_requested:
             return fitted  # failed, or cancelled while summarising (the planner ends the turn)
+        if self._readers != self._cache_readable():
+            await self._load_tools()  # an output was cut or elided: the readers serve now
         request = ModelRequest(
             model=self.snapshot.model,
             messages=self.transcript.provider_messages(),

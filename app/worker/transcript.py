@@ -37,6 +37,8 @@ from app.worker.plan import Entry, ToolCall
 from app.worker.summary import REQUEST_TOKENS, line_tokens
 
 INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
+# What an output cut at the context cap, or elided, tells the model to call to read it whole.
+CACHE_REFERENCE = "session_cache_get"
 SUMMARY_HEADING = (
     "Summary of the earlier part of this conversation (messages 1-{through}, compacted to fit "
     "the model's context; the transcript itself is kept whole):"
@@ -73,6 +75,9 @@ class Transcript(Sequence[Entry]):
         self.tools_tokens = 0  # the estimate of the tool definitions the requests carry
         # (the provider's prompt tokens, our estimate) of the last request sent
         self._measured: tuple[int, int] | None = None
+        # What is sent refers to the session cache (an output cut short or elided, a summary):
+        # only then are its readers worth offering.
+        self.refers_to_cache = bool(compacted.elided_through or compacted.summarized_through)
         self._reset_messages()
         for entry in entries:
             self.append(entry)
@@ -88,6 +93,8 @@ class Transcript(Sequence[Entry]):
             self._users.append(index)
         if entry.tool_calls:
             self.call_ids.update(call.id for call in entry.tool_calls)
+        elif entry.role == "tool" and not self.refers_to_cache:
+            self.refers_to_cache = CACHE_REFERENCE in (entry.content or "")
         through = self.compacted.summarized_through
         if entry.seq <= through:
             self._prefix.append(self._prefix[-1])
@@ -111,6 +118,7 @@ class Transcript(Sequence[Entry]):
     def compact(self, compacted: Compacted) -> None:
         """From now on, send what `compacted` says (a committed compaction): rebuilt once."""
         self.compacted = compacted
+        self.refers_to_cache = True
         self._measured = None
         entries = self._entries
         self._entries, self._seqs, self._users, self._prefix = [], [], [], [0]

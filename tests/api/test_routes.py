@@ -116,6 +116,7 @@ def test_a_conversation_is_created_read_listed_by_pages_and_deleted(
         "completion_tokens": 0,
         "total_tokens": 0,
         "cost_usd": 0.0,
+        "cached_tokens": 0,
     }
 
     read = http.get(f"/v1/conversations/{created['id']}")

@@ -24,8 +24,8 @@ from app.config import load_settings
 from app.db import make_engine
 from app.migrate import upgrade
 from app.testing import fakes, services
-from app.worker.lease_runner import Outcome
 from app.worker import summary
+from app.worker.lease_runner import Outcome
 from app.worker.ports import ModelError, ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
 from tests.conftest import copy_rows

@@ -165,9 +165,7 @@ def test_a_turn_with_a_tool_call(world: World) -> None:
         "explode",
         "secret",
         "agent_clarify",  # the model may ask the user (offered by default with tools)
-        "session_cache_list",  # and read earlier outputs whole (offered with MCP tools)
-        "session_cache_get",
-    }
+    }  # (the session cache's readers come once an output is cut short: test_session_cache)
     assert second.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "3"}
     assert (view.prompt_tokens, view.completion_tokens) == (20, 10)
     assert gap_free(world, conversation_id)
@@ -246,7 +244,7 @@ def test_a_tool_that_is_not_allowed_is_never_executed(world: World) -> None:
     assert run(world.runner(model), conversation_id) is Outcome.IDLE
     assert world.tools.executed == []
     offered = [t["function"]["name"] for t in model.requests[0].tools]
-    assert offered == ["add", "agent_clarify", "session_cache_list", "session_cache_get"]
+    assert offered == ["add", "agent_clarify"]
     result = world.client.get_conversation(conversation_id).messages[2]
     assert result.is_error and "not allowed" in (result.content or "")
 

@@ -210,19 +210,20 @@ def test_outputs_are_shared_across_the_turns_of_a_conversation(world: World) -> 
 
 
 def test_the_list_shows_the_latest_outputs_and_how_many_are_older(world: World) -> None:
-    calls = [(f"c{n}", "add", {"a": n, "b": 0}) for n in range(55)]
+    # (the report's output is cut short: the readers are offered from the next call on)
+    calls = [("c_rep", "report", {}), *((f"c{n}", "add", {"a": n, "b": 0}) for n in range(55))]
     scripted = model(
         fakes.calls(*calls),
         fakes.calls(("c_list", "session_cache_list", {})),
-        fakes.calls(("c_list2", "session_cache_list", {"tool": "report"})),
+        fakes.calls(("c_list2", "session_cache_list", {"tool": "add2"})),
         fakes.text("ok"),
     )
     conversation_id = conversation(world, "Count")
     assert run(world.runner(scripted, settings=SETTINGS), conversation_id) is Outcome.IDLE
     listing, empty = (json.loads(m.content) for m in tool_messages(world, conversation_id)[-2:])
     assert [e["id"] for e in listing["outputs"]] == [f"c{n}" for n in range(5, 55)]
-    assert listing["older_not_listed"] == 5
-    assert empty["outputs"] == [] and "No tool output of report" in empty["note"]
+    assert listing["older_not_listed"] == 6
+    assert empty["outputs"] == [] and "No tool output of add2" in empty["note"]
 
 
 # --- bad calls of the cache tools ---------------------------------------------------------------
@@ -254,11 +255,35 @@ def test_a_bad_cache_read_is_an_error_result_the_model_reads(
 
 
 def test_the_list_refuses_an_argument_it_does_not_take(world: World) -> None:
-    scripted = model(fakes.calls(("c_list", "session_cache_list", {"all": True})), fakes.text("k"))
+    scripted = model(
+        fakes.calls(("c_rep", "report", {})),
+        fakes.calls(("c_list", "session_cache_list", {"all": True})),
+        fakes.text("k"),
+    )
     conversation_id = conversation(world)
     assert run(world.runner(scripted, settings=SETTINGS), conversation_id) is Outcome.IDLE
-    (result,) = tool_messages(world, conversation_id)
-    assert result.is_error and "all" in (result.content or "")
+    result = tool_messages(world, conversation_id)[1]
+    assert result.is_error and "'all' was unexpected" in (result.content or ""), result.content
+
+
+def test_the_readers_are_offered_once_what_is_sent_refers_to_the_cache(world: World) -> None:
+    """Before an output is cut short (or elided, or summarised) they could serve nothing: not
+    offered, so no request pays for their definitions; from the next call on, they are."""
+    scripted = model(
+        fakes.calls(("c_add", "add", {"a": 1, "b": 2})),
+        fakes.calls(("c_rep", "report", {})),
+        fakes.text("Fine."),
+    )
+    conversation_id = conversation(world)
+    assert run(world.runner(scripted, settings=SETTINGS), conversation_id) is Outcome.IDLE
+    readers = {"session_cache_list", "session_cache_get"}
+    offered = [{t["function"]["name"] for t in r.tools} for r in scripted.requests]
+    assert [bool(readers & names) for names in offered] == [False, False, True]
+    # A later turn of the conversation offers them from its first call (the cut output is in it).
+    again = model(fakes.text("Still fine."))
+    world.client.submit_message(conversation_id, "And now?")
+    assert run(world.runner(again, settings=SETTINGS), conversation_id) is Outcome.IDLE
+    assert readers <= {t["function"]["name"] for t in again.requests[0].tools}
 
 
 # --- its lifetime and its switch ----------------------------------------------------------------

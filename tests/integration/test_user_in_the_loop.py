@@ -113,7 +113,7 @@ def test_clarification_can_be_turned_off_per_conversation(world: World) -> None:
     conversation_id = world.conversation(tools=["add"], clarify=False)
     assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
     offered = [t["function"]["name"] for t in scripted.requests[0].tools]
-    assert offered == ["add", "session_cache_list", "session_cache_get"]
+    assert offered == ["add"]
 
 
 def test_clarification_can_be_turned_off_for_every_conversation_by_a_setting(
@@ -154,8 +154,6 @@ def test_server_calls_run_at_once_and_client_calls_wait_for_their_outputs(world:
         "add",
         "get_location",
         "agent_clarify",
-        "session_cache_list",
-        "session_cache_get",
     }
     assert world.tools.executed == [("add", {"a": 1, "b": 2})]  # the server's call ran
     turn = world.client.current_turn(conversation_id)

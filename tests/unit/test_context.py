@@ -43,16 +43,19 @@ def test_policy_trigger_and_limit_keep_the_reply_s_room() -> None:
     assert Policy(window=2_000, reply_tokens=4_096).reserve == 500  # at most a quarter
 
 
+@pytest.mark.row(19)
 def test_row_19_no_budget_without_a_window_or_with_compaction_off() -> None:
     over = OVER._replace(elidable=500, cut=(1, 10))
     assert decide(over, RULES._replace(window=None), NOT_COMPACTED) is None
     assert decide(over, RULES._replace(compaction=False), NOT_COMPACTED) is None
 
 
+@pytest.mark.row(20)
 def test_row_20_a_request_under_the_trigger_goes_as_it_is() -> None:
     assert decide(UNDER._replace(elidable=500, cut=(1, 10)), RULES, NOT_COMPACTED) is None
 
 
+@pytest.mark.row(21)
 def test_row_21_earlier_turns_outputs_are_elided_first() -> None:
     over = OVER._replace(elidable=500, elide_through=40, cut=(1, 10))
     assert decide(over, RULES, Compacted(2, 12, 0)) == Elide(13, 40)
@@ -60,10 +63,12 @@ def test_row_21_earlier_turns_outputs_are_elided_first() -> None:
     assert decide(over, RULES._replace(elide=False), NOT_COMPACTED) == Summarize(1, 10)
 
 
+@pytest.mark.row(22)
 def test_row_22_then_the_oldest_messages_are_summarised() -> None:
     assert decide(OVER._replace(cut=(5, 30)), RULES, NOT_COMPACTED) == Summarize(5, 30)
 
 
+@pytest.mark.row(23)
 def test_row_23_nothing_left_and_surely_past_the_window_fails_saying_so() -> None:
     decision = decide(OVER._replace(tokens=20_001), RULES, NOT_COMPACTED)
     assert isinstance(decision, TooLarge)
@@ -71,11 +76,13 @@ def test_row_23_nothing_left_and_surely_past_the_window_fails_saying_so() -> Non
     assert "about 20,001 tokens" in decision.error
 
 
+@pytest.mark.row(24)
 def test_row_24_nothing_left_otherwise_goes_as_it_is_and_the_provider_decides() -> None:
     assert decide(OVER, RULES, NOT_COMPACTED) is None
     assert decide(OVER._replace(tokens=20_000), RULES, NOT_COMPACTED) is None
 
 
+@pytest.mark.row(25)
 def test_row_25_an_overflow_compacts_whatever_the_estimate_once() -> None:
     said = "maximum context length is 6000 tokens"
     under = UNDER._replace(elidable=500, elide_through=9)
@@ -310,6 +317,19 @@ def test_the_estimate_errs_on_the_safe_side_of_a_real_tokenizer(kind: str, text:
         <= transcript.estimate()
         <= grown + 2 * count_prompt({"messages": [{"content": text * 10}]})
     )
+
+
+@pytest.mark.row(18)
+def test_what_is_sent_refers_to_the_cache_once_an_output_is_cut_elided_or_summarised() -> None:
+    call = ToolCall("c1", "fetch", "{}")
+    short = Transcript(None, [user(1), calls(2, call), result(3, call, "3")])
+    assert not short.refers_to_cache
+    cut = "x" * 100 + '\n[... The whole output is kept: call session_cache_get with {"id": "c1"}]'
+    assert Transcript(None, [user(1), calls(2, call), result(3, call, cut)]).refers_to_cache
+    assert Transcript(None, [user(1)], Compacted(1, elided_through=1)).refers_to_cache
+    assert Transcript(None, [user(1)], Compacted(1, 0, 1, "s")).refers_to_cache
+    short.compact(Compacted(1, elided_through=3))
+    assert short.refers_to_cache
 
 
 def test_deciding_reads_nothing_past_the_estimate_while_under_the_trigger() -> None:
