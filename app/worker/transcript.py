@@ -16,6 +16,7 @@ context budget (`size`): appending stays O(1), and so does the estimate.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -71,6 +72,7 @@ class Transcript(Sequence[Entry]):
         self._seqs: list[int] = []
         self._users: list[int] = []  # the indexes of the user messages
         self._prefix: list[int] = [0]  # tokens sent for entries[:i] (0 for summarised ones)
+        self._savings: list[int] = [0]  # tokens an elision would save of entries[:i]
         self.call_ids: set[str] = set()  # every tool call id used so far
         self.tools_tokens = 0  # the estimate of the tool definitions the requests carry
         # (the provider's prompt tokens, our estimate) of the last request sent
@@ -98,10 +100,13 @@ class Transcript(Sequence[Entry]):
         through = self.compacted.summarized_through
         if entry.seq <= through:
             self._prefix.append(self._prefix[-1])
+            self._savings.append(self._savings[-1])
             return
         if index and self._seqs[index - 1] <= through and entry.role != "user":
             self._pin_turn_message()
-        self._prefix.append(self._prefix[-1] + self._add_message(entry))
+        tokens, saving = self._add_message(entry)
+        self._prefix.append(self._prefix[-1] + tokens)
+        self._savings.append(self._savings[-1] + saving)
 
     def __getitem__(self, index: Any) -> Any:
         return self._entries[index]
@@ -121,7 +126,8 @@ class Transcript(Sequence[Entry]):
         self.refers_to_cache = True
         self._measured = None
         entries = self._entries
-        self._entries, self._seqs, self._users, self._prefix = [], [], [], [0]
+        self._entries, self._seqs, self._users = [], [], []
+        self._prefix, self._savings = [0], [0]
         self.call_ids = set()
         self._reset_messages()
         for entry in entries:
@@ -146,13 +152,15 @@ class Transcript(Sequence[Entry]):
         parts = [self.instructions, f"{heading}\n{summary}"]
         return "\n\n".join(part for part in parts if part)
 
-    def _add_message(self, entry: Entry) -> int:
-        """Turn `entry` into its provider message(s); the tokens it adds to the request."""
+    def _add_message(self, entry: Entry) -> tuple[int, int]:
+        """Turn `entry` into its provider message(s); the tokens it adds to the request, and
+        those an elision of it would save."""
         role = entry.role
         if role == "tool":
             if entry.tool_call_id in self._asked:
                 self._answers.setdefault(entry.tool_call_id or "", entry)
-            return text_tokens(self._tool_content(entry)) + MESSAGE_TOKENS
+            tokens, saving = self._tool_tokens(entry)
+            return tokens + MESSAGE_TOKENS, saving
         if self._asking is not None:
             self._settle()
         if entry.tool_calls:
@@ -162,12 +170,12 @@ class Transcript(Sequence[Entry]):
                 text_tokens(c.name) + text_tokens(c.arguments) + CALL_TOKENS
                 for c in entry.tool_calls
             )
-            return text_tokens(entry.content) + arguments + MESSAGE_TOKENS
+            return text_tokens(entry.content) + arguments + MESSAGE_TOKENS, 0
         if role == "assistant":
             self._settled.append({"role": "assistant", "content": entry.content})
         else:
             self._settled.append({"role": role, "content": entry.content or ""})
-        return text_tokens(entry.content) + MESSAGE_TOKENS
+        return text_tokens(entry.content) + MESSAGE_TOKENS, 0
 
     def _pin_turn_message(self) -> None:
         """A summary that ends inside a turn still sends that turn's user message, first after
@@ -177,17 +185,24 @@ class Transcript(Sequence[Entry]):
             self._settled.append({"role": "user", "content": content})
             self._pinned = text_tokens(content) + MESSAGE_TOKENS
 
+    def _elidable_output(self, entry: Entry) -> bool:
+        """An output long enough to be worth a reference, of a tool the cache keeps."""
+        return len(entry.content or "") > ELIDE_MIN_CHARS and entry.tool_name not in self._unkept
+
     def _tool_content(self, entry: Entry) -> str:
-        content = entry.content or ""
-        if (
-            entry.seq <= self.compacted.elided_through
-            and len(content) > ELIDE_MIN_CHARS
-            and entry.tool_name not in self._unkept
-        ):
-            return ELIDED_OUTPUT.format(
-                chars=len(content), tool=entry.tool_name or "tool", call_id=entry.tool_call_id
-            )
-        return content
+        if entry.seq <= self.compacted.elided_through and self._elidable_output(entry):
+            return _reference(entry)
+        return entry.content or ""
+
+    def _tool_tokens(self, entry: Entry) -> tuple[int, int]:
+        """The tokens of a tool result as sent, and those eliding it would save."""
+        if not self._elidable_output(entry):
+            return text_tokens(entry.content), 0
+        reference = text_tokens(_reference(entry))
+        if entry.seq <= self.compacted.elided_through:
+            return reference, 0
+        whole = text_tokens(entry.content)
+        return whole, max(0, whole - reference)
 
     def _settle(self) -> None:
         self._settled += self._open_block()
@@ -243,22 +258,11 @@ class Transcript(Sequence[Entry]):
         return Size(tokens, elidable, elide_through, cut, kept)
 
     def _elidable(self, turn: int) -> tuple[int, int]:
-        """Tokens saved by eliding the outputs of the turns before entry `turn`, and through."""
+        """Tokens saved by eliding the outputs of the turns before entry `turn`, and through
+        (O(1): each entry's saving was worked out as it was appended)."""
         if turn == 0:
             return 0, 0
-        through = self._entries[turn - 1].seq
-        start = bisect.bisect_right(self._seqs, self.compacted.elided_through)
-        saved = 0
-        for entry in self._entries[start:turn]:
-            if entry.role != "tool" or entry.seq <= self.compacted.summarized_through:
-                continue
-            content = entry.content or ""
-            if len(content) > ELIDE_MIN_CHARS and entry.tool_name not in self._unkept:
-                reference = ELIDED_OUTPUT.format(
-                    chars=len(content), tool=entry.tool_name or "tool", call_id=entry.tool_call_id
-                )
-                saved += text_tokens(content) - text_tokens(reference)
-        return (saved, through) if saved > 0 else (0, through)
+        return self._savings[turn], self._entries[turn - 1].seq
 
     def _cut(
         self, turn: int, target: int, most: int, tokens: int, allowance: int
@@ -268,13 +272,17 @@ class Transcript(Sequence[Entry]):
         entries = self._entries
         start = bisect.bisect_right(self._seqs, self.compacted.summarized_through)
         last = self._last_kept(turn)
-        candidates = [i for i in self._users if start < i <= last]
-        candidates += [
-            i for i in range(max(turn + 1, start + 1), last + 1) if entries[i].role == "assistant"
-        ]
-        if not candidates:
-            return None, tokens
-        candidates.sort()
+        users = bisect.bisect_right(self._users, start), bisect.bisect_right(self._users, last)
+        # In order (every user message is at or before the turn's), and read lazily: only as
+        # far as a summary request can read.
+        candidates = itertools.chain(
+            (self._users[k] for k in range(*users)),
+            (
+                i
+                for i in range(max(turn + 1, start + 1), last + 1)
+                if entries[i].role == "assistant"
+            ),
+        )
         fixed = text_tokens(self.instructions) + text_tokens(SUMMARY_HEADING) + MESSAGE_TOKENS
         fixed += allowance + self.tools_tokens
         turn_tokens = text_tokens(entries[turn].content) if turn < len(entries) else 0
@@ -291,7 +299,7 @@ class Transcript(Sequence[Entry]):
             return None, tokens
         return (entries[start].seq, entries[chosen - 1].seq), after(chosen)
 
-    def _readable(self, start: int, candidates: list[int], most: int) -> list[int]:
+    def _readable(self, start: int, candidates: Iterable[int], most: int) -> list[int]:
         """The candidates whose range (from `start`) a summary request can read: what it is
         sent of each message (`summary.line_tokens`), with the summary before, under `most`."""
         budget = most - text_tokens(self.compacted.summary) - REQUEST_TOKENS
@@ -318,6 +326,14 @@ class Transcript(Sequence[Entry]):
         start = bisect.bisect_left(self._seqs, from_seq)
         end = bisect.bisect_right(self._seqs, through)
         return self._entries[start:end]
+
+
+def _reference(entry: Entry) -> str:
+    """What is sent of an elided output."""
+    content = entry.content or ""
+    return ELIDED_OUTPUT.format(
+        chars=len(content), tool=entry.tool_name or "tool", call_id=entry.tool_call_id
+    )
 
 
 def provider_messages(instructions: str | None, transcript: Iterable[Entry]) -> list[Message]:
