@@ -352,9 +352,9 @@ def _notes(extras: dict[str, Any]) -> None:
     if "history" in extras:
         h = extras["history"]
         print(
-            f"history scaling, last / first: {h['ratio_last_to_first']:.2f}x with the claim's "
-            f"one read of the history, {h['steps_ratio_last_to_first']:.2f}x for the steps "
-            "(goal <= 1.2)"
+            f"history scaling, {h['sizes'][-1]:,} / {h['sizes'][0]} messages: "
+            f"{h['ratio_last_to_first']:.2f}x with the claim (of a kept transcript), "
+            f"{h['steps_ratio_last_to_first']:.2f}x for the steps (goal <= {h['goal_ratio']})"
         )
     if "throughput" in extras:
         t = extras["throughput"]

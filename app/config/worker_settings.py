@@ -31,6 +31,13 @@ class WorkerSettings(Section):
     recovery_interval_seconds: float = Field(
         15, gt=0, description="how often each worker sweeps for turns whose worker died"
     )
+    history_cache_conversations: int = Field(
+        256,
+        ge=0,
+        description="conversations whose transcript a worker process keeps between their turns, "
+        "so a claim reads only the messages committed since; 0: every claim reads the whole "
+        "transcript",
+    )
     max_attempts: int = Field(
         3,
         ge=1,

@@ -29,6 +29,7 @@ from app.config import Settings
 from app.live import LiveChannel
 from app.telemetry import logs, metrics
 from app.worker.broadcast import Broadcaster
+from app.worker.history import Histories
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
@@ -79,7 +80,7 @@ class WorkerHost:
         self.live = live
         self.broadcaster = Broadcaster(live, settings.live_flush_seconds)
         self.runner = TurnRunner(
-            TurnStore(database),
+            TurnStore(database, histories=Histories(settings.history_cache_conversations)),
             model=model,
             tools=tools,
             settings=settings,

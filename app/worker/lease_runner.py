@@ -127,6 +127,7 @@ class TurnRunner:
         beating = asyncio.create_task(self._heartbeat(turn, asyncio.current_task(), lost))
         try:
             outcome = await turn.drive()
+            self.store.keep_history(claim, turn.transcript)
             _count_end(snapshot.model, outcome)
             return outcome, turn.status == PROCESSING
         except LeaseLost:

@@ -68,6 +68,7 @@ class Transcript(Sequence[Entry]):
         # Tools whose outputs the session cache does not keep (never elided): the worker's own,
         # and the web app's client tools.
         self._unkept = frozenset(unkept)
+        self._setup = (instructions, self._unkept)
         self._entries: list[Entry] = []
         self._seqs: list[int] = []
         self._users: list[int] = []  # the indexes of the user messages
@@ -107,6 +108,11 @@ class Transcript(Sequence[Entry]):
         tokens, saving = self._add_message(entry)
         self._prefix.append(self._prefix[-1] + tokens)
         self._savings.append(self._savings[-1] + saving)
+
+    def same_setup(self, instructions: str | None, compacted: Compacted, unkept: set[str]) -> bool:
+        """Whether this transcript was built for the same conversation as committed now: its
+        instructions, client tools and latest compaction (a kept transcript is checked)."""
+        return self._setup == (instructions, frozenset(unkept)) and self.compacted == compacted
 
     def __getitem__(self, index: Any) -> Any:
         return self._entries[index]
@@ -248,7 +254,8 @@ class Transcript(Sequence[Entry]):
         """What the decision needs (`context.decide`); the parts past the estimate are worked
         out only when the request is over the trigger or overflowed."""
         tokens = self.estimate()
-        if rules.window is not None and tokens <= rules.trigger and not overflowed:
+        unbounded = rules.window is None or not rules.compaction  # (rows 19 and 25 need no more)
+        if not overflowed and (unbounded or tokens <= rules.trigger):
             return Size(tokens, 0, 0, None, tokens)
         turn = self._users[-1] if self._users else len(self._entries)
         elidable, elide_through = self._elidable(turn)

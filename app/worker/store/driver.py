@@ -59,6 +59,10 @@ class Driver(Protocol):
         could not be written (a message's seq or tool-call id already taken)."""
         ...
 
+    def transcript(self, transcript: Mapping[str, Any]) -> list[Row]:
+        """TRANSCRIPT on its own (a claim's kept transcript turned out stale)."""
+        ...
+
 
 ClaimRows = tuple[Row, list[Row]]
 
@@ -126,6 +130,10 @@ class PsycopgDriver:
         except psycopg.IntegrityError as exc:
             raise StepConflict(str(exc)) from exc
         return rows[0] if rows else None
+
+    def transcript(self, transcript: Mapping[str, Any]) -> list[Row]:
+        with autocommit_connection(self.engine) as connection:
+            return self._transcript.rows(connection, transcript)
 
 
 @contextlib.contextmanager
@@ -214,6 +222,10 @@ class CoreDriver:
                 return self._ops[op].run(connection, parameters)
         except IntegrityError as exc:
             raise StepConflict(str(exc.orig)) from exc
+
+    def transcript(self, transcript: Mapping[str, Any]) -> list[Row]:
+        with self.engine.connect() as connection:
+            return [tuple(m) for m in connection.execute(TRANSCRIPT, dict(transcript))]
 
 
 class Sequenced:

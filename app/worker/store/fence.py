@@ -284,7 +284,11 @@ TRANSCRIPT = (
         messages.c.is_error,
         messages.c.finish_reason,
     )
-    .where(messages.c.conversation_id == bindparam("transcript_id"))
+    .where(
+        messages.c.conversation_id == bindparam("transcript_id"),
+        # What a process kept of it between turns ends there (`history.Histories`).
+        messages.c.seq > bindparam("transcript_after", type_=Integer),
+    )
     .order_by(messages.c.seq)
 )
 

@@ -23,6 +23,7 @@ from app.client.store import budgets
 from app.errors import ChatWorkerError
 from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
 from app.worker.context import Compacted
+from app.worker.history import Histories
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
 from app.worker.store import fence, journal, outputs
@@ -86,9 +87,12 @@ class TurnStore:
     """The worker's database port for running turns. Synchronous: the turn calls it from the
     database threads."""
 
-    def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: Engine, clock: Clock = utc_now, histories: Histories | None = None
+    ) -> None:
         self.engine = engine
         self.clock = clock
+        self.histories = histories  # the transcripts this process kept between turns
         self._driver = make_driver(engine)
 
     def claim(
@@ -112,7 +116,9 @@ class TurnStore:
             "now": now,
             "expires": now + timedelta(seconds=ttl),
         }
-        reading = {"transcript_id": conversation_id}
+        kept = self.histories.take(conversation_id) if self.histories is not None else None
+        after = kept[-1].seq if kept else 0
+        reading = {"transcript_id": conversation_id, "transcript_after": after}
         claimed: ClaimRows | Deferred | None
         if owner_limit is None:
             claimed = self._driver.claim(parameters, reading)
@@ -120,10 +126,29 @@ class TurnStore:
             parameters["owner_limit"] = owner_limit
             claimed = self._driver.claim_limited(parameters, reading)
         if claimed is None or isinstance(claimed, Deferred):
+            if kept is not None and self.histories is not None:
+                self.histories.keep(conversation_id, kept)  # not claimed: still good
             return claimed
-        found, transcript = claimed
+        found, rows = claimed
         row = _ClaimRow(*found)
         actions = _actions(row.turn_actions)
+        compacted = Compacted(
+            row.compacted_number or 0,
+            row.compacted_elided_through or 0,
+            row.compacted_summarized_through or 0,
+            row.compacted_summary,
+        )
+        unkept = {*BUILTIN_TOOL_NAMES, *(str(tool["name"]) for tool in row.client_tools or ())}
+        if kept is not None and kept.same_setup(row.instructions, compacted, unkept):
+            for entry in map(_entry, rows):
+                kept.append(entry)
+            transcript = kept
+        else:
+            if after:  # the kept one is stale: the whole history
+                rows = self._driver.transcript({**reading, "transcript_after": 0})
+            transcript = Transcript(
+                row.instructions, map(_entry, rows), compacted=compacted, unkept=unkept
+            )
         return Snapshot(
             claim=Claim(conversation_id, owner, row.lease_epoch, row.turn_id),
             status=row.status,
@@ -133,20 +158,7 @@ class TurnStore:
             tool_choice=row.tool_choice,
             iterations=row.iterations,
             attempts=row.attempts,
-            transcript=Transcript(
-                row.instructions,
-                map(_entry, transcript),
-                compacted=Compacted(
-                    row.compacted_number or 0,
-                    row.compacted_elided_through or 0,
-                    row.compacted_summarized_through or 0,
-                    row.compacted_summary,
-                ),
-                unkept={
-                    *BUILTIN_TOOL_NAMES,
-                    *(str(tool["name"]) for tool in row.client_tools or ()),
-                },
-            ),
+            transcript=transcript,
             event_seq=row.event_seq,
             cancel_requested=bool(row.cancel_requested),
             client_tools=tuple(row.client_tools or ()),
@@ -160,6 +172,12 @@ class TurnStore:
             budgeted=bool(row.budgeted),
             context_policy=_json_object(row.context_policy),
         )
+
+    def keep_history(self, claim: Claim, transcript: Transcript) -> None:
+        """The run of `claim` ended normally: its transcript (all of it committed) is kept for
+        the conversation's next claim in this process."""
+        if self.histories is not None:
+            self.histories.keep(claim.conversation_id, transcript)
 
     def heartbeat(self, claim: Claim, ttl: float) -> Committed:
         """Renew the lease; raise `LeaseLost` if it was taken over. The result says whether the
