@@ -175,7 +175,10 @@ class Event(View):
     """A committed event: `seq` orders a conversation's events, gap-free; the SSE `id`."""
 
     seq: int
-    type: str = Field(description="turn.*, message.committed or status.changed")
+    type: str = Field(
+        description="turn.*, message.committed, status.changed, action.required or "
+        "context.compacted"
+    )
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
     created_at: datetime
@@ -184,6 +187,13 @@ class Event(View):
     message_seq: int | None = None
     message: Message | None = Field(None, description="message.committed: the message")
     turn: Turn | None = Field(None, description="turn.*: the turn as it is now")
+    data: dict[str, Any] | None = Field(
+        None,
+        description="context.compacted: what the model is sent from now on, `kind` (elide: "
+        "earlier turns' tool outputs sent as a reference; summary: messages from_seq.."
+        "through_seq replaced by a summary), `reason` (threshold, overflow), `number`, "
+        "`tokens_before`, `tokens_after`",
+    )
 
 
 class EventList(View):

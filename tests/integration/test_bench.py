@@ -21,10 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 # Each group's measures, and the row names that show each measure reported.
 GROUPS = {
     "in-process, TTFT": (
-        ("overhead", "history", "janitor", "retention", "storage", "llmcpu", "ttft"),
+        ("overhead", "history", "context", "janitor", "retention", "storage", "llmcpu", "ttft"),
         (
             "durable loop (TurnRunner)",
             "history",
+            "context ",
             "janitor:",
             "retention:",
             "storage:",
@@ -97,6 +98,8 @@ def test_the_benchmark_prints_its_table_and_writes_json(
         assert report["overhead"]["round_trips_per_iteration"]["durable loop (TurnRunner)"] > 0
     if "janitor" in measures:
         assert "ix_conversations_running_heartbeat" in "\n".join(report["janitor"]["plan"])
+    if "context" in measures:
+        assert "context: deciding what to send at 10,000 messages" in stdout
         assert report["janitor"]["uses_index"] is True
 
 

@@ -237,6 +237,22 @@ describe("committed events", () => {
     assert.equal(t.lastSeq, 1);
   });
 
+  test("a compaction of what the model is sent is a discreet note; nothing is taken away", () => {
+    const t = walk([
+      committed(1, "turn.started"),
+      message(2, 1, "user", "hi"),
+      committed(3, "context.compacted", { data: { kind: "elide", from_seq: 1, through_seq: 1 } }),
+      committed(4, "context.compacted", {
+        data: { kind: "summary", reason: "threshold", from_seq: 1, through_seq: 1 },
+      }),
+    ]);
+    assert.deepEqual(shown(t), [
+      "user:hi",
+      "note:Earlier tool outputs were set aside for the model to fit its context; it can read them back.",
+      "note:Messages 1-1 were summarised for the model to fit its context; they stay here in full.",
+    ]);
+  });
+
   test("a resumed turn (a crash recovered) says so", () => {
     const t = walk([committed(1, "turn.started"), committed(2, "turn.resumed")]);
     assert.deepEqual(shown(t), ["note:Turn 1 resumed after an interruption."]);

@@ -36,8 +36,9 @@
  *   decision?: "approved" | "denied" | null, reason?: string | null}} Action
  * @typedef {{id: string, number: number, status?: string, message_seq: number | null,
  *   error?: string | null, actions?: Action[]}} Turn
+ * @typedef {{kind?: string, from_seq?: number, through_seq?: number}} Compacted
  * @typedef {{seq: number, turn_id?: string | null, status?: string | null,
- *   message?: Message | null, turn?: Turn | null}} Committed
+ *   message?: Message | null, turn?: Turn | null, data?: Compacted | null}} Committed
  * @typedef {{part: "text" | "call", index: number, offset: number, text: string,
  *   call_id?: string | null, name?: string | null}} Fragment
  * @typedef {{message_seq: number, stream: string, index: number, fragments: Fragment[]}} Delta
@@ -137,9 +138,20 @@ function applyCommitted(t, type, event) {
       return note(`Turn ${number} was cancelled.`);
     case "action.required":
       return withTurn(next, turnId, { number, cancelling: false, ...current, waiting: true });
+    case "context.compacted":
+      return note(compactedNote(event.data || {}));
     default:
       return next; // a type this page does not know yet: nothing to show
   }
+}
+
+/** What the model is sent was compacted: said discreetly (the transcript itself is whole).
+ * @param {Compacted} data @returns {string} */
+function compactedNote(data) {
+  if (data.kind === "summary") {
+    return `Messages ${data.from_seq}-${data.through_seq} were summarised for the model to fit its context; they stay here in full.`;
+  }
+  return "Earlier tool outputs were set aside for the model to fit its context; it can read them back.";
 }
 
 /** @param {Transcript} t @param {Message} message @returns {Transcript} */
