@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.config import Settings
-from app.models import BUILTIN_TOOL_NAMES, ELIDE, OVERFLOW, SUMMARY, THRESHOLD
+from app.models import BUILTIN_TOOL_NAMES
 from app.telemetry import metrics, tracing
-from app.worker import builtin, context, failpoints, offer, plan, session_cache, summary
+from app.worker import builtin, context, failpoints, offer, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
-from app.worker.context import Elide, Summarize, TooLarge
+from app.worker.compactor import Compactor
 from app.worker.plan import (
     CallModel,
     Cancel,
@@ -41,13 +41,14 @@ from app.worker.ports import (
     ContextOverflow,
     ModelClient,
     ModelError,
+    ModelReply,
     ModelRequest,
     ReplySink,
     ToolProvider,
     ToolResult,
     Usage,
 )
-from app.worker.store import Committed, CompactionRecord, KeptOutput, Snapshot, TurnStore
+from app.worker.store import Committed, KeptOutput, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
 
@@ -80,8 +81,6 @@ class Means(Protocol):
 CANCELLED = "cancelled by the user"
 FAILED_CALL = "the model call failed"
 NOT_COMMITTED = "the reply could not be committed"
-SUMMARY_FAILED = "Compacting the conversation's context failed: {error}"
-MAX_COMPACTIONS = 8  # in a row before one model call: then the request goes as it is
 
 
 class _Aborted(Exception):
@@ -109,10 +108,8 @@ class StepLoop:
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
-        self.rules = context.Policy(None)  # what the requests must fit (`_load_tools` sets it)
         self._readers = False  # the session cache's readers are offered
-        self._overflow: ContextOverflow | None = None  # the provider's, not yet compacted for
-        self._overflow_retried = False  # this run compacted for an overflow already
+        self.compactor = Compactor(self)  # what the model is sent, fitted to its window
 
     def request_cancel(self) -> None:
         """The user cancelled the turn: abort the call in flight; the planner does the rest."""
@@ -123,7 +120,7 @@ class StepLoop:
     async def drive(self) -> Outcome:
         await self._load_tools()
         settings = self.runner.settings
-        self.rules = self._context_rules()
+        self.compactor.rules = self.compactor.context_rules()
         while True:
             action = plan.next_step(
                 self.transcript,
@@ -148,7 +145,7 @@ class StepLoop:
                     await self._record_result(call, error, is_error=True)
                 case RequireAction(actions):
                     waiting = {action.call.id for action in actions}
-                    await self._commit(
+                    await self.commit(
                         self.store.pause,
                         self.claim,
                         status=self.status,
@@ -161,13 +158,13 @@ class StepLoop:
                     failpoints.hit("paused")
                     return Outcome.REQUIRES_ACTION
                 case Finish():
-                    await self._commit(self.store.finish, self.claim, status=self.status)
+                    await self.commit(self.store.finish, self.claim, status=self.status)
                     return Outcome.IDLE
                 case Cancel():
-                    await self._commit(self.store.cancel, self.claim, status=self.status)
+                    await self.commit(self.store.cancel, self.claim, status=self.status)
                     return Outcome.CANCELLED
                 case Fail(error):
-                    await self._fail(error)
+                    await self.fail(error)
                     return Outcome.FAILED
 
     async def _interruptible(self, call: Awaitable[T]) -> T:
@@ -229,12 +226,6 @@ class StepLoop:
         """Row 18: the cache's readers serve once what is sent refers to the cache."""
         return self.runner.settings.session_cache and self.transcript.refers_to_cache
 
-    def _context_rules(self, window: int | None = None) -> context.Policy:
-        """What this conversation's requests must fit: its model's window (or `window`, what
-        an overflow taught), the settings and the conversation's own policy."""
-        found = window or self.runner.model.context_window(self.snapshot.model)
-        return context.policy(self.runner.settings, self.snapshot.context_policy, found)
-
     async def _call_model(self) -> Outcome | None:
         """Ask the model, commit what the planner makes of its answer; an outcome if it rests.
         Its reply is streamed to the live channel as it forms, and flushed before the commit.
@@ -243,11 +234,12 @@ class StepLoop:
             used_up = await self.db.run(self.store.budget_used_up, self.claim.conversation_id)
             over = plan.over_budget(used_up)
             if over is not None:
-                await self._fail(over.error)
+                await self.fail(over.error)
                 return Outcome.FAILED
-        fitted = await self._fit_context()
-        if fitted is not None or self.cancel_requested:
-            return fitted  # failed, or cancelled while summarising (the planner ends the turn)
+        if await self.compactor.fit():
+            return Outcome.FAILED
+        if self.cancel_requested:
+            return None  # cancelled while summarising: the planner ends the turn
         if self._readers != self._cache_readable():
             await self._load_tools()  # an output was cut or elided: the readers serve now
         request = ModelRequest(
@@ -255,7 +247,9 @@ class StepLoop:
             messages=self.transcript.provider_messages(),
             tools=self.function_tools,
             tool_choice=self.snapshot.tool_choice,
-            cache_key=str(self.claim.conversation_id) if self.rules.prompt_cache else None,
+            cache_key=str(self.claim.conversation_id)
+            if self.compactor.rules.prompt_cache
+            else None,
         )
         seq = self._next_seq()
         sink = self.runner.broadcaster.reply(self.claim.conversation_id, seq)
@@ -281,12 +275,12 @@ class StepLoop:
             except ContextOverflow as exc:
                 tracing.failed(span, str(exc), "ContextOverflow")
                 sink.abandon(FAILED_CALL)
-                self._overflow = exc
+                self.compactor.overflowed(exc)
                 return None  # the next plan calls the model again, compacted first (row 25)
             except ModelError as exc:
                 tracing.failed(span, str(exc), "ModelError")
                 sink.abandon(FAILED_CALL)
-                await self._fail(model_failed(str(exc)).error)
+                await self.fail(model_failed(str(exc)).error)
                 return Outcome.FAILED
             usage = reply.usage
             tracing.model_answered(
@@ -304,7 +298,7 @@ class StepLoop:
         )
         match verdict:
             case RecordCalls(calls):
-                await self._commit(
+                await self.commit(
                     self.store.record_tool_calls,
                     self.claim,
                     status=self.status,
@@ -320,7 +314,7 @@ class StepLoop:
                 failpoints.hit("tool_calls_committed")
                 return None
             case RecordAnswer(content):
-                await self._commit(
+                await self.commit(
                     self.store.record_answer,
                     self.claim,
                     status=self.status,
@@ -334,127 +328,8 @@ class StepLoop:
                 return Outcome.IDLE
             case Fail(error):
                 sink.abandon(error)
-                await self._fail(error, reply.usage)
+                await self.fail(error, reply.usage)
                 return Outcome.FAILED
-
-    # --- the context budget -----------------------------------------------------------------
-
-    async def _fit_context(self) -> Outcome | None:
-        """Compact what the model is sent until the next request fits (rows 19-25 of the
-        planner, `context.decide`), one committed step per compaction; FAILED when it cannot."""
-        for _ in range(MAX_COMPACTIONS):
-            overflow = self._overflow
-            if overflow is not None and not self._overflow_retried:
-                self.rules = self._overflowed_rules(overflow)
-            size = self.transcript.size(self.rules, overflowed=overflow is not None)
-            decision = context.decide(
-                size,
-                self.rules,
-                self.transcript.compacted,
-                overflowed=overflow is not None,
-                retried=self._overflow_retried,
-                overflow_detail=str(overflow or ""),
-            )
-            reason = OVERFLOW if overflow is not None else THRESHOLD
-            match decision:
-                case None:
-                    return None
-                case TooLarge(error):
-                    await self._fail(error)
-                    return Outcome.FAILED
-                case Elide(from_seq, through):
-                    compacted = self.transcript.compacted
-                    state = compacted._replace(number=compacted.number + 1, elided_through=through)
-                    await self._record_compaction(
-                        CompactionRecord(
-                            ELIDE,
-                            reason,
-                            from_seq,
-                            through,
-                            state,
-                            size.tokens,
-                            0,
-                            self.rules.window,
-                        )
-                    )
-                case Summarize(from_seq, through):
-                    written = await self._summarize(from_seq, through, reason, size)
-                    if written is not None:
-                        return written
-                    if self.cancel_requested:
-                        return None
-            if overflow is not None:
-                self._overflow, self._overflow_retried = None, True
-        return None
-
-    def _overflowed_rules(self, overflow: ContextOverflow) -> context.Policy:
-        """After the provider's overflow: its stated window, else a little under what was sent
-        (the estimate of the request it refused), for the rest of this run."""
-        window = overflow.window or self.rules.window
-        if window is None:
-            window = int(self.transcript.estimate() * 0.9)
-        return self._context_rules(window)
-
-    async def _summarize(
-        self, from_seq: int, through: int, reason: str, size: context.Size
-    ) -> Outcome | None:
-        """Ask the model for a summary of messages `from_seq..through`, then commit it as the
-        conversation's latest compaction. FAILED when the model could not write one."""
-        compacted = self.transcript.compacted
-        model = self.rules.summary_model or self.snapshot.model
-        request = ModelRequest(
-            model=model,
-            messages=summary.request_messages(
-                compacted.summary,
-                self.transcript.between(from_seq, through),
-                compacted.elided_through,
-                context.summary_tokens(self.rules),
-            ),
-        )
-        with tracing.model_span(model) as span:
-            span.set_attribute("chatworker.compaction", True)
-            try:
-                reply = await self._interruptible(self.runner.model.complete(request))
-            except _Aborted:
-                return None  # cancelled: the planner ends the turn
-            except ModelError as exc:
-                tracing.failed(span, str(exc), "ModelError")
-                await self._fail(SUMMARY_FAILED.format(error=exc))
-                return Outcome.FAILED
-        failpoints.hit("compaction_summarized")
-        text = summary.summary_text(reply.content)
-        if text is None:
-            await self._fail(summary.EMPTY_SUMMARY_ERROR, reply.usage)
-            return Outcome.FAILED
-        state = compacted._replace(
-            number=compacted.number + 1, summarized_through=through, summary=text
-        )
-        await self._record_compaction(
-            CompactionRecord(
-                SUMMARY,
-                reason,
-                from_seq,
-                through,
-                state,
-                0,
-                0,
-                self.rules.window,
-                model=model,
-                usage=reply.usage,
-            )
-        )
-        return None
-
-    async def _record_compaction(self, record: CompactionRecord) -> None:
-        """Commit a compaction (a fenced step with `context.compacted`), then send by it."""
-        before = self.transcript.estimate(measured=False)
-        self.transcript.compact(record.compacted)
-        after = self.transcript.estimate(measured=False)
-        record = record._replace(tokens_before=before, tokens_after=after)
-        await self._commit(
-            self.store.compact, self.claim, record, ttl=self.runner.settings.lease_ttl_seconds
-        )
-        failpoints.hit("compacted")
 
     async def _run_tool(
         self, call: ToolCall, arguments: dict[str, Any], mark_in_flight: bool
@@ -463,7 +338,7 @@ class StepLoop:
         marked in flight first. A user's cancel aborts it, and commits nothing."""
         if mark_in_flight:
             ttl = self.runner.settings.lease_ttl_seconds
-            await self._commit(self.store.starting, self.claim, call.id, ttl)
+            await self.commit(self.store.starting, self.claim, call.id, ttl)
         started = time.monotonic()
         with tracing.tool_span(call.name, call.id, self.tool_servers.get(call.name)) as span:
             try:
@@ -521,7 +396,7 @@ class StepLoop:
     async def _record_result(
         self, call: ToolCall, content: str, is_error: bool, kept: KeptOutput | None = None
     ) -> None:
-        await self._commit(
+        await self.commit(
             self.store.record_tool_result,
             self.claim,
             status=self.status,
@@ -533,13 +408,21 @@ class StepLoop:
             kept=kept,
         )
 
-    async def _fail(self, error: str, usage: Usage | None = None) -> None:
-        await self._commit(self.store.fail, self.claim, error, status=self.status, usage=usage)
+    async def fail(self, error: str, usage: Usage | None = None) -> None:
+        await self.commit(self.store.fail, self.claim, error, status=self.status, usage=usage)
+
+    async def ask_quietly(self, request: ModelRequest) -> ModelReply | None:
+        """A model call of the worker's own (a summary): not streamed to the readers, aborted
+        by the user's cancel (then None). `ModelError` when it failed."""
+        try:
+            return await self._interruptible(self.runner.model.complete(request))
+        except _Aborted:
+            return None
 
     def _sink(self, stream: ReplySink) -> ReplySink:
         return stream if self.runner.broadcaster.channel is not None else NO_SINK
 
-    async def _commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
+    async def commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
         """Run one of the store's writes on a database thread; mirror what it committed, and
         wake the conversation's readers."""
         committed = await self.db.run(write, *args, **values)

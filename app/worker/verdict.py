@@ -4,7 +4,7 @@ calls given ids unique in the conversation. Pure, no I/O, like the planner.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from app.worker.plan import Fail, ToolCall
@@ -40,7 +40,7 @@ def judge_reply(
     tool_calls: Iterable[ToolCall],
     finish_reason: str | None,
     *,
-    used_ids: Iterable[str],
+    used_ids: Collection[str],
     seq: int,
 ) -> Verdict:
     """What a model's reply commits (rows 11-14); `seq` is the seq it will be committed under,
@@ -56,22 +56,23 @@ def judge_reply(
 
 
 def unique_tool_calls(
-    calls: Iterable[ToolCall], used_ids: Iterable[str], seq: int
+    calls: Iterable[ToolCall], used_ids: Collection[str], seq: int
 ) -> tuple[ToolCall, ...]:
     """Give every call an id unique in the conversation, keeping the model's id where it is.
 
     Some providers send empty ids or reuse `call_0` every turn; the transcript keys results by id,
-    so a repeated or missing id is replaced by one derived from the message's seq.
+    so a repeated or missing id is replaced by one derived from the message's seq. (`used_ids`
+    is read, never copied: a long conversation has thousands.)
     """
-    taken = set(used_ids)
+    given: set[str] = set()
     result = []
     for index, call in enumerate(calls):
         call_id = call.id.strip()
-        if not call_id or call_id in taken:
+        if not call_id or call_id in used_ids or call_id in given:
             call_id = f"call_{seq}_{index}"
-            while call_id in taken:
+            while call_id in used_ids or call_id in given:
                 call_id += "_"
-        taken.add(call_id)
+        given.add(call_id)
         result.append(ToolCall(call_id, call.name, call.arguments))
     return tuple(result)
 
