@@ -91,6 +91,22 @@ def event_types(http: httpx.Client, conversation_id: str) -> list[tuple[str, str
 # --- conversations --------------------------------------------------------------------------------
 
 
+def test_a_conversation_s_own_context_policy_is_kept_and_a_bad_one_refused(
+    http: httpx.Client, owner: str, shared_api: Deployment
+) -> None:
+    policy = {"window": 32_000, "threshold": 0.7, "compaction": True, "summary_model": "m"}
+    created = http.post("/v1/conversations", json={"tools": ["add"], "context_policy": policy})
+    assert created.status_code == 201, created.text
+    read = http.get(f"/v1/conversations/{created.json()['id']}").json()
+    assert read["context_policy"] == policy
+    before = http.get("/v1/conversations").json()["data"]
+    refused = http.post("/v1/conversations", json={"context_policy": {"threshold": 2}})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "invalid_request"
+    assert "context_policy.threshold must be from 0.1 to 1" in refused.json()["detail"]
+    assert http.get("/v1/conversations").json()["data"] == before  # nothing written
+
+
 def test_a_conversation_is_created_read_listed_by_pages_and_deleted(
     http: httpx.Client, owner: str, shared_api: Deployment
 ) -> None:

@@ -246,6 +246,30 @@ def test_a_claim_sends_by_the_committed_summary(world: World, fake_llm: FakeLLMS
     assert len(fake_llm.requests(match=summary.MARKER)) == len(rows)
 
 
+def test_the_summary_model_writes_the_summaries(world: World, fake_llm: FakeLLMServer) -> None:
+    """`context_policy.summary_model` (or CHATWORKER_COMPACTION_MODEL): the summary requests go
+    to that model, the turns' own calls to the conversation's."""
+    script(fake_llm)
+    model = FORMATS["openai"]
+    conversation_id = world.client.create_conversation(
+        model=model,
+        tools=["fetch"],
+        context_policy={"window": WINDOW, "summary_model": "openai/fake-summarizer"},
+    )
+    worker = runner(world, fake_llm, model)
+    n = 0
+    while not any(row.kind == "summary" for row in compactions(world, conversation_id)):
+        assert turn(world, worker, conversation_id, f"Fetch page {n}.") is Outcome.IDLE
+        n += 1
+    asked = [r["body"]["model"] for r in fake_llm.requests(match=summary.MARKER)]
+    assert asked and set(asked) == {"fake-summarizer"}
+    others = {r["body"]["model"] for r in fake_llm.requests() if summary.MARKER not in str(r)}
+    assert others == {"fake-small"}
+    assert {row.model for row in compactions(world, conversation_id) if row.kind == "summary"} == {
+        "openai/fake-summarizer"
+    }
+
+
 @pytest.mark.parametrize(
     ("policy", "named"),
     [
