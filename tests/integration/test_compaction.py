@@ -109,6 +109,31 @@ def compactions(world: World, conversation_id: uuid.UUID) -> list[Compaction]:
         return list(session.scalars(query.order_by(Compaction.number)))
 
 
+def windowed(
+    world: World, llm: FakeLLMServer, wire: str = "openai", **policy: Any
+) -> tuple[uuid.UUID, TurnRunner]:
+    """The model's script, a conversation of `wire`'s model with `policy`, and a worker."""
+    script(llm)
+    model = FORMATS[wire]
+    conversation_id = world.client.create_conversation(
+        model=model, tools=["fetch"], context_policy=policy or None
+    )
+    return conversation_id, runner(world, llm, model)
+
+
+def refused(llm: FakeLLMServer) -> list[dict[str, Any]]:
+    """The requests the model refused (too long for its window)."""
+    return [r for r in llm.requests() if (r["step"] or {}).get("error")]
+
+
+def until_summarised(world: World, worker: TurnRunner, conversation_id: uuid.UUID) -> None:
+    """Turns, until one of them committed a summary."""
+    n = 0
+    while not any(row.kind == "summary" for row in compactions(world, conversation_id)):
+        assert turn(world, worker, conversation_id, f"Fetch page {n}.") is Outcome.IDLE
+        n += 1
+
+
 def sent(llm: FakeLLMServer) -> list[dict[str, Any]]:
     """The bodies of the requests the model was sent (summaries included)."""
     return [r["body"] for r in llm.requests() if r["body"] is not None]
@@ -118,12 +143,8 @@ def sent(llm: FakeLLMServer) -> list[dict[str, Any]]:
 def test_a_long_conversation_with_large_outputs_never_outgrows_the_window(
     world: World, fake_llm: FakeLLMServer, wire: str
 ) -> None:
-    script(fake_llm)
     model = FORMATS[wire]
-    conversation_id = world.client.create_conversation(
-        model=model, tools=["fetch"], context_policy={"window": WINDOW}
-    )
-    worker = runner(world, fake_llm, model)
+    conversation_id, worker = windowed(world, fake_llm, wire, window=WINDOW)
     turns = 30
     for n in range(turns):
         assert turn(world, worker, conversation_id, f"Fetch page {n} please.") is Outcome.IDLE
@@ -131,8 +152,7 @@ def test_a_long_conversation_with_large_outputs_never_outgrows_the_window(
     view = world.client.get_conversation(conversation_id)
     assert view.status == "idle"
     assert len(view.messages) == 4 * turns  # the transcript stays whole
-    refused = [r for r in fake_llm.requests() if (r["step"] or {}).get("error")]
-    assert refused == []  # never once over the window
+    assert refused(fake_llm) == []  # never once over the window
     rows = compactions(world, conversation_id)
     kinds = {row.kind for row in rows}
     assert kinds == {"elide", "summary"}
@@ -159,16 +179,11 @@ def test_a_long_conversation_with_large_outputs_never_outgrows_the_window(
 def test_with_compaction_off_the_turn_that_passes_the_window_fails_saying_so(
     world: World, fake_llm: FakeLLMServer
 ) -> None:
-    script(fake_llm)
-    model = FORMATS["openai"]
-    conversation_id = world.client.create_conversation(
-        model=model, tools=["fetch"], context_policy={"window": WINDOW, "compaction": False}
-    )
-    worker = runner(world, fake_llm, model)
+    conversation_id, worker = windowed(world, fake_llm, window=WINDOW, compaction=False)
     assert turn(world, worker, conversation_id, "Fetch page 1.") is Outcome.IDLE
     assert turn(world, worker, conversation_id, "Fetch page 2.") is Outcome.FAILED
-    refused = [r for r in fake_llm.requests() if (r["step"] or {}).get("error")]
-    assert len(refused) == 1 and count_prompt(refused[0]["body"]) > WINDOW  # passed it there
+    (over,) = refused(fake_llm)
+    assert count_prompt(over["body"]) > WINDOW  # it passed the window there
     error = world.client.get_conversation(conversation_id).error or ""
     assert "larger than the model's context window" in error
     assert "maximum context length is 6000 tokens" in error
@@ -176,6 +191,7 @@ def test_with_compaction_off_the_turn_that_passes_the_window_fails_saying_so(
     assert compactions(world, conversation_id) == []
     # The setting does the same for every conversation.
     script(fake_llm)
+    model = FORMATS["openai"]
     other = world.client.create_conversation(model=model, tools=["fetch"])
     off = runner(world, fake_llm, model, compaction=False)
     outcomes = [turn(world, off, other, f"Fetch page {n}.") for n in range(2)]
@@ -194,8 +210,7 @@ def test_the_provider_s_overflow_compacts_and_retries_once(
     worker = runner(world, fake_llm, model)
     for n in range(6):
         assert turn(world, worker, conversation_id, f"Fetch page {n}.") is Outcome.IDLE
-    refused = [r for r in fake_llm.requests() if (r["step"] or {}).get("error")]
-    assert len(refused) == 1  # once: then the stated window was learnt
+    assert len(refused(fake_llm)) == 1  # once: then the stated window was learnt
     rows = compactions(world, conversation_id)
     assert rows[0].reason == "overflow"
     assert rows[0].window == WINDOW
@@ -205,12 +220,7 @@ def test_the_provider_s_overflow_compacts_and_retries_once(
 def test_a_message_larger_than_the_whole_window_fails_before_any_call(
     world: World, fake_llm: FakeLLMServer
 ) -> None:
-    script(fake_llm)
-    model = FORMATS["openai"]
-    conversation_id = world.client.create_conversation(
-        model=model, tools=["fetch"], context_policy={"window": WINDOW}
-    )
-    worker = runner(world, fake_llm, model)
+    conversation_id, worker = windowed(world, fake_llm, window=WINDOW)
     huge = "Please read all of this: " + "lorem ipsum dolor sit amet " * 3_000
     assert turn(world, worker, conversation_id, huge) is Outcome.FAILED
     error = world.client.get_conversation(conversation_id).error or ""
@@ -221,16 +231,8 @@ def test_a_message_larger_than_the_whole_window_fails_before_any_call(
 def test_a_claim_sends_by_the_committed_summary(world: World, fake_llm: FakeLLMServer) -> None:
     """The next claim reads the latest compaction: its transcript sends the summary and leaves
     the range out, without asking the model for it again (one summary request per row)."""
-    script(fake_llm)
-    model = FORMATS["openai"]
-    conversation_id = world.client.create_conversation(
-        model=model, tools=["fetch"], context_policy={"window": WINDOW}
-    )
-    worker = runner(world, fake_llm, model)
-    n = 0
-    while not any(row.kind == "summary" for row in compactions(world, conversation_id)):
-        assert turn(world, worker, conversation_id, f"Fetch page {n}.") is Outcome.IDLE
-        n += 1
+    conversation_id, worker = windowed(world, fake_llm, window=WINDOW)
+    until_summarised(world, worker, conversation_id)
     world.client.submit_message(conversation_id, "One more page.")
     snapshot = world.store.claim(conversation_id, "worker-2", 30)
     assert isinstance(snapshot, Snapshot)
@@ -249,18 +251,10 @@ def test_a_claim_sends_by_the_committed_summary(world: World, fake_llm: FakeLLMS
 def test_the_summary_model_writes_the_summaries(world: World, fake_llm: FakeLLMServer) -> None:
     """`context_policy.summary_model` (or CHATWORKER_COMPACTION_MODEL): the summary requests go
     to that model, the turns' own calls to the conversation's."""
-    script(fake_llm)
-    model = FORMATS["openai"]
-    conversation_id = world.client.create_conversation(
-        model=model,
-        tools=["fetch"],
-        context_policy={"window": WINDOW, "summary_model": "openai/fake-summarizer"},
+    conversation_id, worker = windowed(
+        world, fake_llm, window=WINDOW, summary_model="openai/fake-summarizer"
     )
-    worker = runner(world, fake_llm, model)
-    n = 0
-    while not any(row.kind == "summary" for row in compactions(world, conversation_id)):
-        assert turn(world, worker, conversation_id, f"Fetch page {n}.") is Outcome.IDLE
-        n += 1
+    until_summarised(world, worker, conversation_id)
     asked = [r["body"]["model"] for r in fake_llm.requests(match=summary.MARKER)]
     assert asked and set(asked) == {"fake-summarizer"}
     others = {r["body"]["model"] for r in fake_llm.requests() if summary.MARKER not in str(r)}

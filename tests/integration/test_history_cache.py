@@ -32,6 +32,12 @@ def kept_store(world: World) -> TurnStore:
     return TurnStore(world.engine, histories=Histories(8))
 
 
+def answered(world: World, store: TurnStore, conversation_id: uuid.UUID) -> bool:
+    """A turn of the model that adds, then answers, run to its end with `store`."""
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
+    return run(world.runner(model, store=store), conversation_id) is Outcome.IDLE
+
+
 def fresh_claim(world: World, conversation_id: uuid.UUID) -> Snapshot:
     """What a process that kept nothing reads (then the lease is given back)."""
     snapshot = TurnStore(world.engine).claim(conversation_id, "reader", 30)
@@ -43,8 +49,7 @@ def fresh_claim(world: World, conversation_id: uuid.UUID) -> Snapshot:
 def test_a_claim_reads_only_what_was_committed_since_and_sends_the_same(world: World) -> None:
     store = kept_store(world)
     conversation_id = world.conversation("What is 1 + 2?", tools=["add"])
-    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.runner(model, store=store), conversation_id) is Outcome.IDLE
+    assert answered(world, store, conversation_id)
     assert store.histories is not None and len(store.histories) == 1
     kept = store.histories.take(conversation_id)
     assert kept is not None and [e.seq for e in kept] == [1, 2, 3, 4]
@@ -60,9 +65,7 @@ def test_a_claim_reads_only_what_was_committed_since_and_sends_the_same(world: W
     assert snapshot.transcript.call_ids == whole.call_ids
     store.release(snapshot.claim)
     assert store.histories.take(conversation_id) is None  # taken while it was claimed
-    assert run(
-        world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER), store=store), conversation_id
-    ) is (Outcome.IDLE)
+    assert answered(world, store, conversation_id)
 
 
 def test_answers_the_web_side_committed_meanwhile_are_read(world: World) -> None:
@@ -87,9 +90,7 @@ def test_answers_the_web_side_committed_meanwhile_are_read(world: World) -> None
 def test_a_kept_transcript_that_no_longer_matches_is_read_again_whole(world: World) -> None:
     store = kept_store(world)
     conversation_id = world.conversation("What is 1 + 2?", tools=["add"])
-    assert run(
-        world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER), store=store), conversation_id
-    ) is (Outcome.IDLE)
+    assert answered(world, store, conversation_id)
     # Another worker's run compacts the conversation meanwhile (here: a kept copy from before).
     assert store.histories is not None
     kept = store.histories.take(conversation_id)
@@ -104,17 +105,13 @@ def test_a_kept_transcript_that_no_longer_matches_is_read_again_whole(world: Wor
     assert [e.seq for e in snapshot.transcript] == [1, 2, 3, 4, 5]
     assert snapshot.transcript.compacted.number == 0  # what is committed
     store.release(snapshot.claim)
-    assert run(
-        world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER), store=store), conversation_id
-    ) is (Outcome.IDLE)
+    assert answered(world, store, conversation_id)
 
 
 def test_a_claim_that_finds_nothing_to_do_keeps_what_it_had(world: World) -> None:
     store = kept_store(world)
     conversation_id = world.conversation("What is 1 + 2?", tools=["add"])
-    assert run(
-        world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER), store=store), conversation_id
-    ) is (Outcome.IDLE)
+    assert answered(world, store, conversation_id)
     assert store.claim(conversation_id, "worker-1", 30) is None  # at rest: nothing to claim
     assert store.histories is not None and len(store.histories) == 1
 

@@ -103,29 +103,20 @@ class Composite:
 
 # --- the parts --------------------------------------------------------------------------------
 
+_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 # The message's columns and their parameters; None is SQL NULL, not JSON null.
 _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "seq": bindparam("m_seq", type_=Integer),
     "role": bindparam("m_role", type_=String),
     "content": bindparam("m_content", type_=Text),
-    "tool_calls": bindparam(
-        "m_tool_calls",
-        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
-    ),
+    "tool_calls": bindparam("m_tool_calls", type_=_JSON),
     "tool_call_id": bindparam("m_tool_call_id", type_=String),
     "tool_name": bindparam("m_tool_name", type_=String),
     "is_error": bindparam("m_is_error", type_=Boolean),
     "finish_reason": bindparam("m_finish_reason", type_=String),
-    "reply_stream": bindparam(
-        "m_reply_stream",
-        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
-    ),
-    "usage": bindparam(
-        "m_usage",
-        type_=JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql"),
-    ),
+    "reply_stream": bindparam("m_reply_stream", type_=_JSON),
+    "usage": bindparam("m_usage", type_=_JSON),
 }
-_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 ACTIONS = bindparam("actions", type_=_JSON)
 # The whole output of an MCP call, kept beside its (compact) tool message.
 _OUTPUT_PARAMS: dict[str, BindParameter[Any]] = {
