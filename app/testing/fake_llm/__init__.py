@@ -7,6 +7,10 @@ scripts and steps drive both; each answer, stream and error is in the format of 
 Beyond answers and HTTP errors, a step can fail a stream after N chunks (`stream_error`: the
 provider's in-stream error event) or drop it (`stream_cut`): see `FakeLLMServer.script`.
 
+Window and cache: a script's `context_window` refuses a longer prompt with the route's own 400
+(`tokens.py` counts it with a real tokenizer), and a request marked for the prompt cache gets the
+cached tokens each provider would report (`caching.py`); see `FakeLLMServer.script`.
+
 Chaos option (for soaks): a script with `"transient_error_rate": 0.1` (and an optional `"seed"`)
 answers that fraction of its requests with a transient error instead of its step: HTTP 429 with
 `Retry-After: 0` or the route's overload status (503 for OpenAI, 529 for Anthropic), half each.

@@ -1,6 +1,7 @@
-"""The fake LLM's HTTP server (stdlib only, so it starts fast): the OpenAI chat-completions and
-Anthropic messages routes, and the control routes its `FakeLLMServer` client drives.
-Run it with `python -m app.testing.fake_llm`.
+"""The fake LLM's HTTP server (the standard library only at start, so it starts fast; tiktoken,
+which litellm brings, is loaded by the first request that counts tokens: a script's window, a
+prompt cache's mark): the OpenAI chat-completions and Anthropic messages routes, and the control
+routes its `FakeLLMServer` client drives. Run it with `python -m app.testing.fake_llm`.
 """
 
 from __future__ import annotations
