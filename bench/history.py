@@ -93,7 +93,7 @@ class _TimedStore(TurnStore):
 
 def measure_history(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
     engine = make_engine(database_url)
-    store = _TimedStore(engine, histories=Histories(3 * conversations))
+    store = _TimedStore(engine, histories=Histories(1024))
     store.claims = []
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))

@@ -31,12 +31,12 @@ class WorkerSettings(Section):
     recovery_interval_seconds: float = Field(
         15, gt=0, description="how often each worker sweeps for turns whose worker died"
     )
-    history_cache_conversations: int = Field(
+    history_cache_mb: float = Field(
         256,
         ge=0,
-        description="conversations whose transcript a worker process keeps between their turns, "
-        "so a claim reads only the messages committed since; 0: every claim reads the whole "
-        "transcript",
+        description="memory a worker process gives the transcripts it keeps between their "
+        "conversations' turns (least recently used dropped first), so a claim reads only the "
+        "messages committed since; 0: every claim reads the whole transcript",
     )
     max_attempts: int = Field(
         3,

@@ -80,7 +80,7 @@ class WorkerHost:
         self.live = live
         self.broadcaster = Broadcaster(live, settings.live_flush_seconds)
         self.runner = TurnRunner(
-            TurnStore(database, histories=Histories(settings.history_cache_conversations)),
+            TurnStore(database, histories=Histories(settings.history_cache_mb)),
             model=model,
             tools=tools,
             settings=settings,

@@ -38,6 +38,7 @@ from app.worker.plan import Entry, ToolCall
 from app.worker.summary import REQUEST_TOKENS, line_tokens
 
 INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
+ENTRY_BYTES = 600  # an entry, its message dict and its sums, measured with tracemalloc
 # What an output cut at the context cap, or elided, tells the model to call to read it whole.
 CACHE_REFERENCE = "session_cache_get"
 SUMMARY_HEADING = (
@@ -108,6 +109,11 @@ class Transcript(Sequence[Entry]):
         tokens, saving = self._add_message(entry)
         self._prefix.append(self._prefix[-1] + tokens)
         self._savings.append(self._savings[-1] + saving)
+
+    def weight(self) -> int:
+        """About how many bytes this transcript holds: its entries and their text (4 bytes a
+        token of the estimate), for `history.Histories`' limit."""
+        return ENTRY_BYTES * len(self._entries) + 4 * self._prefix[-1]
 
     def same_setup(self, instructions: str | None, compacted: Compacted, unkept: set[str]) -> bool:
         """Whether this transcript was built for the same conversation as committed now: its

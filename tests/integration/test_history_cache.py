@@ -6,7 +6,6 @@ worker compacted the conversation meanwhile) is read again whole. On PostgreSQL 
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ import pytest
 from app.testing import fakes
 from app.worker.history import Histories
 from app.worker.lease_runner import Outcome
+from app.worker.plan import Entry
 from app.worker.store import Snapshot, TurnStore
 from app.worker.transcript import Transcript
 from tests.integration.test_loop import ADD_THEN_ANSWER, World, make_tools, run
@@ -116,17 +116,22 @@ def test_a_claim_that_finds_nothing_to_do_keeps_what_it_had(world: World) -> Non
     assert store.histories is not None and len(store.histories) == 1
 
 
-def test_the_cache_holds_at_most_its_size_least_recently_kept_first(world: World) -> None:
-    histories = Histories(2)
-    store = TurnStore(world.engine, histories=histories)
+def test_the_cache_holds_at_most_its_memory_least_recently_kept_first(world: World) -> None:
     ids = [world.conversation(f"Q{n}", tools=["add"]) for n in range(3)]
-    for conversation_id in ids:
-        model = fakes.ScriptedModel(ADD_THEN_ANSWER)
-        assert asyncio.run(world.runner(model, store=store).run(conversation_id)) is Outcome.IDLE
-    assert len(histories) == 2
-    assert histories.take(ids[0]) is None
-    assert histories.take(ids[2]) is not None
-    assert len(Histories(0)) == 0
+    roomy = TurnStore(world.engine, histories=Histories(8))
+    assert answered(world, roomy, ids[0])
+    assert roomy.histories is not None
+    one = roomy.histories.weight  # what one such transcript weighs
+    assert one > 0
+    histories = Histories(2.5 * one / 1024 / 1024)  # room for two of them
+    store = TurnStore(world.engine, histories=histories)
+    for conversation_id in ids[1:]:
+        assert answered(world, store, conversation_id)
+    histories.keep(ids[0], roomy.histories.take(ids[0]) or Transcript(None))
+    assert len(histories) == 2 and histories.weight <= histories.limit
+    assert histories.take(ids[1]) is None  # the least recently kept went first
+    assert histories.take(ids[0]) is not None and histories.take(ids[2]) is not None
+    assert histories.weight == 0
     off = Histories(0)
-    off.keep(ids[0], Transcript(None))
-    assert len(off) == 0
+    off.keep(ids[0], Transcript(None, [Entry(1, "user", "hi")]))
+    assert len(off) == 0  # 0: nothing is kept
