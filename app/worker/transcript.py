@@ -69,7 +69,6 @@ class Transcript(Sequence[Entry]):
         # Tools whose outputs the session cache does not keep (never elided): the worker's own,
         # and the web app's client tools.
         self._unkept = frozenset(unkept)
-        self._setup = (instructions, self._unkept)
         self._entries: list[Entry] = []
         self._seqs: list[int] = []
         self._users: list[int] = []  # the indexes of the user messages
@@ -118,7 +117,11 @@ class Transcript(Sequence[Entry]):
     def same_setup(self, instructions: str | None, compacted: Compacted, unkept: set[str]) -> bool:
         """Whether this transcript was built for the same conversation as committed now: its
         instructions, client tools and latest compaction (a kept transcript is checked)."""
-        return self._setup == (instructions, frozenset(unkept)) and self.compacted == compacted
+        return (
+            self.instructions == instructions
+            and self._unkept == unkept
+            and self.compacted == compacted
+        )
 
     def __getitem__(self, index: Any) -> Any:
         return self._entries[index]
