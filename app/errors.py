@@ -6,7 +6,11 @@
     └── InvalidRequest              the caller's mistake; nothing was written
         ├── ConversationNotFound    no conversation has that id
         ├── TurnNotFound            no turn has that id
+        ├── MessageNotFound         the conversation has no message with that seq
         ├── ConversationBusy        a turn is running and the busy policy is `reject`
+        ├── NotBranchable           the message cannot take that operation (an edit of an
+        │                           assistant message, a fork at unanswered calls, a steer
+        │                           into a turn that waits for its client, ...)
         ├── IdempotencyKeyReused    the key was used before, with another text
         ├── InvalidCursor           an event cursor that is negative or beyond the end
         ├── NotRetryable            only a `failed` conversation can be retried
@@ -46,6 +50,14 @@ class InvalidRequest(ChatWorkerError):
 
 class ConversationNotFound(InvalidRequest):
     """No conversation has that id."""
+
+
+class MessageNotFound(InvalidRequest):
+    """The conversation has no message with that seq."""
+
+
+class NotBranchable(InvalidRequest):
+    """The message (or the running turn) cannot take that operation; the error says what can."""
 
 
 class ConversationBusy(InvalidRequest):

@@ -125,12 +125,13 @@ def tool_cache_violations(conn: psycopg.Connection[Any]) -> list[str]:
         "  WHEN m.is_error <> o.is_error THEN 'another error flag'"
         "  WHEN m.seq <> o.seq THEN 'another seq'"
         "  WHEN t.conversation_id <> o.conversation_id THEN 'another conversation''s turn'"
+        "  WHEN o.turn_id IS NOT NULL AND t.id IS NULL THEN 'a missing turn'"
         "  WHEN o.chars <> length(o.content) THEN 'a wrong length'"
         "  WHEN m.content <> o.content AND NOT starts_with(m.content, left(o.content, 100))"
         "   THEN 'another text' END"
         " FROM tool_outputs o JOIN messages m"
         " ON m.conversation_id = o.conversation_id AND m.tool_call_id = o.call_id"
-        " JOIN turns t ON t.id = o.turn_id"
+        " LEFT JOIN turns t ON t.id = o.turn_id"  # (a fork's copies have none)
     ):
         if why is not None:
             problems.append(f"conversation {cid}: kept output of {call_id} has {why}")

@@ -10,8 +10,9 @@ lock. No I/O here: `intake` reads, asks `admit_submit` / `admit_retry`, then wri
  2    its idempotency key was used before, with the same text      Repeat: that turn again,
                                                                      nothing written
  3    its idempotency key was used before, with another text       KeyReused: nothing written
- 4    the current turn waits for the user, and a question of the   Answer: the text answers every
-        model (`agent_clarify`) has no answer yet                    open question, not a new turn
+ 4    a plain message (not an edit or a regenerate), the current   Answer: the text answers every
+        turn waits for the user, and a question of the model         open question, not a new turn
+        (`agent_clarify`) has no answer yet
  5    the conversation rests, no turn waits, and the owner runs    OverOwnerLimit: nothing
         its limit of turns already (policy `reject`)                 written
  6    the conversation rests and no turn waits                     Start: the turn runs now
@@ -23,11 +24,25 @@ lock. No I/O here: `intake` reads, asks `admit_submit` / `admit_retry`, then wri
  9    ... `on_busy` is `interrupt`                                 Interrupt: queued next; the
                                                                      current turn and the other
                                                                      waiting ones are cancelled
+10    ... `on_busy` is `rollback`                                  Rollback: as Interrupt, and the
+                                                                     new message hangs where the
+                                                                     current turn's messages hang:
+                                                                     they leave the active path
+                                                                     (kept, inactive)
+11    ... `on_busy` is `steer`, an edit or a regenerate            NotSteerable: a new branch
+                                                                     cannot join the running turn
+12    ... `on_busy` is `steer`, and the current turn waits for     NotSteerable: nothing written
+        its client's tool outputs or an approval
+13    ... `on_busy` is `steer`                                     Steer: queued as a steer turn;
+                                                                     the running turn takes the
+                                                                     message in at its next model
+                                                                     call (plan row 26), else it
+                                                                     runs next
     a retry:
-10    the conversation has not failed                              NotRetryable
-11    it failed, and the owner runs its limit of turns already     OverOwnerLimit
+14    the conversation has not failed                              NotRetryable
+15    it failed, and the owner runs its limit of turns already     OverOwnerLimit
       (policy `reject`)
-12    it failed                                                    Start: a turn that continues
+16    it failed                                                    Start: a turn that continues
                                                                      it from its transcript
 
 Rows are tried in order: a used-up budget refuses even a repeated submit. The owner's count is
@@ -43,7 +58,9 @@ from dataclasses import dataclass
 REJECT = "reject"
 ENQUEUE = "enqueue"
 INTERRUPT = "interrupt"
-BUSY_POLICIES = (REJECT, ENQUEUE, INTERRUPT)
+ROLLBACK = "rollback"
+STEER = "steer"
+BUSY_POLICIES = (REJECT, ENQUEUE, INTERRUPT, ROLLBACK, STEER)
 
 FAILED = "failed"  # app.models.FAILED: admission imports nothing of the database
 AT_REST = ("idle", FAILED)  # app.models' IDLE and FAILED
@@ -74,6 +91,7 @@ class Read:
     questions: tuple[str, ...] = ()  # its clarification calls with no answer yet
     running: int = 0  # the owner's running conversations, before this command
     limit: int | None = None  # the owner's limit under the `reject` policy; None: no limit
+    branching: bool = False  # an edit or a regenerate: a new branch, never an answer or a steer
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,21 @@ class Interrupt:
 
 
 @dataclass(frozen=True)
+class Rollback:
+    pass
+
+
+@dataclass(frozen=True)
+class Steer:
+    pass
+
+
+@dataclass(frozen=True)
+class NotSteerable:
+    branching: bool  # an edit or a regenerate (else: the turn waits for its client)
+
+
+@dataclass(frozen=True)
 class NotRetryable:
     status: str
 
@@ -137,17 +170,20 @@ Admission = (
     | Busy
     | Enqueue
     | Interrupt
+    | Rollback
+    | Steer
+    | NotSteerable
     | NotRetryable
 )
 
 
 def admit_submit(read: Read, text: str, on_busy: str) -> Admission:
-    """What a submit of `text` becomes (rows 1 to 9)."""
+    """What a submit of `text` becomes (rows 1 to 13)."""
     if read.used_up is not None:
         return OverBudget(read.used_up)
     if read.keyed is not None:
         return Repeat(read.keyed) if read.keyed.text == text else KeyReused(read.keyed)
-    if read.waiting and read.questions:
+    if read.waiting and read.questions and not read.branching:
         return Answer(read.questions)
     if read.status in AT_REST and not read.waiting:
         return _start(read)
@@ -155,7 +191,7 @@ def admit_submit(read: Read, text: str, on_busy: str) -> Admission:
 
 
 def admit_retry(read: Read) -> Admission:
-    """What a retry becomes (rows 1, 10 to 12)."""
+    """What a retry becomes (rows 1, 14 to 16)."""
     if read.used_up is not None:
         return OverBudget(read.used_up)
     if read.status != FAILED:
@@ -168,6 +204,12 @@ def _when_busy(read: Read, on_busy: str) -> Admission:
         return Enqueue()
     if on_busy == INTERRUPT:
         return Interrupt()
+    if on_busy == ROLLBACK:
+        return Rollback()
+    if on_busy == STEER:
+        if read.branching or read.waiting:
+            return NotSteerable(branching=read.branching)
+        return Steer()
     return Busy(waits_for_client=read.waiting)
 
 
@@ -184,6 +226,8 @@ __all__ = [
     "INTERRUPT",
     "REJECT",
     "RETRY_AFTER_SECONDS",
+    "ROLLBACK",
+    "STEER",
     "Admission",
     "Answer",
     "Busy",
@@ -192,11 +236,14 @@ __all__ = [
     "KeyReused",
     "Keyed",
     "NotRetryable",
+    "NotSteerable",
     "OverBudget",
     "OverOwnerLimit",
     "Read",
     "Repeat",
+    "Rollback",
     "Start",
+    "Steer",
     "admit_retry",
     "admit_submit",
 ]

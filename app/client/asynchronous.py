@@ -155,6 +155,73 @@ class AsyncChatClient:
             )
         )
 
+    async def edit_message(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Submitted:
+        """`ChatClient.edit_message`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.edit_message(
+                conversation_id,
+                seq,
+                text,
+                idempotency_key=idempotency_key,
+                on_busy=on_busy,
+                owner=owner,
+                metadata=metadata,
+            )
+        )
+
+    async def regenerate(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Submitted:
+        """`ChatClient.regenerate`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.regenerate(
+                conversation_id,
+                seq,
+                idempotency_key=idempotency_key,
+                on_busy=on_busy,
+                owner=owner,
+                metadata=metadata,
+            )
+        )
+
+    async def switch_branch(
+        self, conversation_id: uuid.UUID | str, seq: int, *, owner: str | None = None
+    ) -> ConversationView:
+        """`ChatClient.switch_branch`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.switch_branch(conversation_id, seq, owner=owner)
+        )
+
+    async def fork_conversation(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int | None = None,
+        *,
+        new_id: uuid.UUID | str | None = None,
+        owner: str | None = None,
+    ) -> ConversationView:
+        """`ChatClient.fork_conversation`, in a worker thread."""
+        return await asyncio.to_thread(
+            lambda: self.sync.fork_conversation(conversation_id, seq, new_id=new_id, owner=owner)
+        )
+
     async def retry_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
     ) -> Submitted:
@@ -280,10 +347,13 @@ class AsyncChatClient:
         after_seq: int | None = None,
         *,
         owner: str | None = None,
+        all_versions: bool = False,
     ) -> ConversationView:
         """`ChatClient.get_conversation`, in a worker thread."""
         return await asyncio.to_thread(
-            lambda: self.sync.get_conversation(conversation_id, after_seq, owner=owner)
+            lambda: self.sync.get_conversation(
+                conversation_id, after_seq, owner=owner, all_versions=all_versions
+            )
         )
 
     async def close(self) -> None:

@@ -259,6 +259,13 @@ def check_busy_policy(on_busy: Any) -> str:
     return str(on_busy)
 
 
+def check_seq(seq: Any) -> int:
+    """A message's seq: an integer >= 1."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise InvalidRequest(f"seq must be a message's seq, an integer >= 1, not {seq!r}")
+    return seq
+
+
 def check_cursor(after: Any, limit: Any) -> tuple[int, int]:
     """An event cursor (0 = from the start) and a page size of 1 to 1000."""
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:

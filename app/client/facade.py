@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from app.client import intake
+from app.client import branching, intake
 from app.client.admin import AdminClient
 from app.client.admission import REJECT
 from app.client.checks import (
@@ -33,6 +33,7 @@ from app.client.checks import (
     check_metadata,
     check_model,
     check_outputs,
+    check_seq,
     check_text,
     check_tool_choice,
     check_tool_names,
@@ -225,10 +226,14 @@ class ChatClient(ChatReader):
 
         While a turn runs, `on_busy` decides: `reject` (`ConversationBusy`, naming the running
         turn), `enqueue` (the turn waits, its message outside the transcript, and starts when
-        the running one ends) or `interrupt` (the running turn is cancelled, and any other
-        waiting turn; this one starts as soon as it has ended). The same `idempotency_key` with
-        the same text returns the first submit's turn (`repeated`) and writes nothing; with
-        another text, `IdempotencyKeyReused`.
+        the running one ends), `interrupt` (the running turn is cancelled, and any other
+        waiting turn; this one starts as soon as it has ended), `rollback` (as `interrupt`, and
+        the cancelled turn's messages leave the active path: this message takes its place) or
+        `steer` (the running turn takes the message in at its next model call and this turn
+        carries the run on; if the running turn ends first, this one runs next; refused
+        while the turn waits for its client's outputs or an approval). The same
+        `idempotency_key` with the same text returns the first submit's turn (`repeated`) and
+        writes nothing; with another text, `IdempotencyKeyReused`.
         """
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
@@ -251,11 +256,93 @@ class ChatClient(ChatReader):
             )
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
-        if not turn.repeated:
-            self._notify(conversation_id)
-        if turn.announce:
-            self._announce_cancel(conversation_id)
-        return self._ring(conversation_id, turn, view)
+        return self._submitted(conversation_id, turn, view)
+
+    def edit_message(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Submitted:
+        """Edit the user message `seq`: a new version of it (a sibling) with `text` becomes the
+        end of the active path and a turn runs on it; the old version and what followed it
+        stay, inactive (`switch_branch` goes back). Admitted like a message (`on_busy`,
+        `idempotency_key`; `steer` is refused: a new branch cannot join the running turn).
+        `MessageNotFound`; `NotBranchable` for a message that is not the user's."""
+        conversation_id = parse_conversation_id(conversation_id)
+        check_text(text, "message", self._limit)
+        seq = check_seq(seq)
+        submit = self._branch_submit(idempotency_key, on_busy, metadata)
+        with tracing.submit_span("chat edit") as span, self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            turn = branching.edit(connection, conversation_id, seq, text, submit)
+            view = reads.read_turn(connection, turn.id)
+            _describe(span, conversation_id, turn.id)
+        return self._submitted(conversation_id, turn, view)
+
+    def regenerate(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int | None = None,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Submitted:
+        """A new answer to the user message at or above `seq` on its path (None: the last
+        one's): a turn runs from that message again and its answer becomes a new version (a
+        sibling) of the old one, which stays, inactive. Admitted like a message (`steer` is
+        refused). `MessageNotFound`; `NotBranchable` when no user message precedes it."""
+        conversation_id = parse_conversation_id(conversation_id)
+        at = None if seq is None else check_seq(seq)
+        submit = self._branch_submit(idempotency_key, on_busy, metadata)
+        with tracing.submit_span("chat regenerate") as span, self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            turn = branching.regenerate(connection, conversation_id, at, submit)
+            view = reads.read_turn(connection, turn.id)
+            _describe(span, conversation_id, turn.id)
+        return self._submitted(conversation_id, turn, view)
+
+    def switch_branch(
+        self, conversation_id: uuid.UUID | str, seq: int, *, owner: str | None = None
+    ) -> ConversationView:
+        """Make the version holding message `seq` the active path, as it was last left (its
+        newest message becomes the leaf); no turn runs. The conversation must rest with no turn
+        waiting (`ConversationBusy`). Followers hear `branch.switched`. The conversation, with
+        its new path."""
+        conversation_id = parse_conversation_id(conversation_id)
+        seq = check_seq(seq)
+        with self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            branching.switch(connection, conversation_id, seq)
+            view = reads.read_conversation(connection, conversation_id, None)
+        self._notify(conversation_id)
+        return view
+
+    def fork_conversation(
+        self,
+        conversation_id: uuid.UUID | str,
+        seq: int | None = None,
+        *,
+        new_id: uuid.UUID | str | None = None,
+        owner: str | None = None,
+    ) -> ConversationView:
+        """A new conversation of the same owner and setup holding a copy of the path up to
+        message `seq` (None: all of the active path) as its own, idle: it goes its own way from
+        there. `NotBranchable` at a message whose path leaves a tool call unanswered."""
+        conversation_id = parse_conversation_id(conversation_id)
+        fork_id = uuid.uuid4() if new_id is None else parse_conversation_id(new_id)
+        at = None if seq is None else check_seq(seq)
+        with self.engine.begin() as connection:
+            reads.check_owner(connection, conversation_id, owner)
+            branching.fork(connection, conversation_id, at, fork_id)
+            return reads.read_conversation(connection, fork_id, None)
 
     def retry_conversation(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -380,6 +467,25 @@ class ChatClient(ChatReader):
         if self.settings.owner_limit_policy != "reject":
             return None
         return self.settings.owner_max_running_turns
+
+    def _branch_submit(
+        self, key: str | None, on_busy: str, metadata: Mapping[str, str] | None
+    ) -> branching.Submit:
+        """How an edit or a regenerate is admitted, its input checked."""
+        return branching.Submit(
+            check_idempotency_key(key),
+            check_busy_policy(on_busy),
+            self._owner_limit,
+            check_metadata(metadata),
+        )
+
+    def _submitted(self, conversation_id: uuid.UUID, turn: NewTurn, view: TurnView) -> Submitted:
+        """After a submit's commit: the followers woken, a cancel announced, a worker rung."""
+        if not turn.repeated:
+            self._notify(conversation_id)
+        if turn.announce:
+            self._announce_cancel(conversation_id)
+        return self._ring(conversation_id, turn, view)
 
     def _ring(self, conversation_id: uuid.UUID, turn: NewTurn, view: TurnView) -> Submitted:
         submitted = Submitted(

@@ -23,18 +23,21 @@ from app.client.admission import (
     Interrupt,
     KeyReused,
     NotRetryable,
+    NotSteerable,
     OverBudget,
     OverOwnerLimit,
     Read,
     Repeat,
+    Rollback,
     Start,
+    Steer,
 )
 from app.client.store import budgets, conversations, owners
 from app.client.store.answers import answer_actions, open_clarifications, waiting_turn
 from app.client.store.cancel import cancel_current, cancel_waiting, waiting_turns
-from app.client.store.conversations import NewTurn
+from app.client.store.conversations import NewTurn, Target
 from app.client.store.journal import lock_conversation, turn_id_of
-from app.models import IDLE, REQUIRES_ACTION, RUNNING
+from app.models import FOR_MESSAGE, FOR_STEER, IDLE, REQUIRES_ACTION, RUNNING
 
 
 def submit(
@@ -46,10 +49,12 @@ def submit(
     on_busy: str,
     owner_limit: int | None = None,
     metadata: dict[str, str] | None = None,
+    target: Target | None = None,
 ) -> NewTurn:
     """The user's message as admission decides it: a new turn started or queued, the answer to
     the waiting turn's question, the same turn again, or a refusal (`admission`'s table);
-    `metadata`, the caller's, goes with a new turn (an answer keeps the waiting turn's)."""
+    `metadata`, the caller's, goes with a new turn (an answer keeps the waiting turn's);
+    `target`: an edit's or a regenerate's place in the tree (`branching`)."""
     used_up = budgets.check(connection, conversation_id)
     owner = _lock_owner(connection, conversation_id, owner_limit)
     row = lock_conversation(connection, conversation_id)
@@ -68,6 +73,7 @@ def submit(
         waiting is not None,
         tuple(asked),
         **_owner_count(connection, owner, owner_limit),
+        branching=target is not None,
     )
     decided = admission.admit_submit(read, text, on_busy)
     match decided:
@@ -88,9 +94,15 @@ def submit(
             return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
         case Start():
             return conversations.start_turn(
-                connection, conversation_id, row, text, idempotency_key, metadata=metadata
+                connection,
+                conversation_id,
+                row,
+                text,
+                idempotency_key,
+                metadata=metadata,
+                target=target,
             )
-        case Enqueue() | Interrupt():
+        case Enqueue() | Interrupt() | Rollback() | Steer():
             return _queue(
                 connection,
                 conversation_id,
@@ -99,6 +111,7 @@ def submit(
                 key=idempotency_key,
                 decided=decided,
                 metadata=metadata,
+                target=target,
             )
     raise _refusal(connection, conversation_id, row, decided, key=idempotency_key, owner=owner)
 
@@ -126,17 +139,32 @@ def _queue(
     key: str | None,
     decided: admission.Admission,
     metadata: dict[str, str] | None = None,
+    target: Target | None = None,
 ) -> NewTurn:
-    """Rows 8 and 9: the turn queued, and with `interrupt` every turn before it cancelled."""
+    """Rows 8 to 13: the turn queued; with `interrupt` and `rollback` every turn before it
+    cancelled, and with `rollback` the current turn's messages leave the active path when this
+    one starts; with `steer` queued for the running turn to take in."""
     running = turn_id_of(connection, conversation_id, row.turn_number)
     last_seq = row.event_seq
     now = datetime.now(UTC)
-    interrupt = isinstance(decided, Interrupt)
+    interrupt = isinstance(decided, Interrupt | Rollback)
+    if isinstance(decided, Rollback) and target is None:
+        target = Target(
+            FOR_MESSAGE, conversations.where_turn_hangs(connection, conversation_id, row)
+        )
     if interrupt:
         waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
         last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
     turn = conversations.queue_turn(
-        connection, conversation_id, row, last_seq, text=text, key=key, metadata=metadata
+        connection,
+        conversation_id,
+        row,
+        last_seq,
+        text=text,
+        key=key,
+        metadata=metadata,
+        kind=FOR_STEER if isinstance(decided, Steer) else FOR_MESSAGE,
+        target=target,
     )
     if not interrupt or running is None:
         return turn
@@ -156,6 +184,22 @@ def _owner_count(connection: Connection, owner: str | None, limit: int | None) -
     if owner is None or limit is None:
         return {}
     return {"running": owners.running_conversations(connection, owner), "limit": limit}
+
+
+def _not_steerable(
+    connection: Connection, conversation_id: uuid.UUID, row: Any, branching: bool
+) -> Exception:
+    if branching:
+        return errors.NotBranchable(
+            "an edit or a regenerate starts a new branch: it cannot steer the running turn; "
+            "submit it with on_busy='rollback', 'interrupt' or 'enqueue'"
+        )
+    waiting = turn_id_of(connection, conversation_id, row.turn_number)
+    return errors.NotBranchable(
+        f"turn {waiting} of conversation {conversation_id} waits for its client's tool "
+        "outputs or an approval: nothing runs to steer; answer it, or submit with "
+        "on_busy='enqueue', 'interrupt' or 'rollback'"
+    )
 
 
 def _refusal(
@@ -187,13 +231,16 @@ def _refusal(
             return errors.NotRetryable(
                 f"conversation {conversation_id} is {status}; only a failed one can be retried"
             )
+        case NotSteerable(branching=branching):
+            return _not_steerable(connection, conversation_id, row, branching)
         case Busy(waits_for_client=waits):
             running = turn_id_of(connection, conversation_id, row.turn_number)
             doing = "waits for its client's tool outputs" if waits else "is running"
             return errors.ConversationBusy(
                 f"conversation {conversation_id} is {row.status}: turn {running} {doing}; "
-                "submit with on_busy='enqueue' to queue the message behind it, or 'interrupt' "
-                "to cancel it and run this one",
+                "submit with on_busy='enqueue' to queue the message behind it, 'steer' to "
+                "send it to the running turn, 'interrupt' to cancel it and run this one, or "
+                "'rollback' to also drop its messages",
                 turn_id=running,
             )
     raise AssertionError(f"not a refusal: {decided!r}")  # pragma: no cover

@@ -216,12 +216,17 @@ class ChatReader:
         after_seq: int | None = None,
         *,
         owner: str | None = None,
+        all_versions: bool = False,
     ) -> ConversationView:
-        """Status, error, setup, counters and the messages with `seq > after_seq` (all if None)."""
+        """Status, error, setup, counters and the messages of the active path with `seq >
+        after_seq` (all if None), each with its versions (`siblings`); with `all_versions`,
+        every branch's messages (`active` says which are on the path)."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.engine.connect() as connection:
             reads.check_owner(connection, conversation_id, owner)
-            return reads.read_conversation(connection, conversation_id, after_seq)
+            return reads.read_conversation(
+                connection, conversation_id, after_seq, all_versions=all_versions
+            )
 
 
 __all__ = ["ChatReader"]

@@ -56,6 +56,20 @@ class MessageView:
     # What the model call that wrote it used (an assistant message's): prompt, completion,
     # cached and cache-write tokens, cost_usd
     usage: dict[str, Any] | None = None
+    # Its place in the tree: the message it follows (None: a first message), whether it is on
+    # the active path, and every version at this point (its siblings and itself, in order).
+    parent_seq: int | None = None
+    active: bool = True
+    siblings: list[int] = field(default_factory=list)
+
+    @property
+    def version(self) -> int:
+        """Its position among its versions, from 1 (a chat page's "2 / 3")."""
+        return self.siblings.index(self.seq) + 1 if self.seq in self.siblings else 1
+
+    @property
+    def version_count(self) -> int:
+        return max(len(self.siblings), 1)
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,8 @@ class ConversationView:
     context_policy: dict[str, Any] | None = None  # its own context rules (over the settings)
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
+    forked_from: uuid.UUID | None = None  # the conversation it was forked from
+    forked_at_seq: int | None = None  # the seq there of the last message it copied
 
     @property
     def is_running(self) -> bool:

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Numeric,
     String,
     Text,
+    Uuid,
     false,
     func,
     true,
@@ -108,6 +109,9 @@ class Conversation(Base):
     # What the model is sent when the transcript grows (`app/worker/context.py`): the window,
     # threshold, summary model and switches that override the settings for this conversation.
     context_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # The conversation it was forked from, and the seq there of the last message copied.
+    forked_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    forked_at_seq: Mapped[int | None] = mapped_column(Integer)
     # Opaque to the worker: the web app's own tracking data, passed through untouched.
     context: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     iterations: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

@@ -28,6 +28,9 @@ STATUS_CHANGED = "status.changed"
 MESSAGE_COMMITTED = "message.committed"
 ACTION_REQUIRED = "action.required"  # the turn waits for the user: see the turn's actions
 CONTEXT_COMPACTED = "context.compacted"  # what the model is sent was compacted (`data`: how)
+# The active path moved (an edit, a regenerate, a switch, a rollback; `data`: the new leaf and
+# the message the path now leaves from): a follower reads the path again.
+BRANCH_SWITCHED = "branch.switched"
 EVENT_TYPES = (
     TURN_QUEUED,
     TURN_STARTED,
@@ -40,6 +43,7 @@ EVENT_TYPES = (
     MESSAGE_COMMITTED,
     ACTION_REQUIRED,
     CONTEXT_COMPACTED,
+    BRANCH_SWITCHED,
 )
 TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
 

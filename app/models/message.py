@@ -1,7 +1,12 @@
 """A message of a conversation's transcript, which is also the journal the worker resumes from.
 
-`seq` orders the transcript (unique per conversation; the worker keeps it gap-free). A tool result
-is unique per (conversation, tool call id): that constraint is the exactly-once ledger of tools.
+`seq` numbers a conversation's messages in commit order, over every branch (unique per
+conversation, gap-free). The messages form a tree: each names its `parent_seq` (None: a first
+message), always an older one, so a path's seqs only grow. The messages on the conversation's
+active path, from a root to its newest message (the **leaf**, the largest active seq), are
+`active`: what the model is sent and the API shows by default; an edit, a regenerate, a switch or
+a rollback moves the path, and every other version stays, inactive. A tool result is unique per
+(conversation, tool call id): that constraint is the exactly-once ledger of tools.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -47,6 +53,16 @@ class Message(Base):
         CheckConstraint("seq >= 1", name="seq_positive"),
         # A tool result always answers a call, and only tool results carry a call id.
         CheckConstraint(TOOL_RESULT_HAS_CALL_ID, name="tool_result_has_call_id"),
+        # A parent is always an older message: the tree has no cycle, a path's seqs only grow.
+        CheckConstraint("parent_seq IS NULL OR parent_seq < seq", name="parent_is_older"),
+        # The active path in order: what a claim reads and the API shows.
+        Index(
+            "ix_messages_active_path",
+            "conversation_id",
+            "seq",
+            postgresql_where=sql_text("active"),
+            sqlite_where=sql_text("active"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
@@ -54,6 +70,11 @@ class Message(Base):
         ForeignKey("conversations.id", ondelete="CASCADE")
     )
     seq: Mapped[int] = mapped_column(Integer)
+    # The message it answers or follows (None: a first message, a root); its siblings share it.
+    parent_seq: Mapped[int | None] = mapped_column(Integer)
+    # On the conversation's active path (`Message`'s docstring).
+    # (no Python-side default: the worker's prebuilt INSERT ... SELECT leaves it to the server)
+    active: Mapped[bool] = mapped_column(Boolean, server_default=sql_text("true"))
     role: Mapped[str] = mapped_column(String(16))
     content: Mapped[str | None] = mapped_column(Text)
     # [{"id": ..., "name": ..., "arguments": "<raw text from the model, possibly invalid JSON>"}]

@@ -46,7 +46,8 @@ class ToolOutput(Base):
     # key to `conversations` or `turns` would only add a check to every MCP call's step.
     conversation_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     call_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    turn_id: Mapped[uuid.UUID] = mapped_column(Uuid)  # the turn of the call (its message's)
+    # The turn of the call (its message's); None in a fork, whose copied messages have no turn.
+    turn_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     seq: Mapped[int] = mapped_column(Integer)  # the tool message's
     tool: Mapped[str] = mapped_column(String(200))  # the name the model called
     arguments: Mapped[dict[str, Any]] = mapped_column(JsonType)

@@ -49,7 +49,11 @@ FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
 
 FOR_MESSAGE = "message"  # a user message started it
 FOR_RETRY = "retry"  # a failed turn is continued from its transcript
-TURN_KINDS = (FOR_MESSAGE, FOR_RETRY)
+FOR_REGENERATE = "regenerate"  # a new answer to an earlier user message, on a new branch
+# A message sent with `on_busy='steer'`: the running turn takes it in at its next model call and
+# this turn carries the run on; if the running turn ends first, it simply runs next.
+FOR_STEER = "steer"
+TURN_KINDS = (FOR_MESSAGE, FOR_RETRY, FOR_REGENERATE, FOR_STEER)
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 
@@ -83,6 +87,10 @@ class Turn(Base):
     # The user's message: its seq once it is in the transcript; its text while it waits outside.
     message_seq: Mapped[int | None] = mapped_column(Integer)
     input: Mapped[str | None] = mapped_column(Text)
+    # Where the turn's own messages hang in the tree (its first message's parent): set for an
+    # edit, a regenerate, a rollback (the active path is cut there when the turn starts); None
+    # for a turn queued behind another until it starts (then the leaf).
+    parent_seq: Mapped[int | None] = mapped_column(Integer)
     idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY_CHARS))
     error: Mapped[str | None] = mapped_column(Text)
     # This turn's model calls only (the conversation's columns hold the running total).

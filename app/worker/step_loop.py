@@ -303,6 +303,7 @@ class StepLoop:
                     self.claim,
                     status=self.status,
                     seq=seq,
+                    parent=self.leaf(),
                     content=reply.content,
                     calls=calls,
                     usage=reply.usage,
@@ -319,6 +320,7 @@ class StepLoop:
                     self.claim,
                     status=self.status,
                     seq=seq,
+                    parent=self.leaf(),
                     content=content,
                     usage=reply.usage,
                     finish_reason=reply.finish_reason,
@@ -401,6 +403,7 @@ class StepLoop:
             self.claim,
             status=self.status,
             seq=self._next_seq(),
+            parent=self.leaf(),
             call=call,
             content=content,
             is_error=is_error,
@@ -434,7 +437,12 @@ class StepLoop:
             self.transcript.append(committed.entry)
 
     def _next_seq(self) -> int:
-        return next_seq(self.transcript)
+        """Past the path's last message and every other branch's (`Snapshot.free_seq`)."""
+        return max(next_seq(self.transcript), self.snapshot.free_seq)
+
+    def leaf(self) -> int | None:
+        """The active path's last message: the parent of the next one."""
+        return self.transcript[-1].seq if self.transcript else None
 
 
 def _name(definition: Any) -> str:

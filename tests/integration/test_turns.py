@@ -371,7 +371,10 @@ def test_a_bad_cursor_is_refused(
         ({"idempotency_key": "k" * 201}, "idempotency_key must be a string of 1 to 200"),
         ({"idempotency_key": 7}, "idempotency_key must be a string"),
         ({"idempotency_key": "a\nb"}, "printable"),
-        ({"on_busy": "queue"}, "on_busy must be one of reject, enqueue, interrupt, not 'queue'"),
+        (
+            {"on_busy": "queue"},
+            "on_busy must be one of reject, enqueue, interrupt, rollback, steer, not 'queue'",
+        ),
         ({"on_busy": None}, "on_busy must be one of"),
     ],
 )
@@ -413,6 +416,7 @@ def test_a_step_logs_status_changed_only_when_the_status_changes(engine_: Engine
         snapshot.claim,
         status=snapshot.status,
         seq=2,
+        parent=1,
         content=None,
         calls=calls,
         usage=Usage(1, 1),
@@ -423,6 +427,7 @@ def test_a_step_logs_status_changed_only_when_the_status_changes(engine_: Engine
         snapshot.claim,
         status="tool_loop",
         seq=3,
+        parent=2,
         call=calls[0],
         content="3",
         is_error=False,

@@ -19,11 +19,14 @@ from app.client.admission import (
     Keyed,
     KeyReused,
     NotRetryable,
+    NotSteerable,
     OverBudget,
     OverOwnerLimit,
     Read,
     Repeat,
+    Rollback,
     Start,
+    Steer,
     admit_retry,
     admit_submit,
 )
@@ -78,7 +81,7 @@ def test_a_message_answers_the_open_questions_of_the_waiting_turn() -> None:
     assert admit_submit(read, "blue", "reject") == Answer(("c1", "c2"))
 
 
-@row(5, 11)
+@row(5, 15)
 def test_a_new_running_turn_past_the_owner_limit_is_refused() -> None:
     at_limit = Read("idle", running=2, limit=2)
     assert admit_submit(at_limit, "hi", "reject") == OverOwnerLimit(2)
@@ -114,13 +117,47 @@ def test_a_busy_conversation_interrupts_with_interrupt() -> None:
     assert admit_submit(Read("idle", waiting=True), "hi", "interrupt") == Interrupt()
 
 
-@row(10)
+@row(4, 10)
+def test_rollback_interrupts_and_an_edit_never_answers_a_question() -> None:
+    assert admit_submit(Read("processing"), "hi", "rollback") == Rollback()
+    assert admit_submit(Read("idle", waiting=True), "hi", "rollback") == Rollback()
+    # an edit while a question waits is not its answer: it follows the busy policy
+    asked = Read("idle", waiting=True, questions=("c1",), branching=True)
+    assert admit_submit(asked, "hi", "rollback") == Rollback()
+    assert admit_submit(asked, "hi", "reject") == Busy(waits_for_client=True)
+
+
+@row(11)
+def test_an_edit_or_a_regenerate_cannot_steer() -> None:
+    branching = Read("processing", branching=True)
+    assert admit_submit(branching, "hi", "steer") == NotSteerable(branching=True)
+    # at rest it simply starts (nothing runs to steer)
+    assert admit_submit(Read("idle", branching=True), "hi", "steer") == Start()
+
+
+@row(12)
+def test_a_turn_waiting_for_its_client_cannot_be_steered() -> None:
+    waiting = Read("idle", waiting=True)
+    assert admit_submit(waiting, "hi", "steer") == NotSteerable(branching=False)
+    # a waiting question is answered by the message, whatever the policy (row 4 first)
+    asked = Read("idle", waiting=True, questions=("c1",))
+    assert admit_submit(asked, "blue", "steer") == Answer(("c1",))
+
+
+@row(13)
+def test_a_running_turn_is_steered_and_a_resting_one_simply_starts() -> None:
+    for status in ("processing", "tool_loop"):
+        assert admit_submit(Read(status, running=9, limit=1), "hi", "steer") == Steer()
+    assert admit_submit(Read("idle"), "hi", "steer") == Start()
+
+
+@row(14)
 def test_only_a_failed_conversation_is_retried() -> None:
     for status in ("idle", "processing", "tool_loop"):
         assert admit_retry(Read(status)) == NotRetryable(status)
 
 
-@row(12)
+@row(16)
 def test_a_failed_conversation_is_retried_now() -> None:
     assert admit_retry(Read("failed")) == Start()
     assert admit_retry(Read("failed", running=1, limit=2)) == Start()
@@ -144,7 +181,7 @@ def untested_rows(doc: str, tagged: dict[str, tuple[int, ...]], tests: set[str])
 
 def test_every_row_of_the_table_has_a_tagged_test() -> None:
     tests = {name for name in vars(sys.modules[__name__]) if name.startswith("test_")}
-    assert table_rows(admission.__doc__ or "") == set(range(1, 13))
+    assert table_rows(admission.__doc__ or "") == set(range(1, 17))
     assert untested_rows(admission.__doc__ or "", TAGGED, tests) == []
 
 

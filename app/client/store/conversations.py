@@ -11,23 +11,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Integer, Uuid, delete, insert, literal, select
 
 from app.client.admission import Keyed
+from app.client.store import branches
 from app.client.store.journal import (
     AT_REST,
     append,
     last_message_seq,
+    leaf_seq,
     lock_conversation,
     turn_id_of,
 )
 from app.errors import ConversationBusy, ConversationConflict, ConversationNotFound
 from app.models import (
+    BRANCH_SWITCHED,
     FOR_MESSAGE,
+    FOR_REGENERATE,
     FOR_RETRY,
     MESSAGE_COMMITTED,
     PROCESSING,
@@ -37,6 +41,22 @@ from app.models import (
 )
 from app.models.tables import conversations, messages, turns
 from app.telemetry import tracing
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a new turn's messages hang, when not below the leaf: an edit (a new user message
+    below `parent`, ROOT for a new first message) or a regenerate (a new answer to the user
+    message `message_seq`, which is also `parent`)."""
+
+    kind: str  # FOR_MESSAGE (an edit) or FOR_REGENERATE
+    parent: int
+    message_seq: int | None = None
+    text: str | None = None  # a regenerate: the user message's text (its idempotency key's)
+
+
+#: A turn's `parent_seq` for messages that start a new path (`messages.parent_seq` NULL).
+ROOT = 0
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,45 @@ def insert_conversation(
     return True
 
 
+def insert_fork(
+    connection: Connection, source: uuid.UUID, fork: uuid.UUID, at_seq: int | None
+) -> None:
+    """A new idle conversation `fork`, set up as `source` (its owner too), remembering where it
+    came from; `ConversationConflict` when the id is taken."""
+    taken = connection.execute(
+        select(conversations.c.id).where(conversations.c.id == fork)
+    ).one_or_none()
+    if taken is not None:
+        raise ConversationConflict(f"conversation id {fork} is taken; choose another id")
+    setup = [conversations.c[name] for name in _SETUP]
+    connection.execute(
+        insert(conversations).from_select(
+            ["id", *_SETUP, "forked_from", "forked_at_seq"],
+            select(
+                literal(fork, Uuid),
+                *setup,
+                conversations.c.id,
+                literal(at_seq, Integer),
+            ).where(conversations.c.id == source),
+        )
+    )
+
+
+# What a conversation is set up with (a fork copies it).
+_SETUP = (
+    "owner",
+    "model",
+    "instructions",
+    "allowed_tools",
+    "tool_choice",
+    "context",
+    "client_tools",
+    "clarify",
+    "approval_tools",
+    "context_policy",
+)
+
+
 def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> None:
     """The conversation with its turns, messages and events (the foreign keys cascade), once it
     rests: `ConversationBusy` while a turn runs or waits (cancel it first)."""
@@ -123,25 +182,56 @@ def start_turn(
     key: str | None,
     *,
     metadata: dict[str, str] | None = None,
+    target: Target | None = None,
 ) -> NewTurn:
-    """The user's message as a turn that runs now (`row`: the locked, resting conversation)."""
+    """The user's message as a turn that runs now (`row`: the locked, resting conversation),
+    below the leaf, or where `target` says: the active path is cut there first (an edit, a
+    regenerate, which writes no message: it answers its user message again)."""
     number = row.turn_count + 1
-    message_seq = last_message_seq(connection, conversation_id) + 1
-    turn = _insert_turn(
-        connection, conversation_id, number, key, message_seq=message_seq, metadata=metadata
-    )
-    connection.execute(
-        insert(messages).values(
-            conversation_id=conversation_id, seq=message_seq, role="user", content=text
+    parent = leaf_seq(connection, conversation_id) if target is None else target.parent or None
+    switched = target is not None and branches.cut_after(connection, conversation_id, parent)
+    logged: list[dict[str, Any]] = []
+    if switched:
+        logged.append({"type": BRANCH_SWITCHED, "message_seq": parent})
+    if target is not None and target.kind == FOR_REGENERATE:
+        turn = _insert_turn(
+            connection,
+            conversation_id,
+            number,
+            key,
+            kind=FOR_REGENERATE,
+            message_seq=target.message_seq,
+            parent_seq=target.parent,
+            metadata=metadata,
         )
-    )
+    else:
+        message_seq = last_message_seq(connection, conversation_id) + 1
+        turn = _insert_turn(
+            connection,
+            conversation_id,
+            number,
+            key,
+            message_seq=message_seq,
+            parent_seq=parent or ROOT,
+            metadata=metadata,
+        )
+        connection.execute(
+            insert(messages).values(
+                conversation_id=conversation_id,
+                seq=message_seq,
+                parent_seq=parent,
+                role="user",
+                content=text,
+            )
+        )
+        logged.append({"type": MESSAGE_COMMITTED, "message_seq": message_seq})
     append(
         connection,
         conversation_id,
         row.event_seq,
         [
             {"type": TURN_QUEUED, "turn_id": turn.id},
-            {"type": MESSAGE_COMMITTED, "turn_id": turn.id, "message_seq": message_seq},
+            *({**event, "turn_id": turn.id} for event in logged),
             {"type": STATUS_CHANGED, "turn_id": turn.id, "status": PROCESSING},
         ],
         **_started(number),
@@ -158,22 +248,38 @@ def queue_turn(
     text: str,
     key: str | None,
     metadata: dict[str, str] | None = None,
+    kind: str = FOR_MESSAGE,
+    target: Target | None = None,
 ) -> NewTurn:
     """The user's message as a turn waiting behind the current one, its text outside the
-    transcript until its time comes; `last_seq`: the log's last seq now."""
+    transcript until its time comes; `last_seq`: the log's last seq now. With `target` the
+    claim that starts it cuts the active path there first (an edit, a regenerate, a rollback);
+    a `steer` turn is taken in by the running turn at its next model call."""
     number = row.turn_count + 1
+    regenerate = target is not None and target.kind == FOR_REGENERATE
     turn = _insert_turn(
-        connection, conversation_id, number, key, waiting_text=text, metadata=metadata
+        connection,
+        conversation_id,
+        number,
+        key,
+        kind=FOR_REGENERATE if regenerate else kind,
+        waiting_text=None if regenerate else text,
+        message_seq=target.message_seq if regenerate and target is not None else None,
+        parent_seq=None if target is None else target.parent,
+        metadata=metadata,
     )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
     append(connection, conversation_id, last_seq, queued, turn_count=number)
-    return turn
+    return replace(turn, waits=True)
 
 
 def retry_turn(connection: Connection, conversation_id: uuid.UUID, row: Any) -> NewTurn:
     """A new turn that continues the failed conversation (`row`, locked) from its transcript."""
     number = row.turn_count + 1
-    turn = _insert_turn(connection, conversation_id, number, None, kind=FOR_RETRY)
+    leaf = leaf_seq(connection, conversation_id)
+    turn = _insert_turn(
+        connection, conversation_id, number, None, kind=FOR_RETRY, parent_seq=leaf or ROOT
+    )
     append(
         connection,
         conversation_id,
@@ -185,6 +291,19 @@ def retry_turn(connection: Connection, conversation_id: uuid.UUID, row: Any) -> 
         **_started(number),
     )
     return turn
+
+
+def where_turn_hangs(connection: Connection, conversation_id: uuid.UUID, row: Any) -> int:
+    """Where the current turn's messages hang (a rollback's new message goes there instead):
+    its `parent_seq`, or, for a turn that has not started yet, the leaf (ROOT: none)."""
+    hangs = connection.execute(
+        select(turns.c.parent_seq).where(
+            turns.c.conversation_id == conversation_id, turns.c.number == row.turn_number
+        )
+    ).scalar_one_or_none()
+    if hangs is not None:
+        return int(hangs)
+    return leaf_seq(connection, conversation_id) or ROOT
 
 
 def status_of(connection: Connection, conversation_id: uuid.UUID) -> str:
@@ -231,6 +350,7 @@ def _insert_turn(
     kind: str = FOR_MESSAGE,
     message_seq: int | None = None,
     waiting_text: str | None = None,
+    parent_seq: int | None = None,
     metadata: dict[str, str] | None = None,
 ) -> NewTurn:
     turn = NewTurn(uuid.uuid4(), number, "queued", message_seq, waits=waiting_text is not None)
@@ -242,6 +362,7 @@ def _insert_turn(
             kind=kind,
             message_seq=message_seq,
             input=waiting_text,
+            parent_seq=parent_seq,
             idempotency_key=idempotency_key,
             caller_metadata=metadata or None,
             # The submit's span, when traced: every claim of the turn continues its trace.
@@ -268,12 +389,16 @@ def _started(number: int) -> dict[str, Any]:
 
 
 __all__ = [
+    "ROOT",
     "NewTurn",
+    "Target",
     "delete_conversation",
     "insert_conversation",
+    "insert_fork",
     "keyed_turn",
     "queue_turn",
     "retry_turn",
     "start_turn",
     "status_of",
+    "where_turn_hangs",
 ]

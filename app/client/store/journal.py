@@ -99,6 +99,7 @@ def insert_results(
     last message, in order (only while no worker holds the turn); their `message.committed`
     events, for `append`."""
     seq = last_message_seq(connection, conversation_id)
+    parent = leaf_seq(connection, conversation_id)
     logged: list[dict[str, Any]] = []
     for call_id, name, content, is_error in results:
         seq += 1
@@ -106,6 +107,7 @@ def insert_results(
             insert(messages).values(
                 conversation_id=conversation_id,
                 seq=seq,
+                parent_seq=parent,
                 role=TOOL,
                 content=content,
                 tool_call_id=call_id,
@@ -114,6 +116,7 @@ def insert_results(
             )
         )
         logged.append({"type": MESSAGE_COMMITTED, "turn_id": turn_id, "message_seq": seq})
+        parent = seq
     return logged
 
 
@@ -126,9 +129,19 @@ def turn_id_of(connection: Connection, conversation_id: uuid.UUID, number: int) 
 
 
 def last_message_seq(connection: Connection, conversation_id: uuid.UUID) -> int:
+    """The conversation's last seq, of any branch: the next message takes the one after."""
     query = select(messages.c.seq).where(messages.c.conversation_id == conversation_id)
     last = connection.execute(query.order_by(messages.c.seq.desc()).limit(1)).scalar_one_or_none()
     return int(last or 0)
+
+
+def leaf_seq(connection: Connection, conversation_id: uuid.UUID) -> int | None:
+    """The active path's last message (None: no message yet): the next one's parent."""
+    query = select(messages.c.seq).where(
+        messages.c.conversation_id == conversation_id, messages.c.active
+    )
+    last = connection.execute(query.order_by(messages.c.seq.desc()).limit(1)).scalar_one_or_none()
+    return None if last is None else int(last)
 
 
 __all__ = [
@@ -137,6 +150,7 @@ __all__ = [
     "holder_is_live",
     "insert_results",
     "last_message_seq",
+    "leaf_seq",
     "lock_conversation",
     "turn_id_of",
 ]

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Select, func, select, text
 
+from app.client.store import branches
 from app.client.views import (
     ActionView,
     ConversationView,
@@ -42,6 +43,8 @@ _CONVERSATION_COLUMNS = (
     conversations.c.approval_tools,
     conversations.c.clarify,
     conversations.c.context_policy,
+    conversations.c.forked_from,
+    conversations.c.forked_at_seq,
     conversations.c.iterations,
     conversations.c.prompt_tokens,
     conversations.c.completion_tokens,
@@ -125,9 +128,11 @@ def read_conversation(
     after_seq: int | None,
     *,
     messages: bool = True,
+    all_versions: bool = False,
 ) -> ConversationView:
-    """The conversation and its messages with `seq > after_seq` (all when None; none without
-    `messages`)."""
+    """The conversation and the messages of its active path with `seq > after_seq` (all when
+    None; none without `messages`; every branch's with `all_versions`), each with its versions
+    (`siblings`)."""
     row = connection.execute(
         select(*_CONVERSATION_COLUMNS).where(conversations.c.id == conversation_id)
     ).one_or_none()
@@ -136,10 +141,20 @@ def read_conversation(
     if not messages:
         return _conversation_view(row, [])
     query = select(table.messages).where(table.messages.c.conversation_id == conversation_id)
+    if not all_versions:
+        query = query.where(table.messages.c.active)
     if after_seq is not None:
         query = query.where(table.messages.c.seq > after_seq)
-    rows = connection.execute(query.order_by(table.messages.c.seq)).all()
-    return _conversation_view(row, [_message_view(m) for m in rows])
+    found = [_message_view(m) for m in connection.execute(query.order_by(table.messages.c.seq))]
+    return _conversation_view(row, with_versions(connection, conversation_id, found))
+
+
+def with_versions(
+    connection: Connection, conversation_id: uuid.UUID, found: list[MessageView]
+) -> list[MessageView]:
+    """The messages, each with its versions (its siblings and itself)."""
+    groups = branches.versions(connection, conversation_id, (m.parent_seq for m in found))
+    return [replace(m, siblings=groups.get(m.parent_seq, [m.seq])) for m in found]
 
 
 def read_turn(connection: Connection, turn_id: uuid.UUID) -> TurnView:
@@ -277,6 +292,8 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         created_at=_aware(row.created_at),
         updated_at=_aware(row.updated_at),
         messages=message_views,
+        forked_from=row.forked_from,
+        forked_at_seq=row.forked_at_seq,
     )
 
 
@@ -361,6 +378,8 @@ def _message_view(row: Any) -> MessageView:
         created_at=_aware(row["created_at"]),
         reply_stream=row.get("reply_stream"),
         usage=row.get("usage"),
+        parent_seq=row.get("parent_seq"),
+        active=bool(row.get("active", True)),
     )
 
 

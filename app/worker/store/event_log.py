@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeEngine
 
 from app.models import (
+    BRANCH_SWITCHED,
     MESSAGE_COMMITTED,
     STATUS_CHANGED,
     TOOL_LOOP,
@@ -141,6 +142,8 @@ def into_tool_loop() -> Logged:
 def claim_events(fenced: FromClause) -> list[Logged]:
     started = case((fenced.c.turn_first, literal(TURN_STARTED)), else_=literal(TURN_RESUMED))
     return [
+        # the path cut where the starting turn's messages hang: it leaves from there now
+        Logged(BRANCH_SWITCHED, message_seq=fenced.c.cut_at, when=fenced.c.cuts),
         Logged(
             MESSAGE_COMMITTED,
             message_seq=fenced.c.message_seq,

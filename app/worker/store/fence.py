@@ -140,6 +140,8 @@ CURRENT_TURN = (
         turns.c.cancel_requested_at,
         turns.c.actions,
         turns.c.trace_context,
+        turns.c.parent_seq,
+        turns.c.message_seq,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -161,11 +163,24 @@ def _current(column: str) -> Any:
     return select(CURRENT_TURN.c[column]).scalar_subquery()
 
 
+_ACTIVE = and_(messages.c.conversation_id == bindparam("claim_id"), messages.c.active)
+# The newest message of the active path: where a message that waited outside the transcript
+# hangs, unless its turn says where (an edit, a rollback).
+LEAF = select(func.max(messages.c.seq)).where(_ACTIVE).scalar_subquery()
+# The deepest message a compaction's state refers to: it applies to a path that holds it.
+_ANCHOR = case(
+    (compactions.c.elided_through > compactions.c.summarized_through, compactions.c.elided_through),
+    else_=compactions.c.summarized_through,
+)
+
+
 def _compacted(column: str) -> Any:
-    """A column of the conversation's latest compaction (NULL: never compacted)."""
+    """A column of the latest compaction of the active path (NULL: it was never compacted); a
+    compaction of another branch does not apply (its anchor is not on the path)."""
+    on_path = select(messages.c.seq).where(_ACTIVE, messages.c.seq == _ANCHOR).exists()
     return (
         select(compactions.c[column])
-        .where(compactions.c.conversation_id == bindparam("claim_id"))
+        .where(compactions.c.conversation_id == bindparam("claim_id"), on_path)
         .order_by(compactions.c.number.desc())
         .limit(1)
         .scalar_subquery()
@@ -174,6 +189,16 @@ def _compacted(column: str) -> Any:
 
 
 _PROMOTES = _current("input").is_not(None)  # the turn's message waited outside the transcript
+_FIRST = _current("started_at").is_(None)  # the turn's first claim: it starts now
+# A turn that says where its messages hang (an edit, a regenerate, a rollback, queued behind
+# another) moves the active path there as it starts: what is below that point leaves the path.
+# (Idempotent: a turn whose path the web side already moved finds nothing below it.)
+CUT_AT = func.coalesce(_current("message_seq"), _current("parent_seq"))
+CUTS = and_(
+    _FIRST,
+    _current("parent_seq").is_not(None),
+    select(messages.c.seq).where(_ACTIVE, messages.c.seq > CUT_AT).exists(),
+)
 # What the claim reads of the latest compaction (`context.Compacted`, in its order).
 COMPACTED_COLUMNS = ("number", "elided_through", "summarized_through", "summary")
 
@@ -192,8 +217,9 @@ CLAIM = (
         lease_expires_at=_EXPIRES,
         attempts=c.attempts + 1,
         taken_over=c.lease_owner.is_not(None),  # (the WHERE: its lease had expired)
-        # turn.started or turn.resumed, after the promoted message's message.committed
-        event_seq=c.event_seq + 1 + case((_PROMOTES, 1), else_=0),
+        # turn.started or turn.resumed, after the promoted message's message.committed, after
+        # the cut path's branch.switched
+        event_seq=c.event_seq + 1 + case((_PROMOTES, 1), else_=0) + case((CUTS, 1), else_=0),
         **_TOUCHED,
     )
     .returning(
@@ -205,7 +231,7 @@ CLAIM = (
         c.iterations,
         c.attempts,
         _current("id").label("turn_id"),
-        _current("started_at").is_(None).label("turn_first"),
+        _FIRST.label("turn_first"),
         _current("input").label("turn_input"),
         _current("next_message_seq").label("message_seq"),
         _current("cancel_requested_at").is_not(None).label("cancel_requested"),
@@ -232,6 +258,15 @@ CLAIM = (
         .label("budgeted"),
         c.context_policy,
         *(_compacted(column) for column in COMPACTED_COLUMNS),
+        # the conversation's last compaction number, of any branch: the next one's is past it
+        select(func.max(compactions.c.number))
+        .where(compactions.c.conversation_id == bindparam("claim_id"))
+        .scalar_subquery()
+        .label("compacted_top"),
+        _current("parent_seq").label("turn_parent"),
+        CUTS.label("cuts"),
+        CUT_AT.label("cut_at"),
+        LEAF.label("leaf"),
     )
     .add_cte(CURRENT_TURN)
 )
@@ -286,8 +321,11 @@ TRANSCRIPT = (
     )
     .where(
         messages.c.conversation_id == bindparam("transcript_id"),
-        # What a process kept of it between turns ends there (`history.Histories`).
-        messages.c.seq > bindparam("transcript_after", type_=Integer),
+        # The active path only: nothing of another branch is ever sent to the model.
+        messages.c.active,
+        # What a process kept of it between turns ends there (`history.Histories`), read again:
+        # still on the path, it is the first row; else the kept transcript is of another branch.
+        messages.c.seq >= bindparam("transcript_after", type_=Integer),
     )
     .order_by(messages.c.seq)
 )
@@ -397,11 +435,14 @@ __all__ = [
     "CLAIM",
     "CLAIM_LIMITED",
     "CURRENT_TURN",
+    "CUTS",
+    "CUT_AT",
     "DEFERRED",
     "ENTERING",
     "ERROR",
     "FENCE",
     "HEADS",
+    "LEAF",
     "NEXT_TURN",
     "NOW",
     "OLD_STATUS",

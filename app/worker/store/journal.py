@@ -107,6 +107,7 @@ _JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgres
 # The message's columns and their parameters; None is SQL NULL, not JSON null.
 _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "seq": bindparam("m_seq", type_=Integer),
+    "parent_seq": bindparam("m_parent_seq", type_=Integer),
     "role": bindparam("m_role", type_=String),
     "content": bindparam("m_content", type_=Text),
     "tool_calls": bindparam("m_tool_calls", type_=_JSON),
@@ -177,16 +178,39 @@ def _insert_compaction(fenced: FromClause) -> Insert:
     return insert(compactions).from_select(columns, source)
 
 
+def _cut_path(fenced: FromClause) -> Update:
+    """A starting turn that says where its messages hang (`fence.CUTS`): the active path is cut
+    there; what was below stays, inactive. (Before the promoted message goes in: on databases
+    that run the parts one by one it would be cut too.)"""
+    return (
+        update(messages)
+        .where(
+            messages.c.conversation_id == select(fenced.c.id).scalar_subquery(),
+            messages.c.active,
+            messages.c.seq > select(fenced.c.cut_at).scalar_subquery(),
+            select(fenced.c.id).where(fenced.c.cuts).exists(),
+        )
+        .values(active=False)
+    )
+
+
 def _promote_message(fenced: FromClause) -> Insert:
-    """A turn that waited outside the transcript: its message goes in as the claim starts it."""
+    """A turn that waited outside the transcript: its message goes in as the claim starts it,
+    below the leaf (or where its turn says: an edit, a rollback)."""
     source = select(
         fenced.c.id,
         fenced.c.message_seq,
+        # (a turn's parent 0: a new first message, a root)
+        case(
+            (fenced.c.turn_parent == 0, None),
+            else_=func.coalesce(fenced.c.turn_parent, fenced.c.leaf),
+        ),
         literal(USER, String),
         fenced.c.turn_input,
         literal(False, Boolean),  # a prebuilt statement gets no Python-side column defaults
+        literal(True, Boolean),
     ).where(fenced.c.turn_input.is_not(None))
-    columns = ["conversation_id", "seq", "role", "content", "is_error"]
+    columns = ["conversation_id", "seq", "parent_seq", "role", "content", "is_error", "active"]
     return insert(messages).from_select(columns, source)
 
 
@@ -202,6 +226,10 @@ def _start_turn(fenced: FromClause) -> Update:
             started_at=func.coalesce(turns.c.started_at, NOW),
             input=None,
             message_seq=func.coalesce(turns.c.message_seq, promoted),
+            # where its messages hang: a rollback of it cuts the path there
+            parent_seq=func.coalesce(
+                turns.c.parent_seq, select(fenced.c.leaf).scalar_subquery(), 0
+            ),
         )
     )
 
@@ -237,7 +265,12 @@ def _committed(fenced: FromClause) -> Logged:
 
 # --- the statements ---------------------------------------------------------------------------
 
-_CLAIM_PARTS = (_promote_message, _start_turn, log(claim_events, turn=lambda f: f.c.turn_id))
+_CLAIM_PARTS = (
+    _cut_path,
+    _promote_message,
+    _start_turn,
+    log(claim_events, turn=lambda f: f.c.turn_id),
+)
 CLAIM_COMPOSITE = Composite(CLAIM, _CLAIM_PARTS)
 CLAIM_LIMITED_COMPOSITE = Composite(CLAIM_LIMITED, _CLAIM_PARTS)
 
@@ -341,9 +374,13 @@ def output_parameters(arguments: dict[str, Any], content: str) -> dict[str, Any]
 
 
 def message_parameters(
-    entry: Entry, reply_stream: dict[str, Any] | None = None, usage: Usage | None = None
+    entry: Entry,
+    parent: int | None,
+    reply_stream: dict[str, Any] | None = None,
+    usage: Usage | None = None,
 ) -> dict[str, Any]:
     return {
+        "m_parent_seq": parent,
         "m_reply_stream": reply_stream,
         "m_usage": None if usage is None else usage.as_json(),
         "m_seq": entry.seq,

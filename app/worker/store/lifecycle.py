@@ -81,6 +81,7 @@ class Snapshot:
     trace_context: dict[str, str] | None = None  # the submit's span, when the turn is traced
     budgeted: bool = False  # a budget applies: check it before each model call
     context_policy: dict[str, Any] | None = None  # the conversation's own context rules
+    free_seq: int = 1  # the next message's seq: past every branch's, not only the path's
 
 
 class TurnStore:
@@ -133,18 +134,22 @@ class TurnStore:
         row = _ClaimRow(*found)
         actions = _actions(row.turn_actions)
         compacted = Compacted(
-            row.compacted_number or 0,
+            # (the next compaction's number is past every branch's)
+            row.compacted_top or 0,
             row.compacted_elided_through or 0,
             row.compacted_summarized_through or 0,
             row.compacted_summary,
         )
         unkept = {*BUILTIN_TOOL_NAMES, *(str(tool["name"]) for tool in row.client_tools or ())}
-        if kept is not None and kept.same_setup(row.instructions, compacted, unkept):
-            for entry in map(_entry, rows):
+        # The kept transcript still holds when its last message is still on the active path
+        # (read again as the first row): then the rows after it continue it.
+        on_path = bool(rows) and rows[0][0] == after
+        if kept is not None and on_path and kept.same_setup(row.instructions, compacted, unkept):
+            for entry in map(_entry, rows[1:]):
                 kept.append(entry)
             transcript = kept
         else:
-            if after:  # the kept one is stale: the whole history
+            if after:  # the kept one is stale (another branch, another setup): the whole path
                 rows = self._driver.transcript({**reading, "transcript_after": 0})
             transcript = Transcript(
                 row.instructions, map(_entry, rows), compacted=compacted, unkept=unkept
@@ -171,6 +176,8 @@ class TurnStore:
             trace_context=_json_object(row.trace_context),
             budgeted=bool(row.budgeted),
             context_policy=_json_object(row.context_policy),
+            # the next seq nobody took, over every branch (the promoted message took one)
+            free_seq=row.message_seq + (row.turn_input is not None),
         )
 
     def keep_history(self, claim: Claim, transcript: Transcript) -> None:
@@ -194,6 +201,7 @@ class TurnStore:
         *,
         status: str,
         seq: int,
+        parent: int | None,
         content: str | None,
         calls: Sequence[ToolCall],
         usage: Usage,
@@ -205,7 +213,14 @@ class TurnStore:
         how the reply was streamed, `messages.reply_stream`)."""
         entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
         return self._step(
-            StepKind.TOOL_CALLS, claim, status, entry, ttl=ttl, usage=usage, reply=reply_stream
+            StepKind.TOOL_CALLS,
+            claim,
+            status,
+            entry,
+            parent,
+            ttl=ttl,
+            usage=usage,
+            reply=reply_stream,
         )
 
     def record_tool_result(
@@ -214,6 +229,7 @@ class TurnStore:
         *,
         status: str,
         seq: int,
+        parent: int | None,
         call: ToolCall,
         content: str,
         is_error: bool,
@@ -226,9 +242,9 @@ class TurnStore:
             seq, "tool", content, tool_call_id=call.id, tool_name=call.name, is_error=is_error
         )
         if kept is None:
-            return self._step(StepKind.TOOL_RESULT, claim, status, entry, ttl=ttl)
+            return self._step(StepKind.TOOL_RESULT, claim, status, entry, parent, ttl=ttl)
         extra = journal.output_parameters(kept.arguments, kept.content)
-        return self._step(StepKind.TOOL_OUTPUT, claim, status, entry, ttl=ttl, extra=extra)
+        return self._step(StepKind.TOOL_OUTPUT, claim, status, entry, parent, ttl=ttl, extra=extra)
 
     def budget_used_up(self, conversation_id: uuid.UUID) -> str | None:
         """The error naming a used-up budget of the conversation or its owner, else None."""
@@ -255,6 +271,7 @@ class TurnStore:
         *,
         status: str,
         seq: int,
+        parent: int | None,
         content: str,
         usage: Usage,
         finish_reason: str | None = None,
@@ -263,7 +280,9 @@ class TurnStore:
         """The final text; the turn completes and the conversation rests (`idle`) or moves on
         to the next waiting turn (`processing`), lease released, in one transaction."""
         entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
-        return self._step(StepKind.ANSWER, claim, status, entry, usage=usage, reply=reply_stream)
+        return self._step(
+            StepKind.ANSWER, claim, status, entry, parent, usage=usage, reply=reply_stream
+        )
 
     def finish(self, claim: Claim, *, status: str) -> Committed:
         """Complete the turn when its final text is already committed."""
@@ -313,19 +332,21 @@ class TurnStore:
         claim: Claim,
         status: str,
         entry: Entry,
+        parent: int | None,
         *,
         ttl: float | None = None,
         usage: Usage | None = None,
         extra: dict[str, Any] | None = None,
         reply: dict[str, Any] | None = None,
     ) -> Committed:
-        """The fenced UPDATE, the entry's INSERT and their events, atomically: all, or nothing."""
+        """The fenced UPDATE, the entry's INSERT (below `parent`, the path's leaf) and their
+        events, atomically: all, or nothing."""
         if status != TOOL_LOOP and kind in fence.ENTERING:
             kind = fence.ENTERING[kind]
         values = {
             "old_status": status,
             **journal.usage_parameters(usage),
-            **journal.message_parameters(entry, reply, usage),
+            **journal.message_parameters(entry, parent, reply, usage),
             **(extra or {}),
         }
         try:
@@ -432,6 +453,11 @@ class _ClaimRow(NamedTuple):
     compacted_elided_through: int | None
     compacted_summarized_through: int | None
     compacted_summary: str | None
+    compacted_top: int | None
+    turn_parent: int | None
+    cuts: bool | None
+    cut_at: int | None
+    leaf: int | None
 
 
 def _entry(row: Row) -> Entry:

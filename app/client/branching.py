@@ -1,0 +1,156 @@
+"""The tree's commands in their transaction: an edit and a regenerate (a submit whose turn hangs
+somewhere else in the tree: `intake` admits it like any message), a switch of the active path,
+and a fork into a new conversation. The SQL is `store/branches.py`'s.
+
+    command      what it needs                                  what it writes
+    -----------  ---------------------------------------------  ------------------------------
+    edit         a user message                                 a new sibling of it, made the
+                                                                  path's leaf; a turn runs on it
+    regenerate   a message with a user message at or above it   a turn that answers that user
+                   on its path (default: the leaf's)              message again: its answer is
+                                                                  a sibling of the old one
+    switch       any message; the conversation rests, no turn   the path moves to the newest
+                   waits                                          message under it (as it was
+                                                                  last left); branch.switched
+    fork         a message whose path answers every call it     a new conversation of the same
+                   makes (default: the leaf)                      owner and setup holding a copy
+                                                                  of that path
+
+Every version stays: the path moves, nothing is deleted. A message of another conversation (or
+none) is `MessageNotFound`; a message that cannot take the command is `NotBranchable`, naming
+what can; nothing is written either way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from app.client import intake
+from app.client.store import branches, conversations
+from app.client.store.answers import waiting_turn
+from app.client.store.conversations import ROOT, NewTurn, Target
+from app.client.store.journal import AT_REST, append, leaf_seq, lock_conversation, turn_id_of
+from app.errors import ConversationBusy, NotBranchable
+from app.models import BRANCH_SWITCHED, FOR_MESSAGE, FOR_REGENERATE, MESSAGE_COMMITTED, USER
+
+
+@dataclass(frozen=True)
+class Submit:
+    """How an edit's or a regenerate's turn is admitted: as `intake.submit` admits a message."""
+
+    idempotency_key: str | None
+    on_busy: str
+    owner_limit: int | None = None
+    metadata: dict[str, str] | None = None
+
+    def run(
+        self, connection: Connection, conversation_id: uuid.UUID, text: str, target: Target
+    ) -> NewTurn:
+        return intake.submit(
+            connection,
+            conversation_id,
+            text,
+            idempotency_key=self.idempotency_key,
+            on_busy=self.on_busy,
+            owner_limit=self.owner_limit,
+            metadata=self.metadata,
+            target=target,
+        )
+
+
+def edit(
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    seq: int,
+    text: str,
+    submit: Submit,
+) -> NewTurn:
+    """The user message `seq` edited: a new sibling with `text`, admitted like any message."""
+    found = branches.node(connection, conversation_id, seq)
+    if found.role != USER:
+        raise NotBranchable(
+            f"message {seq} of conversation {conversation_id} is a {found.role} message: only "
+            "a user message can be edited; regenerate an answer instead"
+        )
+    target = Target(FOR_MESSAGE, found.parent_seq or ROOT)
+    return submit.run(connection, conversation_id, text, target)
+
+
+def regenerate(
+    connection: Connection, conversation_id: uuid.UUID, seq: int | None, submit: Submit
+) -> NewTurn:
+    """A new answer to the user message at or above `seq` (None: the leaf) on its path."""
+    at = seq if seq is not None else leaf_seq(connection, conversation_id)
+    if at is None:
+        raise NotBranchable(f"conversation {conversation_id} has no message to regenerate")
+    branches.node(connection, conversation_id, at)
+    asked = [
+        node for node in branches.path_to(connection, conversation_id, at) if node.role == USER
+    ]
+    if not asked:
+        raise NotBranchable(
+            f"message {at} of conversation {conversation_id} has no user message before it "
+            "to answer again"
+        )
+    question = asked[-1].seq
+    text = branches.text_of(connection, conversation_id, question)
+    target = Target(FOR_REGENERATE, question, question, text)
+    return submit.run(connection, conversation_id, text, target)
+
+
+def switch(connection: Connection, conversation_id: uuid.UUID, seq: int) -> int:
+    """The active path moved to the newest message under `seq`; that leaf. The conversation
+    must rest with no turn waiting (`ConversationBusy`): a turn's messages belong to its path."""
+    row = lock_conversation(connection, conversation_id)
+    waits = row.turn_count > row.turn_number or (
+        row.turn_number and waiting_turn(connection, conversation_id, row.turn_number)
+    )
+    if row.status not in AT_REST or waits:
+        busy = turn_id_of(connection, conversation_id, row.turn_number)
+        raise ConversationBusy(
+            f"conversation {conversation_id} is {row.status}: turn {busy} runs or waits on the "
+            "active path; cancel it (or let it end), then switch",
+            turn_id=busy,
+        )
+    branches.node(connection, conversation_id, seq)
+    leaf = branches.newest_under(connection, conversation_id, seq)
+    if leaf != leaf_seq(connection, conversation_id):
+        branches.move_to(connection, conversation_id, leaf)
+        append(
+            connection,
+            conversation_id,
+            row.event_seq,
+            [{"type": BRANCH_SWITCHED, "message_seq": leaf}],
+        )
+    return leaf
+
+
+def fork(
+    connection: Connection, conversation_id: uuid.UUID, seq: int | None, new_id: uuid.UUID
+) -> None:
+    """A new conversation `new_id`, set up as this one, of its owner, holding a copy of the path
+    up to `seq` (None: the leaf) as its own single path, idle."""
+    at = seq if seq is not None else leaf_seq(connection, conversation_id)
+    path = [] if at is None else branches.path_to(connection, conversation_id, at)
+    if at is not None and not path:
+        branches.node(connection, conversation_id, at)  # (raises MessageNotFound)
+    answered = {node.seq for node in path}
+    open_calls = branches.unanswered_calls(connection, conversation_id, path, answered)
+    if open_calls:
+        raise NotBranchable(
+            f"message {at} of conversation {conversation_id} leaves the calls "
+            f"{', '.join(open_calls)} without results: fork at a message after their results"
+        )
+    conversations.insert_fork(connection, conversation_id, new_id, at)
+    renumbered = branches.copy_path(connection, conversation_id, new_id, path)
+    if renumbered:
+        committed = [
+            {"type": MESSAGE_COMMITTED, "message_seq": new} for new in sorted(renumbered.values())
+        ]
+        append(connection, new_id, 0, committed)
+
+
+__all__ = ["Submit", "edit", "fork", "regenerate", "switch"]
