@@ -31,8 +31,9 @@ GOAL_RATIO = 1.1
 # Earlier turns as quads (user, assistant tool call, tool result, assistant text); a size not a
 # multiple of 4 ends with a user + assistant-text pair, so every earlier turn is complete.
 HISTORY = """
-INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, tool_name)
-SELECT %(id)s, g,
+INSERT INTO messages (conversation_id, seq, parent_seq, role, content, tool_calls, tool_call_id,
+                      tool_name)
+SELECT %(id)s, g, nullif(g - 1, 0),
        (ARRAY['user', 'assistant', 'tool', 'assistant'])[p + 1],
        CASE p WHEN 0 THEN 'question ' || g WHEN 2 THEN 'result ' || g
               WHEN 3 THEN 'answer ' || g END,

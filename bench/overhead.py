@@ -213,16 +213,16 @@ FENCE = (
     "WHERE id=%s AND lease_epoch=%s"
 )
 INSERT = (
-    "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, "
-    "tool_name, is_error) VALUES (%s, %s, %s, %s, %s, %s, %s, false)"
+    "INSERT INTO messages (conversation_id, seq, parent_seq, role, content, tool_calls, "
+    "tool_call_id, tool_name, is_error) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, false)"
 )
 ONE_STATEMENT = (
     "WITH fenced AS (UPDATE conversations SET status=%s, heartbeat_at=now(), updated_at=now(), "
     "lease_expires_at=now()+interval '30 s', attempts=0, iterations=iterations+%s "
     "WHERE id=%s AND lease_epoch=%s RETURNING id) "
-    "INSERT INTO messages (conversation_id, seq, role, content, tool_calls, tool_call_id, "
-    "tool_name, is_error) SELECT fenced.id, %s, %s, %s, %s::jsonb, %s, %s, false FROM fenced "
-    "RETURNING seq"
+    "INSERT INTO messages (conversation_id, seq, parent_seq, role, content, tool_calls, "
+    "tool_call_id, tool_name, is_error) SELECT fenced.id, %s, %s, %s, %s, %s::jsonb, %s, %s, "
+    "false FROM fenced RETURNING seq"
 )
 
 
@@ -239,16 +239,16 @@ def _floor_turn(conn: psycopg.Connection, conversation_id: uuid.UUID, floor: Flo
         calls = json.dumps([{"id": f"c{step}", "name": "echo", "arguments": "{}"}])
         seq += 1
         if final:
-            message = (seq, "assistant", "done", None, None, None)
+            message = (seq, seq - 1, "assistant", "done", None, None, None)
         else:
-            message = (seq, "assistant", None, calls, None, None)
+            message = (seq, seq - 1, "assistant", None, calls, None, None)
         _floor_step(
             conn, floor, ("idle" if final else "tool_loop", 1, conversation_id, epoch), message
         )
         if final:
             return
         seq += 1
-        message = (seq, "tool", str(step), None, f"c{step}", "echo")
+        message = (seq, seq - 1, "tool", str(step), None, f"c{step}", "echo")
         _floor_step(conn, floor, ("tool_loop", 0, conversation_id, epoch), message)
 
 

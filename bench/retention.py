@@ -31,8 +31,9 @@ WITH made AS (
   SELECT gen_random_uuid(), id, 1, 'completed', 'message' FROM made
   RETURNING id, conversation_id
 ), said AS (
-  INSERT INTO messages (conversation_id, seq, role, content, tool_call_id, tool_name, is_error)
-  SELECT conversation_id, s, CASE s WHEN 1 THEN 'user' ELSE 'tool' END, 'bench',
+  INSERT INTO messages (conversation_id, seq, parent_seq, role, content, tool_call_id, tool_name,
+                        is_error)
+  SELECT conversation_id, s, nullif(s - 1, 0), CASE s WHEN 1 THEN 'user' ELSE 'tool' END, 'bench',
          CASE s WHEN 2 THEN 'c1' END, CASE s WHEN 2 THEN 'echo' END, false
   FROM turned, generate_series(1, 2) AS s
   RETURNING conversation_id

@@ -67,8 +67,8 @@ def violations(
         problems += compaction_violations(conn)
         problems += outbox_violations(conn)
         rows = conn.execute(
-            "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id "
-            "FROM messages ORDER BY conversation_id, seq"
+            "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id, parent_seq,"
+            " active FROM messages ORDER BY conversation_id, seq"
         ).fetchall()
         problems += _idle_in_transaction(conn, make_url(database_url).database or "")
     transcripts: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
@@ -77,14 +77,20 @@ def violations(
     now = datetime.now(UTC)
     for conversation_id, status, error, lease_owner, heartbeat_at, turn in conversations:
         where = f"conversation {conversation_id} ({status})"
-        messages = transcripts.get(conversation_id, [])
-        checked = transcript_violations(
-            messages,
+        tree = transcripts.get(conversation_id, [])
+        checked = tree_violations(tree)
+        active_path = [m[:5] for m in tree if m[6]]
+        checked += transcript_violations(
+            active_path,
             status,
             # (a turn that waits for the user rests with its calls open: checked above)
             complete=at_rest and turn != "requires_action",
             cancelled=turn == "cancelled",
+            numbered=False,
         )
+        for leaf, path in inactive_paths(tree):  # (each version once valid, maybe unfinished)
+            found = transcript_violations(path, "failed", complete=False, numbered=False)
+            checked += [f"the version ending at {leaf}: {p}" for p in found]
         problems += [f"{where}: {p}" for p in checked]
         if status in ("idle", "failed") and lease_owner is not None:
             problems.append(f"{where}: at rest but still leased to {lease_owner}")
@@ -310,18 +316,64 @@ def _waiting_turn_violations(conn: psycopg.Connection[Any]) -> list[str]:
     return problems
 
 
+def tree_violations(messages: list[tuple[Any, ...]]) -> list[str]:
+    """The tree of (seq, role, content, tool_calls, tool_call_id, parent_seq, active) rows, in
+    seq order: seq gap-free over every branch; each parent an older message of the conversation;
+    the active messages exactly one path, from a root to the newest of them (the leaf)."""
+    problems = []
+    seqs = [m[0] for m in messages]
+    if seqs != list(range(1, len(seqs) + 1)):
+        problems.append(f"seq is not gap-free: {seqs}")
+    known = set(seqs)
+    for seq, *_rest, parent, _active in messages:
+        if parent is not None and (parent not in known or parent >= seq):
+            problems.append(f"message {seq} names the parent {parent}, not an older message")
+    active = [(m[0], m[5]) for m in messages if m[6]]
+    for index, (seq, parent) in enumerate(active):
+        expected = active[index - 1][0] if index else None
+        if parent != expected:
+            problems.append(
+                f"the active messages are not one path: {seq} follows {parent}, not {expected}"
+            )
+            break
+    return problems
+
+
+def inactive_paths(messages: list[tuple[Any, ...]]) -> list[tuple[int, list[tuple[Any, ...]]]]:
+    """Each inactive leaf (a message no other follows, off the active path) and its path from
+    a root, as transcript rows."""
+    by_seq = {m[0]: m for m in messages}
+    parents = {m[5] for m in messages}
+    found = []
+    for seq, *_rest, _parent, active in messages:
+        if active or seq in parents:
+            continue
+        path, at = [], seq
+        while at is not None and at in by_seq:
+            path.append(by_seq[at][:5])
+            at = by_seq[at][5]
+        found.append((seq, path[::-1]))
+    return found
+
+
 def transcript_violations(
-    messages: list[tuple[Any, ...]], status: str, complete: bool = True, cancelled: bool = False
+    messages: list[tuple[Any, ...]],
+    status: str,
+    complete: bool = True,
+    cancelled: bool = False,
+    *,
+    numbered: bool = True,
 ) -> list[str]:
     """Violations within one transcript of (seq, role, content, tool_calls, tool_call_id) rows.
 
     `complete`: the conversation is at rest, so every call but a failed turn's last is answered
     and an idle transcript ends with an answer, unless its last turn was `cancelled` (its calls
-    are all answered, but there may be no answer).
+    are all answered, but there may be no answer). `numbered`: the seqs are 1..n (a path of a
+    tree is not: `tree_violations` checks the numbering of the whole).
     """
     problems = []
     seqs = [m[0] for m in messages]
-    if seqs != list(range(1, len(seqs) + 1)):
+    if numbered and seqs != list(range(1, len(seqs) + 1)):
         problems.append(f"seq is not gap-free: {seqs}")
     asked, answered, last_calls, abandoned = _calls_and_results(messages, problems)
     if len(asked) != len(set(asked)):

@@ -26,9 +26,9 @@ _CURRENT = (
     " ON t.conversation_id = c.id AND t.number = c.turn_number WHERE c.id = :id"
 )
 _ANSWER = (
-    "INSERT INTO messages (conversation_id, seq, role, content, is_error) SELECT :cid,"
-    " coalesce(max(seq), 0) + 1, 'assistant', 'forged by a test', false FROM messages"
-    " WHERE conversation_id = :cid RETURNING seq"
+    "INSERT INTO messages (conversation_id, seq, parent_seq, role, content, is_error) SELECT"
+    " :cid, coalesce(max(seq), 0) + 1, max(seq), 'assistant', 'forged by a test', false"
+    " FROM messages WHERE conversation_id = :cid RETURNING seq"
 )
 _FINISH_TURN = (
     "UPDATE turns SET status = :status, started_at = coalesce(started_at, CURRENT_TIMESTAMP),"

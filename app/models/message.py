@@ -63,6 +63,15 @@ class Message(Base):
             postgresql_where=sql_text("active"),
             sqlite_where=sql_text("active"),
         ),
+        # The results of other branches (a claim makes new call ids unique against them too).
+        # Written only when a message leaves the path: free for the worker's inserts.
+        Index(
+            "ix_messages_inactive_results",
+            "conversation_id",
+            "tool_call_id",
+            postgresql_where=sql_text("NOT active AND tool_call_id IS NOT NULL"),
+            sqlite_where=sql_text("NOT active AND tool_call_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)

@@ -33,13 +33,26 @@ POINTS = {
     "is committed",
     "compacted": "a compaction (context.compacted) is committed; the model call it made room "
     "for has not started",
+    "steer_found": "a steer message waits behind the turn and will be taken in; nothing of it "
+    "is committed",
+    "steered": "the steer message is committed and its turn carries the run on; the model has "
+    "not been called",
 }
 #: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one,
-#: `webhook_sent` only a delivery, the compaction's only a conversation that outgrew its window.
+#: `webhook_sent` only a delivery, the compaction's only a conversation that outgrew its window,
+#: the steer's only a turn a message steers.
 MATRIX_POINTS = tuple(
     point
     for point in POINTS
-    if point not in ("paused", "webhook_sent", "compaction_summarized", "compacted")
+    if point
+    not in (
+        "paused",
+        "webhook_sent",
+        "compaction_summarized",
+        "compacted",
+        "steer_found",
+        "steered",
+    )
 )
 
 

@@ -148,9 +148,9 @@ class TurnRunner:
     async def _heartbeat(
         self, turn: StepLoop, runner: asyncio.Task[Any] | None, lost: asyncio.Event
     ) -> None:
-        claim = turn.claim
         while True:
             await asyncio.sleep(self.settings.heartbeat_seconds)
+            claim = turn.claim  # (a steer message taken in moves it to the steer turn)
             try:
                 beat = await self.db.run(
                     self.store.heartbeat, claim, self.settings.lease_ttl_seconds

@@ -90,6 +90,22 @@ is sent must be compacted first; each compaction is a committed step (`compactio
     compaction for an overflow already (else rows 21-24 act
     on it whatever the estimate, and the call is tried again)
 
+A message sent with `on_busy='steer'` waits as a turn of kind `steer` right behind the running
+one (the web side admits it, `client/admission.py` rows 11-13):
+
+    the turn and what waits behind it                           next step
+    ----------------------------------------------------------  ----------------------------------
+26  row 9 is next (every call answered, no cancel, no cap       TakeSteer: the message goes on
+    reached), and the turn right behind is a steer message        the path in one committed step;
+    still waiting                                                 the running turn ends
+                                                                  `completed`, the steer turn
+                                                                  carries the run on (the same
+                                                                  lease and iteration count), and
+                                                                  the model is called with it. A
+                                                                  turn that ends first (an
+                                                                  answer, a failure, a cancel, a
+                                                                  pause) leaves it to run next
+
 A reply that arrived is committed by these rows even when a cancel came while it was on its way:
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
 the call, so no reply comes and row 3 cancels the turn.
@@ -152,6 +168,11 @@ OUTCOME_UNKNOWN_RESULT = (
 @dataclass(frozen=True)
 class CallModel:
     """Send the transcript to the model; `verdict.judge_reply` decides what its answer commits."""
+
+
+@dataclass(frozen=True)
+class TakeSteer:
+    """Row 26: take the steer message waiting behind the turn in before the model is called."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +246,17 @@ class Cancel:
     """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
 
 
-Step = CallModel | RunTool | RunOwnTool | RejectCall | RequireAction | Finish | Fail | Cancel
+Step = (
+    CallModel
+    | TakeSteer
+    | RunTool
+    | RunOwnTool
+    | RejectCall
+    | RequireAction
+    | Finish
+    | Fail
+    | Cancel
+)
 
 
 # --- the decisions ------------------------------------------------------------------------------
@@ -250,11 +281,13 @@ def next_step(
     *,
     tools: Toolbox = NO_TOOLS,
     cancel_requested: bool = False,
+    steer_waiting: bool = False,
 ) -> Step:
-    """The next step of the turn (rows 2-7 and 9 of the table), from what is committed.
+    """The next step of the turn (rows 2-7, 9 and 26 of the table), from what is committed.
 
     `iterations` counts the turn's committed LLM calls; `tools` are the names it may call;
-    `cancel_requested` says the user asked to stop the turn.
+    `cancel_requested` says the user asked to stop the turn; `steer_waiting` that a steer
+    message waits right behind it.
     """
     turn = current_turn(transcript)
     assistant = _last_assistant(turn)
@@ -274,7 +307,8 @@ def next_step(
                 return step
             waiting.append(step)
         return RequireAction(tuple(waiting))
-    return _model_step(turn, iterations, max_iterations, max_error_rounds)
+    then = _model_step(turn, iterations, max_iterations, max_error_rounds)
+    return TakeSteer() if steer_waiting and isinstance(then, CallModel) else then
 
 
 def _model_step(
@@ -399,6 +433,7 @@ __all__ = [
     "RunOwnTool",
     "RunTool",
     "Step",
+    "TakeSteer",
     "ToolCall",
     "current_turn",
     "next_step",

@@ -14,11 +14,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from app.config import Settings
 from app.models import BUILTIN_TOOL_NAMES
-from app.telemetry import metrics, tracing
+from app.telemetry import logs, metrics, tracing
 from app.worker import builtin, context, failpoints, offer, plan, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
@@ -33,6 +34,7 @@ from app.worker.plan import (
     RequireAction,
     RunOwnTool,
     RunTool,
+    TakeSteer,
     ToolCall,
 )
 from app.worker.ports import (
@@ -48,7 +50,7 @@ from app.worker.ports import (
     ToolResult,
     Usage,
 )
-from app.worker.store import Committed, KeptOutput, Snapshot, TurnStore
+from app.worker.store import Committed, KeptOutput, Snapshot, Steering, TurnStore
 from app.worker.threads import DatabaseThreads
 from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
 
@@ -107,6 +109,11 @@ class StepLoop:
         self.toolbox = offer.NO_TOOLS
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
         self.cancel_requested = snapshot.cancel_requested
+        # Turns submitted, as the last statement saw; past the ones checked, one may be a steer
+        # message to take in (plan row 26): looked for once per new submit, not per step.
+        self.turn_count = snapshot.turn_count
+        self._checked = snapshot.turn_number
+        self._steering: Steering | None = None
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
         self._readers = False  # the session cache's readers are offered
         self.compactor = Compactor(self)  # what the model is sent, fitted to its window
@@ -122,14 +129,18 @@ class StepLoop:
         settings = self.runner.settings
         self.compactor.rules = self.compactor.context_rules()
         while True:
+            await self._look_for_steer()
             action = plan.next_step(
                 self.transcript,
                 self.iterations,
                 settings.max_iterations,
                 tools=self.toolbox,
                 cancel_requested=self.cancel_requested,
+                steer_waiting=self._steering is not None,
             )
             match action:
+                case TakeSteer():
+                    await self._take_steer()
                 case CallModel():
                     if self.transcript and self.transcript[-1].role == "tool":
                         failpoints.hit("results_committed")
@@ -166,6 +177,39 @@ class StepLoop:
                 case Fail(error):
                     await self.fail(error)
                     return Outcome.FAILED
+
+    async def _look_for_steer(self) -> None:
+        """A turn submitted since the last look may be a steer message waiting behind this one."""
+        if self.turn_count > self._checked:
+            self._checked = self.turn_count
+            self._steering = await self.db.run(self.store.next_steer, self.claim.conversation_id)
+
+    async def _take_steer(self) -> None:
+        """Row 26: the steer message goes on the path, its turn carries the run on."""
+        steering, self._steering = self._steering, None
+        assert steering is not None
+        ended = self.claim.turn_id
+        failpoints.hit("steer_found")
+        await self.commit(
+            self.store.steer,
+            self.claim,
+            steering,
+            status=self.status,
+            seq=self._next_seq(),
+            parent=self.leaf(),
+            ttl=self.runner.settings.lease_ttl_seconds,
+        )
+        self.claim = replace(self.claim, turn_id=steering.turn_id)
+        self._checked -= 1  # (a second steer message may wait behind this one: look again)
+        # What the claim said of the ended turn (its pauses, approvals) is not the new one's.
+        self.snapshot = replace(
+            self.snapshot, claim=self.claim, first=True, actions=(), approved=frozenset()
+        )
+        logs.note_turn(steering.turn_id)
+        metrics.TURNS_ENDED.labels(self.snapshot.model, "completed").inc()
+        metrics.TURNS_STARTED.labels(self.snapshot.model).inc()
+        log.info("turn %s steered: turn %s carries the run on", ended, steering.turn_id)
+        failpoints.hit("steered")
 
     async def _interruptible(self, call: Awaitable[T]) -> T:
         """Await `call` so that the user's cancel can abort it (`_Aborted`). A cancel of the
@@ -293,7 +337,7 @@ class StepLoop:
             reply.content,
             reply.tool_calls,
             reply.finish_reason,
-            used_ids=self.transcript.call_ids,
+            used_ids=_calls_taken(self.transcript.call_ids, self.snapshot.other_calls),
             seq=seq,
         )
         match verdict:
@@ -431,6 +475,7 @@ class StepLoop:
         committed = await self.db.run(write, *args, **values)
         self.runner.broadcaster.committed(self.claim.conversation_id, committed.event_seq)
         self.status = committed.status
+        self.turn_count = committed.turn_count
         if committed.cancel_requested:
             self.cancel_requested = True
         if committed.entry is not None:
@@ -443,6 +488,11 @@ class StepLoop:
     def leaf(self) -> int | None:
         """The active path's last message: the parent of the next one."""
         return self.transcript[-1].seq if self.transcript else None
+
+
+def _calls_taken(on_path: set[str], elsewhere: frozenset[str]) -> set[str] | frozenset[str]:
+    """The call ids a new call's may not repeat: the path's and other branches' results'."""
+    return on_path | elsewhere if elsewhere else on_path
 
 
 def _name(definition: Any) -> str:

@@ -89,6 +89,7 @@ def test_a_crash_does_not_reset_a_budget_a_new_worker_reads_the_committed_totals
         snapshot.claim,
         status="processing",
         seq=2,
+        parent=1,
         content=None,
         calls=ADD.tool_calls,
         usage=ADD.usage,

@@ -273,6 +273,7 @@ def _dead_worker_in_tool_loop(
         snapshot.claim,
         status=snapshot.status,
         seq=2,
+        parent=1,
         content=None,
         calls=[ToolCall("c1", "add", '{"a": 1, "b": 2}'), ToolCall("c2", "add", "{}")],
         usage=Usage(3, 4),

@@ -160,6 +160,18 @@ ROWS = [
     # the transcript, in the database
     ("a call left open", "DELETE FROM messages WHERE conversation_id = %(done)s AND seq = 3",
      "tool call c1 has no result"),
+    # the tree of messages
+    ("an active path with a hole",
+     "UPDATE messages SET active = false WHERE conversation_id = %(done)s AND seq = 2",
+     "the active messages are not one path: 3 follows 2, not 1"),
+    ("a message whose parent does not exist",
+     "UPDATE messages SET parent_seq = 0 WHERE conversation_id = %(done)s AND seq = 3",
+     "message 3 names the parent 0, not an older message"),
+    ("an inactive version that answers no call",
+     "INSERT INTO messages (conversation_id, seq, parent_seq, role, content, tool_call_id,"
+     " tool_name, active) SELECT id, 99, 1, 'tool', 'x', 'zz', 'add', false FROM conversations"
+     " WHERE id = %(done)s",
+     "the version ending at 99: result at seq 99 answers no earlier call (zz)"),
     # lease, error, heartbeat
     ("a resting conversation leased",
      "UPDATE conversations SET lease_owner = 'w-9' WHERE id = %(done)s",

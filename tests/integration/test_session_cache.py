@@ -347,6 +347,7 @@ def test_a_worker_that_lost_its_lease_keeps_nothing(world: World) -> None:
             stale.claim,
             status="processing",
             seq=2,
+            parent=1,
             call=ToolCall("c_rep", "report", "{}"),
             content="short",
             is_error=False,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.invariants import transcript_violations
+from tests.invariants import inactive_paths, transcript_violations, tree_violations
 
 
 def user(seq: int) -> tuple[Any, ...]:
@@ -79,3 +79,31 @@ def test_a_failed_turn_s_open_calls_stay_allowed_after_the_next_turn_answers() -
     # (the turn before the failed one still had to answer all of its calls)
     earlier = [user(1), calls(2, "x"), answer(3), user(4), calls(5, "a"), user(6), answer(7)]
     assert [p for p in transcript_violations(earlier, "idle") if "x has no result" in p]
+
+
+def node(seq: int, role: str, parent: int | None, active: bool = True) -> tuple[Any, ...]:
+    content = "a" if role == "assistant" else "q"
+    return (seq, role, content, None, None, parent, active)
+
+
+def test_a_tree_with_one_active_path_and_valid_versions_has_no_violations() -> None:
+    # 1 user, 2 answer (regenerated as 3), 4 edit of 1, 5 its answer: the path 4-5
+    tree = [
+        node(1, "user", None, False),
+        node(2, "assistant", 1, False),
+        node(3, "assistant", 1, False),
+        node(4, "user", None),
+        node(5, "assistant", 4),
+    ]
+    assert tree_violations(tree) == []
+    assert [leaf for leaf, _path in inactive_paths(tree)] == [2, 3]
+    assert [row[0] for row in inactive_paths(tree)[1][1]] == [1, 3]
+
+
+def test_a_broken_tree_is_reported() -> None:
+    two_paths = [node(1, "user", None), node(2, "assistant", 1), node(3, "assistant", 1)]
+    assert any("not one path" in p for p in tree_violations(two_paths))
+    orphan = [node(1, "user", None), node(2, "assistant", 7)]
+    assert any("parent 7, not an older message" in p for p in tree_violations(orphan))
+    gap = [node(1, "user", None), node(3, "assistant", 1)]
+    assert any("gap-free" in p for p in tree_violations(gap))

@@ -30,6 +30,7 @@ from app.worker.plan import (
     RunOwnTool,
     RunTool,
     Step,
+    TakeSteer,
     ToolCall,
     current_turn,
     next_step,
@@ -165,6 +166,27 @@ def test_a_new_user_message_starts_a_new_turn_past_an_old_dangling_call() -> Non
     # A failed turn left call A unanswered; the user wrote again: answer the new message.
     transcript = [user(1), calls(2, A), user(3, "never mind")]
     assert next_step(transcript, 0, CAP) == CallModel()
+
+
+@pytest.mark.row(26)
+def test_a_waiting_steer_message_is_taken_in_only_where_the_model_would_be_called() -> None:
+    def steered(transcript: list[Entry], **kwargs: object) -> Step:
+        return next_step(transcript, 1, CAP, tools=TOOLS, steer_waiting=True, **kwargs)  # type: ignore[arg-type]
+
+    # every call answered (or the turn just began): the message goes in before the model call
+    assert steered([user(1), calls(2, A), result(3, A)]) == TakeSteer()
+    assert steered([user(1)]) == TakeSteer()
+    # calls still to run run first; the answer ends the turn and leaves the message to run next
+    assert steered([user(1), calls(2, A, B), result(3, A)]) == runs(B)
+    assert steered([user(1), answer(2)]) == Finish()
+    # a cancel, and a cap reached, come first
+    assert steered([user(1), calls(2, A), result(3, A)], cancel_requested=True) == Cancel()
+    capped = next_step([user(1)], CAP, CAP, tools=TOOLS, steer_waiting=True)
+    assert capped == Fail(MAX_ITERATIONS_ERROR)
+    # nothing waiting: the model as ever
+    assert plan([user(1), calls(2, A), result(3, A)]) == CallModel()
+    # taken in, the message is the new turn's user message: the model is called for it
+    assert plan([user(1), calls(2, A), result(3, A), user(4, "only the first")]) == CallModel()
 
 
 @pytest.mark.row(2, 9)

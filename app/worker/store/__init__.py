@@ -13,6 +13,7 @@ from app.worker.store.lifecycle import (
     KeptOutput,
     LeaseLost,
     Snapshot,
+    Steering,
     TurnStore,
 )
 from app.worker.store.outputs import ListedOutput, OutputPage
@@ -34,6 +35,7 @@ __all__ = [
     "Pruned",
     "Snapshot",
     "StaleConversation",
+    "Steering",
     "TurnStore",
     "Upkeep",
     "utc_now",

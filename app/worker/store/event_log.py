@@ -17,6 +17,7 @@ from sqlalchemy import (
     Integer,
     Select,
     String,
+    Uuid,
     case,
     cast,
     func,
@@ -54,6 +55,7 @@ class Logged:
     attempt: Any = None
     when: Any = None
     data: Any = None  # a bound JSON parameter (`context.compacted`); most events carry none
+    turn: Any = None  # the turn it names, when not the statement's (a steered turn's end)
 
 
 def log(
@@ -75,7 +77,7 @@ def log(
                 select(
                     fenced.c.id,
                     fenced.c.event_seq - (len(rows) - 1 - k),
-                    turn_id,
+                    turn_id if row.turn is None else row.turn,
                     *_values(row, columns),
                     NOW,
                 )
@@ -88,6 +90,7 @@ def log(
         for k, row in enumerate(rows):
             branch = select(
                 literal(k, Integer).label("k"),
+                _typed(turn_id if row.turn is None else row.turn, Uuid()).label("turn_id"),
                 *(
                     value.label(name)
                     for value, name in zip(_values(row, columns), columns, strict=True)
@@ -97,7 +100,7 @@ def log(
         logged = _union(branches).subquery("logged")
         seq = fenced.c.event_seq - func.count().over() + func.row_number().over(order_by=logged.c.k)
         source = select(
-            fenced.c.id, seq, turn_id, *(logged.c[name] for name in columns), NOW
+            fenced.c.id, seq, logged.c.turn_id, *(logged.c[name] for name in columns), NOW
         ).select_from(logged.join(fenced, true()))
         return insert(events).from_select(
             ["conversation_id", "seq", "turn_id", *columns, "created_at"], source

@@ -45,12 +45,16 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from app.models import (
     FAILED,
+    FOR_STEER,
     IDLE,
     OWNER_LOCK_SEED,
     PROCESSING,
+    QUEUED,
     RELEASED_LEASE,
     RUNNING_STATUSES,
     TOOL_LOOP,
@@ -98,7 +102,7 @@ def _fenced(events: int | ColumnElement[int] = 0, /, **values: Any) -> Update:
         update(conversations)
         .where(FENCE)
         .values(**_TOUCHED, **values)
-        .returning(*SOURCE, CANCEL_ASKED)
+        .returning(*SOURCE, CANCEL_ASKED, c.turn_count)
     )
 
 
@@ -161,6 +165,28 @@ CURRENT_TURN = (
 
 def _current(column: str) -> Any:
     return select(CURRENT_TURN.c[column]).scalar_subquery()
+
+
+CALL_ID_SEPARATOR = "\x1f"  # (the ASCII unit separator: no provider's call id holds it)
+
+
+class joined_call_ids(FunctionElement[str]):  # noqa: N801 (a SQL function's name)
+    """Call ids joined by CALL_ID_SEPARATOR: `string_agg` on PostgreSQL, `group_concat`
+    elsewhere (SQLAlchemy's own `aggregate_strings` binds its separator after compiling, which
+    a statement compiled once cannot)."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(joined_call_ids, "postgresql")
+def _string_agg(element: joined_call_ids, compiler: Any, **kw: Any) -> str:
+    return f"string_agg({compiler.process(element.clauses, **kw)}, chr(31))"
+
+
+@compiles(joined_call_ids)
+def _group_concat(element: joined_call_ids, compiler: Any, **kw: Any) -> str:
+    return f"group_concat({compiler.process(element.clauses, **kw)}, char(31))"
 
 
 _ACTIVE = and_(messages.c.conversation_id == bindparam("claim_id"), messages.c.active)
@@ -267,6 +293,18 @@ CLAIM = (
         CUTS.label("cuts"),
         CUT_AT.label("cut_at"),
         LEAF.label("leaf"),
+        c.turn_number,
+        c.turn_count,
+        # the call ids other branches' results took: a new call's id is made unique against
+        # them too (the results' unique constraint spans the tree)
+        select(joined_call_ids(messages.c.tool_call_id))
+        .where(
+            messages.c.conversation_id == bindparam("claim_id"),
+            ~messages.c.active,
+            messages.c.tool_call_id.is_not(None),
+        )
+        .scalar_subquery()
+        .label("other_branch_calls"),
     )
     .add_cte(CURRENT_TURN)
 )
@@ -307,6 +345,18 @@ DEFERRED = (
     .returning(c.id)
 )
 
+# The turn waiting right behind the current one, when it is a steer message (plan row 26).
+_next = conversations.alias("next_of")
+NEXT_STEER = select(turns.c.id, turns.c.input).where(
+    turns.c.conversation_id == bindparam("steer_conversation"),
+    turns.c.kind == FOR_STEER,
+    turns.c.status == QUEUED,
+    turns.c.number
+    == select(_next.c.turn_number + 1)
+    .where(_next.c.id == bindparam("steer_conversation"))
+    .scalar_subquery(),
+)
+
 # tool_calls comes back as text, parsed by the caller: a driver's JSON loader costs ~4 us a value.
 TRANSCRIPT = (
     select(
@@ -343,6 +393,7 @@ class Write(enum.Enum):
     PAUSE = "pause"  # every open call waits for the user: the turn requires action, lease freed
     STARTING = "starting"  # a call that may not run twice is about to run (`in_flight`)
     COMPACT = "compact"  # what the model is sent was compacted (`compactions`): a step
+    STEER = "steer"  # a steer message taken in: its turn carries the run on (plan row 26)
 
 
 ERROR = bindparam("error", type_=Text)
@@ -366,6 +417,24 @@ HEADS: dict[Any, Update] = {
     ),
     # context.compacted: a step (the lease renewed); a summary's model call counted
     Write.COMPACT: _fenced(1, **PROGRESS, **_COUNTED),
+    # turn.completed (the steered turn), message.committed, turn.started (the steer turn), and
+    # status.changed unless the status stays: a user message waits for the model (`processing`).
+    # Only while the next turn is that steer turn, still waiting (only the lease holder moves
+    # `turn_number`, so this is so unless the lease was lost).
+    Write.STEER: _fenced(
+        3 + _changes(literal(PROCESSING)),
+        status=PROCESSING,
+        turn_number=c.turn_number + 1,
+        **PROGRESS,
+    ).where(
+        select(turns.c.id)
+        .where(
+            turns.c.id == TURN_ID,
+            turns.c.conversation_id == c.id,
+            turns.c.number == c.turn_number + 1,
+        )
+        .exists()
+    ),
     # action.required, and status.changed unless the status stays: the conversation rests with
     # its turn still current (a later turn keeps waiting behind it), nothing counted.
     Write.PAUSE: _fenced(1 + _changes(literal(IDLE)), status=IDLE, attempts=0, **RELEASED_LEASE),
@@ -443,6 +512,7 @@ __all__ = [
     "FENCE",
     "HEADS",
     "LEAF",
+    "NEXT_STEER",
     "NEXT_TURN",
     "NOW",
     "OLD_STATUS",

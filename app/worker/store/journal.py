@@ -29,6 +29,7 @@ from sqlalchemy import (
     String,
     Text,
     Update,
+    Uuid,
     bindparam,
     case,
     func,
@@ -51,6 +52,7 @@ from app.models import (
     TURN_COMPLETED,
     TURN_FAILED,
     TURN_FAILED_EVENT,
+    TURN_STARTED,
     USER,
 )
 from app.models.tables import compactions, messages, tool_outputs, turns
@@ -144,7 +146,15 @@ _COMPACTION_PARAMS: dict[str, BindParameter[Any]] = {
     "cost_usd": ADD_COST,
 }
 COMPACTED_DATA = bindparam("k_data", type_=_JSON)
-JSON_PARAMETERS = ("m_tool_calls", "m_reply_stream", "m_usage", "actions", "o_arguments", "k_data")
+JSON_PARAMETERS = (
+    "m_tool_calls",
+    "m_reply_stream",
+    "m_usage",
+    "actions",
+    "o_arguments",
+    "k_data",
+    "steered_data",
+)
 
 
 def _insert_message(fenced: FromClause) -> Insert:
@@ -259,6 +269,30 @@ def _end_turn(status: str, **values: Any) -> Part:
     return _running_turn(status=status, finished_at=NOW, **_TURN_USAGE, **values)
 
 
+# A steered turn: the one the lease holder ran until its steer message was taken in.
+ENDED_ID = bindparam("ended_id", type_=Uuid)
+STEERED_DATA = bindparam("steered_data", type_=_JSON)
+
+
+def _end_steered(fenced: FromClause) -> Update:
+    """The turn the steer message joined ends `completed`: the steer turn carries the run on."""
+    fence_matched = select(fenced.c.id).exists()
+    return (
+        update(turns)
+        .where(turns.c.id == ENDED_ID, fence_matched)
+        .values(status=COMPLETED, finished_at=NOW)
+    )
+
+
+_start_steer = _running_turn(
+    status=RUNNING,
+    started_at=NOW,
+    input=None,
+    message_seq=_MESSAGE_PARAMS["seq"],
+    parent_seq=_MESSAGE_PARAMS["parent_seq"],
+)
+
+
 def _committed(fenced: FromClause) -> Logged:
     return Logged(MESSAGE_COMMITTED, message_seq=_MESSAGE_PARAMS["seq"])
 
@@ -318,6 +352,22 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
                         message_seq=_COMPACTION_PARAMS["through_seq"],
                         data=COMPACTED_DATA,
                     )
+                ]
+            ),
+        ),
+    ),
+    Write.STEER: Composite(
+        HEADS[Write.STEER],
+        (
+            _end_steered,
+            _insert_message,
+            _start_steer,
+            log(
+                lambda f: [
+                    Logged(TURN_COMPLETED, turn=ENDED_ID, data=STEERED_DATA),
+                    _committed(f),
+                    Logged(TURN_STARTED, attempt=1),
+                    status_changed(f),
                 ]
             ),
         ),

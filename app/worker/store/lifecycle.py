@@ -82,6 +82,9 @@ class Snapshot:
     budgeted: bool = False  # a budget applies: check it before each model call
     context_policy: dict[str, Any] | None = None  # the conversation's own context rules
     free_seq: int = 1  # the next message's seq: past every branch's, not only the path's
+    turn_number: int = 0  # the claimed turn's number
+    turn_count: int = 0  # the conversation's submitted turns (past turn_number: one waits)
+    other_calls: frozenset[str] = frozenset()  # call ids other branches' results hold
 
 
 class TurnStore:
@@ -178,6 +181,10 @@ class TurnStore:
             context_policy=_json_object(row.context_policy),
             # the next seq nobody took, over every branch (the promoted message took one)
             free_seq=row.message_seq + (row.turn_input is not None),
+            turn_number=row.turn_number,
+            turn_count=row.turn_count,
+            other_calls=frozenset((row.other_branch_calls or "").split(fence.CALL_ID_SEPARATOR))
+            - {""},
         )
 
     def keep_history(self, claim: Claim, transcript: Transcript) -> None:
@@ -303,6 +310,39 @@ class TurnStore:
         event and a summary's usage, in one fenced statement: a step, so it renews the lease."""
         return self._run(Write.COMPACT, claim, ttl=ttl, **record.parameters())
 
+    def next_steer(self, conversation_id: uuid.UUID) -> Steering | None:
+        """The turn right behind the current one when it is a steer message still waiting (its
+        id and text), else None (plan row 26)."""
+        with self.engine.connect() as connection:
+            found = connection.execute(
+                fence.NEXT_STEER, {"steer_conversation": conversation_id}
+            ).one_or_none()
+        return None if found is None else Steering(found.id, str(found.input or ""))
+
+    def steer(
+        self,
+        claim: Claim,
+        steering: Steering,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        ttl: float,
+    ) -> Committed:
+        """Take the steer message in (plan row 26): the running turn ends `completed`, the
+        message goes on the path, and the steer turn runs on under this lease, in one fenced
+        statement. `claim` names the steer turn (the returned cancel flag is its)."""
+        entry = Entry(seq, "user", steering.text)
+        steered = Claim(claim.conversation_id, claim.owner, claim.epoch, steering.turn_id)
+        values = {
+            "old_status": status,
+            "ended_id": claim.turn_id,
+            "steered_data": {"steered_into": str(steering.turn_id)},
+            **journal.message_parameters(entry, parent),
+        }
+        committed = self._run(Write.STEER, steered, ttl=ttl, **values)
+        return replace(committed, entry=entry)
+
     def cancel(self, claim: Claim, *, status: str) -> Committed:
         """End the turn `cancelled` once every call has an answer: the conversation rests
         (`idle`) or moves on to the next waiting turn (`processing`), lease released."""
@@ -324,7 +364,9 @@ class TurnStore:
         found = self._driver.run(op, {**parameters, "turn_id": claim.turn_id, **values})
         if found is None:
             raise _lost(claim)
-        return Committed(found[_STATUS], None, found[_EVENT_SEQ], bool(found[_CANCEL]))
+        return Committed(
+            found[_STATUS], None, found[_EVENT_SEQ], bool(found[_CANCEL]), found[_TURN_COUNT]
+        )
 
     def _step(
         self,
@@ -402,6 +444,13 @@ class CompactionRecord(NamedTuple):
         }
 
 
+class Steering(NamedTuple):
+    """A steer message waiting right behind the running turn: its turn and its text."""
+
+    turn_id: uuid.UUID
+    text: str
+
+
 class KeptOutput(NamedTuple):
     """An MCP call's whole output and the arguments it ran with, for the session tool cache."""
 
@@ -412,16 +461,18 @@ class KeptOutput(NamedTuple):
 @dataclass(frozen=True)
 class Committed:
     """What a write left: the conversation's status, the transcript entry it added, the seq of
-    the conversation's last event (its own included), and whether a cancel is requested."""
+    the conversation's last event (its own included), whether a cancel is requested, and how
+    many turns were submitted (a new one may be a steer message to take in)."""
 
     status: str
     entry: Entry | None = None
     event_seq: int = 0
     cancel_requested: bool = False
+    turn_count: int = 0  # the conversation's submitted turns: more than it ran, one waits
 
 
-# Positions in every head's row: fence.SOURCE, then fence.CANCEL_ASKED.
-_EVENT_SEQ, _STATUS, _CANCEL = 1, 2, 4
+# Positions in every head's row: fence.SOURCE, then fence.CANCEL_ASKED and the turn count.
+_EVENT_SEQ, _STATUS, _CANCEL, _TURN_COUNT = 1, 2, 4, 5
 
 
 class _ClaimRow(NamedTuple):
@@ -458,6 +509,9 @@ class _ClaimRow(NamedTuple):
     cuts: bool | None
     cut_at: int | None
     leaf: int | None
+    turn_number: int
+    turn_count: int
+    other_branch_calls: str | None
 
 
 def _entry(row: Row) -> Entry:
@@ -499,5 +553,6 @@ __all__ = [
     "KeptOutput",
     "LeaseLost",
     "Snapshot",
+    "Steering",
     "TurnStore",
 ]
