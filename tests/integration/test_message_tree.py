@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,7 +40,13 @@ from app.models import tables
 from app.testing import fakes
 from app.worker.lease_runner import Outcome
 from app.worker.ports import ModelRequest
-from tests.integration.test_loop import World, run, world  # noqa: F401 (the fixture)
+from tests.integration.test_loop import World, make_tools, run
+from tests.integration.test_user_in_the_loop import world_of
+
+
+@pytest.fixture
+def world(any_database_url: str) -> Iterator[World]:
+    yield from world_of(any_database_url, make_tools())
 
 
 def said(request: ModelRequest) -> list[tuple[str, str]]:
@@ -364,7 +371,7 @@ def test_each_bad_tree_request_is_refused_and_writes_nothing(world: World) -> No
         (lambda: client.regenerate(conversation_id, 9), MessageNotFound, "no message 9"),
         (lambda: client.fork_conversation(conversation_id, 9), MessageNotFound, "no message 9"),
         (lambda: client.edit_message(conversation_id, 0, "x"), InvalidRequest, "seq must be"),
-        (lambda: client.switch_branch(conversation_id, True), InvalidRequest, "seq must be"),  # type: ignore[arg-type]
+        (lambda: client.switch_branch(conversation_id, True), InvalidRequest, "seq must be"),
         (lambda: client.regenerate(conversation_id, "2"), InvalidRequest, "seq must be"),  # type: ignore[arg-type]
         (lambda: client.edit_message(conversation_id, 2, "x"), NotBranchable, "only a user"),
         (lambda: client.edit_message(conversation_id, 3, "x"), NotBranchable, "tool message"),
