@@ -83,8 +83,9 @@ def violations(
         checked += transcript_violations(
             active_path,
             status,
-            # (a turn that waits for the user rests with its calls open: checked above)
-            complete=at_rest and turn != "requires_action",
+            # (a turn that waits for the user rests with its calls open: checked above; a
+            # fork that ran no turn yet may end on a user message)
+            complete=at_rest and turn not in ("requires_action", None),
             cancelled=turn == "cancelled",
             numbered=False,
         )

@@ -68,12 +68,53 @@ class ConversationCreate(Body):
     )
 
 
+BUSY_DESCRIPTION = (
+    "while a turn runs: reject (409), enqueue behind it, interrupt it, rollback (interrupt it "
+    "and drop its messages from the active path: this one takes their place), or steer (the "
+    "running turn takes the message in at its next model call)"
+)
+MAX_SEQ = 2**31 - 1  # a message's seq is a 32-bit column
+
+
 class MessageCreate(Body):
     text: str = Field(description="the user's message")
-    on_busy: BusyPolicy = Field(
-        "reject",
-        description="while a turn runs: reject (409), enqueue behind it, or interrupt it",
+    on_busy: BusyPolicy = Field("reject", description=BUSY_DESCRIPTION)
+
+
+class MessageEdit(Body):
+    text: str = Field(description="the new version of the user's message")
+    on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+        "reject", description="while a turn runs (an edit cannot steer it)"
     )
+
+
+class Regenerate(Body):
+    seq: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SEQ,
+        description="the answer to regenerate (or any message after the user message it "
+        "answers); omitted: the last one",
+    )
+    on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+        "reject", description="while a turn runs (a regenerate cannot steer it)"
+    )
+
+
+class BranchSwitch(Body):
+    seq: int = Field(
+        ge=1,
+        le=MAX_SEQ,
+        description="a message of the version to show (a `siblings` seq): the path goes to the "
+        "newest message under it",
+    )
+
+
+class Fork(Body):
+    seq: int | None = Field(
+        None, ge=1, le=MAX_SEQ, description="the last message to copy; omitted: the whole path"
+    )
+    id: uuid.UUID | None = Field(None, description="choose the new conversation's id")
 
 
 class WebhookCreate(Body):
@@ -96,7 +137,11 @@ __all__ = [
     "ActionApproval",
     "ActionOutput",
     "ActionsSubmit",
+    "BranchSwitch",
     "ConversationCreate",
+    "Fork",
     "MessageCreate",
+    "MessageEdit",
+    "Regenerate",
     "WebhookCreate",
 ]

@@ -20,7 +20,11 @@
     404     not_found                 no such route
     405     method_not_allowed        a route that does not take that method
     408     request_timeout           a body not sent within `CHATWORKER_API_BODY_TIMEOUT_SECONDS`
-    409     conversation_busy         a turn runs (`on_busy=reject`, delete): `turn_id` names it
+    404     message_not_found         the conversation has no message with that seq
+    409     conversation_busy         a turn runs (`on_busy=reject`, delete, switch): `turn_id`
+                                      names it
+    409     not_branchable            the message cannot take it (an edit of an answer, a fork
+                                      at unanswered calls, a steer into a turn that waits)
     409     conversation_conflict     a chosen conversation id is taken by another setup
     409     not_retryable             retry of a conversation that has not failed
     409     action_already_answered   the call has another answer already (or was cancelled)

@@ -28,7 +28,7 @@ from app.client.views import (
     TurnStatus,
 )
 
-BusyPolicy = Literal["reject", "enqueue", "interrupt"]
+BusyPolicy = Literal["reject", "enqueue", "interrupt", "rollback", "steer"]
 
 
 class View(BaseModel):
@@ -92,6 +92,15 @@ class Message(View):
         description="an assistant message's model call: prompt_tokens, completion_tokens, "
         "cached_tokens, cache_write_tokens, cost_usd",
     )
+    parent_seq: int | None = Field(None, description="the message it follows; null: a first one")
+    active: bool = Field(True, description="on the active path (what the model is sent)")
+    siblings: list[int] = Field(
+        default_factory=list,
+        description="the seqs of every version at this point (its siblings and itself), in "
+        "order: POST .../switch with one shows that version",
+    )
+    version: int = Field(1, description='its position among `siblings`, from 1 ("2 / 3")')
+    version_count: int = Field(1, description="how many versions there are at this point")
 
 
 class Turn(View):
@@ -156,8 +165,12 @@ class Conversation(View):
     usage: Usage
     created_at: datetime
     updated_at: datetime
+    forked_from: uuid.UUID | None = Field(None, description="the conversation it was forked from")
+    forked_at_seq: int | None = Field(None, description="the seq there of its last copied message")
     messages: list[Message] | None = Field(
-        None, description="GET one conversation: the transcript (after `after_seq`)"
+        None,
+        description="GET one conversation: the active path (after `after_seq`; every version's "
+        "messages with `versions=all`)",
     )
 
     @classmethod

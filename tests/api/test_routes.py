@@ -607,3 +607,94 @@ def test_the_model_s_question_is_answered_by_the_next_message(
         ("tool", "Q3"),
         ("assistant", "Here is Q3."),
     ]
+
+
+# --- the tree: edit, regenerate, switch, fork, rollback -----------------------------------------
+
+
+def messages_of(http: httpx.Client, conversation_id: str, **params: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = http.get(
+        f"/v1/conversations/{conversation_id}", params=params
+    ).json()["messages"]
+    return found
+
+
+def test_a_message_is_edited_an_answer_regenerated_and_the_versions_switched_over_http(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "First."}, {"text": "Edited."}, {"text": "Again."}], match=token)
+    conversation = create(http)
+    cid = conversation["id"]
+    assert_ended(http, submitted_turn(submit(http, cid, f"hello {token}"))["id"], "completed")
+
+    edit = http.post(f"/v1/conversations/{cid}/messages/1/edit", json={"text": f"hi {token}"})
+    assert_ended(http, submitted_turn(edit)["id"], "completed")
+    again = http.post(f"/v1/conversations/{cid}/regenerate", json={})
+    regenerated = submitted_turn(again)
+    assert regenerated["kind"] == "regenerate"
+    assert_ended(http, regenerated["id"], "completed")
+
+    path = messages_of(http, cid)
+    assert [(m["seq"], m["content"], m["siblings"], m["version"]) for m in path] == [
+        (3, f"hi {token}", [1, 3], 2),
+        (5, "Again.", [4, 5], 2),
+    ]
+    assert path[1]["version_count"] == 2 and path[1]["parent_seq"] == 3
+    everything = messages_of(http, cid, versions="all")
+    assert [(m["seq"], m["active"]) for m in everything] == [
+        (1, False), (2, False), (3, True), (4, False), (5, True),
+    ]  # fmt: skip
+
+    switched = http.post(f"/v1/conversations/{cid}/switch", json={"seq": 1})
+    assert switched.status_code == 200, switched.text
+    assert [m["content"] for m in switched.json()["messages"]] == [f"hello {token}", "First."]
+    assert [m["seq"] for m in messages_of(http, cid)] == [1, 2]  # the same after a reload
+    types = [e["type"] for e in http.get(f"/v1/conversations/{cid}/events").json()["data"]]
+    assert types.count("branch.switched") == 3  # the edit, the regenerate, the switch
+
+    fork = http.post(f"/v1/conversations/{cid}/fork", json={"seq": 1})
+    assert fork.status_code == 201, fork.text
+    forked = fork.json()
+    assert fork.headers["location"] == f"/v1/conversations/{forked['id']}"
+    assert (forked["forked_from"], forked["forked_at_seq"]) == (cid, 1)
+    assert [m["content"] for m in forked["messages"]] == [f"hello {token}"]
+
+
+def test_the_tree_s_bad_requests_get_their_problems_over_http(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "Answer."}, HANG, {"text": "Instead."}], match=token)
+    conversation = create(http)
+    cid = conversation["id"]
+    assert_ended(http, submitted_turn(submit(http, cid, f"hello {token}"))["id"], "completed")
+
+    missing = http.post(f"/v1/conversations/{cid}/messages/9/edit", json={"text": "x"})
+    assert_problem(missing, 404, "message_not_found")
+    assistant = http.post(f"/v1/conversations/{cid}/messages/2/edit", json={"text": "x"})
+    assert "only a user message" in assert_problem(assistant, 409, "not_branchable")["detail"]
+    zero = http.post(f"/v1/conversations/{cid}/switch", json={"seq": 0})
+    assert_problem(zero, 422, "validation_failed")
+    steer = http.post(
+        f"/v1/conversations/{cid}/messages/1/edit", json={"text": "x", "on_busy": "steer"}
+    )
+    assert_problem(steer, 422, "validation_failed")  # an edit cannot steer: not a valid body
+    typo = http.post(f"/v1/conversations/{cid}/fork", json={"sec": 1})
+    assert_problem(typo, 422, "validation_failed")
+    elsewhere = http.post(f"/v1/conversations/{uuid.uuid4()}/regenerate", json={})
+    assert_problem(elsewhere, 404, "conversation_not_found")
+
+    running = submitted_turn(submit(http, cid, "more"))
+    deadline = time.monotonic() + 30
+    while len(fake_llm.requests(match=token)) < 2:  # the second call hangs
+        assert time.monotonic() < deadline, "the model was never called"
+        time.sleep(0.05)
+    busy = http.post(f"/v1/conversations/{cid}/switch", json={"seq": 1})
+    assert assert_problem(busy, 409, "conversation_busy")["turn_id"] == running["id"]
+    rolled = submitted_turn(submit(http, cid, "instead", on_busy="rollback"))
+    assert_ended(http, running["id"], "cancelled")
+    assert_ended(http, rolled["id"], "completed")
+    path = messages_of(http, cid)
+    assert [m["content"] for m in path][:3] == [f"hello {token}", "Answer.", "instead"]
+    assert path[2]["siblings"] == [3, path[2]["seq"]]  # the rolled-back message: a version

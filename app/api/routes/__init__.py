@@ -5,11 +5,12 @@ from fastapi import APIRouter
 
 from app.api.aisdk.routes import router as aisdk_router
 from app.api.responses.routes import router as responses_router
-from app.api.routes import conversations, events, system, turns, webhooks
+from app.api.routes import branches, conversations, events, system, turns, webhooks
 
 router = APIRouter(prefix="/v1")
 router.include_router(system.router)
 router.include_router(conversations.router)
+router.include_router(branches.router)
 router.include_router(turns.router)
 router.include_router(events.router)
 router.include_router(webhooks.router)

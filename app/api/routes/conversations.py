@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
-from app.api.bodies import ConversationCreate, MessageCreate
+from app.api.bodies import MAX_SEQ, ConversationCreate, MessageCreate
 from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import Conversation, ConversationList, Submission, Turn, TurnResult
@@ -18,8 +18,6 @@ from app.models import REQUIRES_ACTION
 
 router = APIRouter(prefix="/conversations", tags=["conversations"])
 
-# A message's seq is a 32-bit column: a larger bound would reach the database as an error (500).
-MAX_SEQ = 2**31 - 1
 
 IdempotencyKey = Annotated[
     str | None,
@@ -97,9 +95,16 @@ def get_conversation(
     after_seq: Annotated[
         int | None, Query(ge=0, le=MAX_SEQ, description="only the messages after this seq")
     ] = None,
+    versions: Annotated[
+        Literal["path", "all"],
+        Query(description="the active path's messages, or every version's (`active` says)"),
+    ] = "path",
 ) -> Conversation:
-    """Its status, setup, usage and transcript."""
-    view = api.client.get_conversation(conversation_id, after_seq, owner=caller.owner)
+    """Its status, setup, usage and transcript: the active path, each message with its
+    versions (`siblings`)."""
+    view = api.client.get_conversation(
+        conversation_id, after_seq, owner=caller.owner, all_versions=versions == "all"
+    )
     return Conversation.model_validate(view)
 
 
@@ -145,7 +150,8 @@ async def submit_message(
     ] = False,
 ) -> Submission | TurnResult:
     """The user's message as a new turn (202, `Location` names the turn). While a turn runs,
-    `on_busy` decides: 409 `conversation_busy` naming it, queued behind it, or interrupting it."""
+    `on_busy` decides: 409 `conversation_busy` naming it, queued behind it, interrupting it,
+    rolling it back, or steering it (409 `not_branchable` while it waits for its client)."""
     client = api.client
 
     def submit() -> tuple[Submission, uuid.UUID]:
