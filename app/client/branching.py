@@ -10,8 +10,9 @@ and a fork into a new conversation. The SQL is `store/branches.py`'s.
                    on its path (default: the leaf's)              message again: its answer is
                                                                   a sibling of the old one
     switch       any message; the conversation rests, no turn   the path moves to the newest
-                   waits                                          message under it (as it was
-                                                                  last left); branch.switched
+                   waits                                          message under it (the
+                                                                  version's latest state);
+                                                                  branch.switched
     fork         a message whose path answers every call it     a new conversation of the same
                    makes (default: the leaf)                      owner and setup holding a copy
                                                                   of that path

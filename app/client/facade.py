@@ -312,8 +312,8 @@ class ChatClient(ChatReader):
     def switch_branch(
         self, conversation_id: uuid.UUID | str, seq: int, *, owner: str | None = None
     ) -> ConversationView:
-        """Make the version holding message `seq` the active path, as it was last left (its
-        newest message becomes the leaf); no turn runs. The conversation must rest with no turn
+        """Make the version holding message `seq` the active path: its newest message becomes
+        the leaf (the version's latest state); no turn runs. The conversation must rest with no turn
         waiting (`ConversationBusy`). Followers hear `branch.switched`. The conversation, with
         its new path."""
         conversation_id = parse_conversation_id(conversation_id)

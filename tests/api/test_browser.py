@@ -426,3 +426,52 @@ def test_the_page_is_usable_on_a_phone_and_with_the_keyboard(
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways ({width}px)"
     context.close()
+
+
+def test_a_message_is_edited_an_answer_regenerated_and_the_versions_stepped_through(
+    page: Any, server: ApiProcess, fake_llm: FakeLLMServer
+) -> None:
+    fake_llm.script([{"text": "Red."}], match="Name a colour.")
+    fake_llm.script([{"text": "Apple."}, {"text": "Pear."}], match="Name a fruit.")
+    conversation_id = _send(page, "Name a colour.")
+    answer = page.locator("#transcript [data-role=assistant] > .text")
+    expect(answer).to_have_text("Red.", timeout=WAIT_MS)
+
+    # edit the message in place: a new version, answered on its own path
+    user = page.locator("#transcript [data-role=user]")
+    user.locator("[data-action=edit]").click()
+    user.locator("[data-role=edit-box]").fill("Name a fruit.")
+    user.locator("[data-action=save-edit]").click()
+    expect(answer).to_have_text("Apple.", timeout=WAIT_MS)
+    expect(page.locator("#transcript [data-role=user] .text")).to_have_text("Name a fruit.")
+    expect(user.locator("[data-role=version]")).to_have_text("2 / 2")
+    expect(page.locator("#status")).to_have_text("Ready", timeout=WAIT_MS)
+
+    # regenerate the answer: a second version of it
+    page.locator("#transcript [data-role=assistant] [data-action=regenerate]").click()
+    expect(answer).to_have_text("Pear.", timeout=WAIT_MS)
+    assistant = page.locator("#transcript [data-role=assistant]")
+    expect(assistant.locator("[data-role=version]")).to_have_text("2 / 2")
+    expect(page.locator("#status")).to_have_text("Ready", timeout=WAIT_MS)
+    assistant.locator("[data-action=previous-version]").click()
+    expect(answer).to_have_text("Apple.", timeout=WAIT_MS)
+
+    # back to the first version of the question, with its own answer
+    expect(page.locator("#status")).to_have_text("Ready", timeout=WAIT_MS)
+    user.locator("[data-action=previous-version]").click()
+    expect(page.locator("#transcript [data-role=user] .text")).to_have_text(
+        "Name a colour.", timeout=WAIT_MS
+    )
+    expect(answer).to_have_text("Red.")
+    expect(user.locator("[data-role=version]")).to_have_text("1 / 2")
+    expect(page.locator("#status")).to_have_text("Ready")
+    path = _transcript(server, conversation_id)
+    assert [m["content"] for m in path] == ["Name a colour.", "Red."]
+    _assert_page_shows(page, path)
+
+    page.reload()  # the same path after a reload: the server's, replayed
+    expect(answer).to_have_text("Red.", timeout=WAIT_MS)
+    expect(page.locator("#transcript [data-role=user] [data-role=version]")).to_have_text("1 / 2")
+    _assert_page_shows(page, _transcript(server, conversation_id))
+    user.locator("[data-action=next-version]").click()  # forward: to its newest message
+    expect(answer).to_have_text("Pear.", timeout=WAIT_MS)

@@ -126,7 +126,7 @@ def test_an_edit_is_a_new_version_and_the_model_is_sent_only_its_path(world: Wor
     ]  # fmt: skip
     assert "branch.switched" in event_types(world, conversation_id)
 
-    # back to the first version, as it was left, then forward again: no turn runs
+    # back to the first version (its newest message), then forward again: no turn runs
     back = world.client.switch_branch(conversation_id, 3)
     assert [m.seq for m in back.messages] == [1, 2, 3, 4]
     assert world.client.get_conversation(conversation_id).status == "idle"

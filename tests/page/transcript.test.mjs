@@ -11,6 +11,7 @@ import {
   isBusy,
   placed,
   statusOf,
+  visible,
   withActions,
   withAnswer,
   withWaiting,
@@ -377,5 +378,66 @@ describe("cancel, errors and queued messages", () => {
   test("a submit whose message is in the transcript already is not shown as waiting", () => {
     const t = withWaiting(empty(), { id: NEXT_TURN, number: 2, message_seq: 5 }, "Hi");
     assert.deepEqual(t.waiting, []);
+  });
+});
+
+describe("the tree: the active path, each message with its versions", () => {
+  /** @param {Transcript} t */
+  const shown = (t) =>
+    visible(t).map((item) =>
+      item.kind === "message"
+        ? [item.message.seq, (item.versions || []).join(",")]
+        : [item.kind, ""],
+    );
+  // hello (1) answered (2); edited (3, a new root) and answered (4); 2 regenerated as 5 under 1
+  const edited = [
+    message(1, 1, "user", "hello"),
+    message(2, 2, "assistant", "HELLO", { parent_seq: 1 }),
+    committed(3, "branch.switched", { message_seq: null }),
+    message(4, 3, "user", "bonjour", { parent_seq: null }),
+    message(5, 4, "assistant", "BONJOUR", { parent_seq: 3 }),
+  ];
+
+  test("a new message ends the path; an edit's versions are counted", () => {
+    const t = walk(edited);
+    assert.equal(t.leaf, 4);
+    assert.deepEqual(shown(t), [
+      [3, "1,3"],
+      [4, ""],
+    ]);
+  });
+
+  test("branch.switched moves the path to the message it names, as a replay shows it", () => {
+    const back = walk([...edited, committed(6, "branch.switched", { message_seq: 2 })]);
+    assert.deepEqual(shown(back), [
+      [1, "1,3"],
+      [2, ""],
+    ]);
+    const regenerated = walk([
+      ...edited,
+      committed(6, "branch.switched", { message_seq: 1 }),
+      message(7, 5, "assistant", "HI", { parent_seq: 1 }),
+    ]);
+    assert.deepEqual(shown(regenerated), [
+      [1, "1,3"],
+      [5, "2,5"],
+    ]);
+    // replayed from the start, or resumed from any event: the same page
+    for (let at = 0; at <= 7; at += 1) {
+      const events = [
+        ...edited,
+        committed(6, "branch.switched", { message_seq: 1 }),
+        message(7, 5, "assistant", "HI", { parent_seq: 1 }),
+      ];
+      const resumed = walk(events.slice(at), walk(events.slice(0, at)));
+      assert.deepEqual(shown(resumed), shown(regenerated));
+    }
+  });
+
+  test("an item keeps its object while its versions stay the same (drawn once)", () => {
+    const t = walk(edited);
+    assert.equal(visible(t)[0], visible(t)[0]);
+    const single = walk([message(1, 1, "user", "hi")]);
+    assert.equal(visible(single)[0], single.items[0]);
   });
 });

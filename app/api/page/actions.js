@@ -111,3 +111,36 @@ export async function answerAction(view, item, answer, element = null) {
     view.context.onError(error);
   }
 }
+
+/**
+ * The user's message `seq` edited: a new version, and a turn runs on it (the stream shows both).
+ * @param {View} view @param {number} seq @param {string} text
+ */
+export async function editMessage(view, seq, text) {
+  if (!text.trim()) return;
+  try {
+    await view.context.api.edit(view.id, seq, text);
+    view.context.focusInput();
+  } catch (error) {
+    view.context.onError(error);
+  }
+}
+
+/** A new answer to the message at or above `seq`. @param {View} view @param {number} seq */
+export async function regenerate(view, seq) {
+  try {
+    await view.context.api.regenerate(view.id, seq);
+  } catch (error) {
+    view.context.onError(error);
+  }
+}
+
+/** Show the version holding `seq` (the stream's branch.switched redraws the path).
+ * @param {View} view @param {number} seq */
+export async function switchVersion(view, seq) {
+  try {
+    await view.context.api.switchVersion(view.id, seq);
+  } catch (error) {
+    view.context.onError(error);
+  }
+}

@@ -123,6 +123,26 @@ export function createApi({
         headers: { "Idempotency-Key": newId() },
         retries: 2,
       }),
+    /** A new version of user message `seq`; a turn runs on it.
+     * @param {string} id @param {number} seq @param {string} text @returns {Promise<Submission>} */
+    edit: (id, seq, text) =>
+      request("POST", `/v1/conversations/${at(id)}/messages/${seq}/edit`, {
+        body: { text },
+        headers: { "Idempotency-Key": newId() },
+        retries: 2,
+      }),
+    /** A new answer to the user message at or above `seq`.
+     * @param {string} id @param {number} seq @returns {Promise<Submission>} */
+    regenerate: (id, seq) =>
+      request("POST", `/v1/conversations/${at(id)}/regenerate`, {
+        body: { seq },
+        headers: { "Idempotency-Key": newId() },
+        retries: 2,
+      }),
+    /** Show the version holding message `seq` (no turn runs).
+     * @param {string} id @param {number} seq @returns {Promise<Conversation>} */
+    switchVersion: (id, seq) =>
+      request("POST", `/v1/conversations/${at(id)}/switch`, { body: { seq }, retries: 2 }),
     /** @param {string} id */
     cancel: (id) => request("POST", `/v1/conversations/${at(id)}/cancel`, { retries: 2 }),
     /** Not repeated: a second retry after the first succeeded would be refused.

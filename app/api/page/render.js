@@ -13,8 +13,10 @@ import { markdown } from "./markdown.js";
  * @typedef {import("./transcript.js").Waiting} Waiting
  * @typedef {import("./transcript.js").ToolCall} ToolCall
  * @typedef {import("./transcript.js").Answer} Answer
+ * @typedef {import("./transcript.js").MessageItem} MessageItem
  * @typedef {{onAnswer: (item: ActionItem, answer: Answer, element: HTMLElement) => void,
- *   runsHere: (name: string) => boolean}} ActionHandlers
+ *   runsHere: (name: string) => boolean, onEdit?: (seq: number, text: string) => void,
+ *   onRegenerate?: (seq: number) => void, onSwitch?: (seq: number) => void}} ActionHandlers
  */
 
 /** Words for a screen reader only. @param {string} text */
@@ -48,7 +50,7 @@ export function reconcile(container, items, build) {
 
 /** @param {Item} item @param {ActionHandlers} handlers @returns {HTMLElement} */
 export function itemElement(item, handlers) {
-  if (item.kind === "message") return messageElement(item.message);
+  if (item.kind === "message") return withVersions(item, handlers);
   if (item.kind === "action") return actionElement(item, handlers);
   return h("p", {
     class: `note ${item.event.replace(".", "-")}`,
@@ -57,6 +59,85 @@ export function itemElement(item, handlers) {
     "data-event-seq": item.seq,
     text: item.text,
   });
+}
+
+/**
+ * A message with what the user can do to it: edit their own, regenerate an answer, step through
+ * its versions ("‹ 2 / 3 ›").
+ * @param {MessageItem} item @param {ActionHandlers} handlers @returns {HTMLElement}
+ */
+function withVersions(item, handlers) {
+  const { message, versions } = item;
+  const element = messageElement(message);
+  const controls = h("div", { class: "msg-controls" });
+  if (versions && versions.length > 1 && handlers.onSwitch) {
+    const onSwitch = handlers.onSwitch;
+    const at = versions.indexOf(message.seq);
+    const step = (
+      /** @type {number} */ by,
+      /** @type {string} */ label,
+      /** @type {string} */ name,
+    ) =>
+      button(
+        {
+          class: "version-step",
+          "data-action": name,
+          "aria-label": label,
+          text: by < 0 ? "‹" : "›",
+          disabled: at + by < 0 || at + by >= versions.length,
+        },
+        () => onSwitch(versions[at + by]),
+      );
+    controls.append(
+      step(-1, "previous version", "previous-version"),
+      h("span", { "data-role": "version", text: `${at + 1} / ${versions.length}` }),
+      step(1, "next version", "next-version"),
+    );
+  }
+  if (message.role === "user" && handlers.onEdit) {
+    const onEdit = handlers.onEdit;
+    controls.append(
+      button({ "data-action": "edit", text: "Edit" }, () => editInPlace(element, message, onEdit)),
+    );
+  }
+  const answer = message.role === "assistant" && message.content;
+  if (answer && handlers.onRegenerate) {
+    const onRegenerate = handlers.onRegenerate;
+    controls.append(
+      button({ "data-action": "regenerate", text: "Regenerate" }, () => onRegenerate(message.seq)),
+    );
+  }
+  if (controls.children.length) element.append(controls);
+  return element;
+}
+
+/** The user's message as a text box with Save and Cancel, in place.
+ * @param {HTMLElement} element @param {Message} message
+ * @param {(seq: number, text: string) => void} onEdit */
+function editInPlace(element, message, onEdit) {
+  if (element.querySelector(".edit-form")) return;
+  const box = /** @type {HTMLTextAreaElement} */ (
+    h("textarea", { class: "edit-box", "data-role": "edit-box", rows: 3, "aria-label": "Edit" })
+  );
+  box.value = message.content || "";
+  const form = h("div", { class: "edit-form" }, box);
+  form.append(
+    button({ "data-action": "save-edit", text: "Save and send" }, () =>
+      onEdit(message.seq, box.value),
+    ),
+    button({ "data-action": "cancel-edit", text: "Cancel" }, () => form.remove()),
+  );
+  element.append(form);
+  box.focus();
+}
+
+/** A button that calls `onClick`.
+ * @param {Record<string, string | number | boolean | null | undefined>} attributes
+ * @param {() => void} onClick */
+function button(attributes, onClick) {
+  const made = h("button", { type: "button", ...attributes });
+  made.addEventListener("click", onClick);
+  return made;
 }
 
 /** @param {Message} message @returns {HTMLElement} */

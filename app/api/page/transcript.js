@@ -20,7 +20,12 @@
 // | withActions (GET the turn)  | what the turn waits for, once per call id                       |
 // | withWaiting (a submit)      | the message queued behind the running turn, until it begins     |
 // | withAnswer (a POST)         | an action answered from this page                               |
+// | branch.switched             | the active path ends at its message now (an edit, a regenerate, |
+// |                             | a switch, a rollback moved it)                                  |
 //
+// Messages form a tree (each names its `parent_seq`); every committed one is kept, and the page
+// shows the active path: from the leaf (the last message committed, or the one a
+// `branch.switched` names) up its parents, each with its versions (`visible`).
 // Every function returns a new transcript (or the same one when nothing changed) and never
 // mutates its input: the renderer redraws only the items that are new objects.
 
@@ -30,7 +35,7 @@
  *   function?: {name?: string, arguments?: unknown}}} ToolCall
  * @typedef {{seq: number, role: "system" | "user" | "assistant" | "tool", content: string | null,
  *   tool_calls?: ToolCall[], tool_call_id?: string | null, tool_name?: string | null,
- *   is_error?: boolean}} Message
+ *   is_error?: boolean, parent_seq?: number | null}} Message
  * @typedef {{call_id: string, kind: "clarification" | "client_tool" | "approval", name: string,
  *   arguments: Record<string, unknown>, answered: boolean | null,
  *   decision?: "approved" | "denied" | null, reason?: string | null}} Action
@@ -38,14 +43,15 @@
  *   error?: string | null, actions?: Action[]}} Turn
  * @typedef {{kind?: string, from_seq?: number, through_seq?: number}} Compacted
  * @typedef {{seq: number, turn_id?: string | null, status?: string | null,
- *   message?: Message | null, turn?: Turn | null, data?: Compacted | null}} Committed
+ *   message?: Message | null, message_seq?: number | null, turn?: Turn | null,
+ *   data?: Compacted | null}} Committed
  * @typedef {{part: "text" | "call", index: number, offset: number, text: string,
  *   call_id?: string | null, name?: string | null}} Fragment
  * @typedef {{message_seq: number, stream: string, index: number, fragments: Fragment[]}} Delta
  * @typedef {{message_seq: number, stream: string}} Discarded
  * @typedef {{type: string, data: unknown}} StreamEvent
  *
- * @typedef {{kind: "message", key: string, message: Message}} MessageItem
+ * @typedef {{kind: "message", key: string, message: Message, versions?: number[]}} MessageItem
  * @typedef {{kind: "note", key: string, seq: number, event: string, text: string}} NoteItem
  * @typedef {{kind: "action", key: string, turnId: string, action: Action}} ActionItem
  * @typedef {MessageItem | NoteItem | ActionItem} Item
@@ -57,7 +63,7 @@
  *   TurnState
  * @typedef {{lastSeq: number, items: Item[], partials: Partial[], turns: TurnState[],
  *   begun: string[], waiting: Waiting[], status: string, outcome: "failed" | "cancelled" | null,
- *   error: string | null}} Transcript
+ *   error: string | null, leaf: number | null}} Transcript
  * @typedef {"connecting" | "open" | "reconnecting" | "closed"} Connection
  * @typedef {{approve: boolean} | {output: string}} Answer
  */
@@ -77,6 +83,7 @@ export function empty() {
     status: "idle",
     outcome: null,
     error: null,
+    leaf: null,
   };
 }
 
@@ -140,6 +147,8 @@ function applyCommitted(t, type, event) {
       return withTurn(next, turnId, { number, cancelling: false, ...current, waiting: true });
     case "context.compacted":
       return note(compactedNote(event.data || {}));
+    case "branch.switched":
+      return typeof event.message_seq === "number" ? { ...next, leaf: event.message_seq } : next;
     default:
       return next; // a type this page does not know yet: nothing to show
   }
@@ -157,7 +166,58 @@ function compactedNote(data) {
 /** @param {Transcript} t @param {Message} message @returns {Transcript} */
 function commitMessage(t, message) {
   const partials = t.partials.filter((partial) => partial.messageSeq !== message.seq);
-  return { ...withItem(t, { kind: "message", key: `message-${message.seq}`, message }), partials };
+  const item = { kind: /** @type {const} */ ("message"), key: `message-${message.seq}`, message };
+  return { ...withItem(t, item), partials, leaf: message.seq }; // a new message ends the path
+}
+
+/**
+ * What the page shows: the messages of the active path (from the leaf up its parents), each with
+ * its versions when it has more than one, and every other item (notes, actions) in log order.
+ * @param {Transcript} t @returns {Item[]}
+ */
+export function visible(t) {
+  /** @type {Map<number, Message>} */
+  const bySeq = new Map();
+  /** @type {Map<number, number[]>} */
+  const children = new Map(); // parent seq (0: the roots) -> its children's seqs, in order
+  for (const item of t.items) {
+    if (item.kind !== "message") continue;
+    const { message } = item;
+    bySeq.set(message.seq, message);
+    const parent = message.parent_seq ?? 0;
+    children.set(parent, [...(children.get(parent) || []), message.seq]);
+  }
+  /** @type {Set<number>} */
+  const onPath = new Set();
+  for (let at = t.leaf; at !== null && at !== undefined && bySeq.has(at);) {
+    onPath.add(at);
+    at = /** @type {Message} */ (bySeq.get(at)).parent_seq ?? null;
+  }
+  /** @type {Item[]} */
+  const shown = [];
+  for (const item of t.items) {
+    if (item.kind !== "message") {
+      shown.push(item);
+      continue;
+    }
+    if (!onPath.has(item.message.seq)) continue;
+    const versions = children.get(item.message.parent_seq ?? 0) || [];
+    shown.push(versions.length > 1 ? versionedItem(item, versions) : item);
+  }
+  return shown;
+}
+
+/** @type {WeakMap<MessageItem, {versions: string, item: MessageItem}>} */
+const versioned = new WeakMap();
+
+/** The item with its versions, the same object while they stay the same (redrawn only then).
+ * @param {MessageItem} item @param {number[]} versions @returns {MessageItem} */
+function versionedItem(item, versions) {
+  const seen = versioned.get(item);
+  if (seen && seen.versions === versions.join()) return seen.item;
+  const made = { ...item, versions };
+  versioned.set(item, { versions: versions.join(), item: made });
+  return made;
 }
 
 /** @param {Transcript} t @param {Delta} delta @returns {Transcript} */

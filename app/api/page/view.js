@@ -2,12 +2,12 @@
 // The open conversation: its event stream folded into the transcript (transcript.js) and drawn
 // (render.js), and the effects an event asks for (read what a turn waits for, refresh the list).
 
-import { answerAction } from "./actions.js";
+import { answerAction, editMessage, regenerate, switchVersion } from "./actions.js";
 import { ApiError } from "./api.js";
 import { itemElement, partialElement, reconcile, waitingElement } from "./render.js";
 import { ResumableStream } from "./sse.js";
 import { runBrowserTool, runsHere } from "./tools.js";
-import { apply, empty, hasAction, withActions } from "./transcript.js";
+import { apply, empty, hasAction, visible, withActions } from "./transcript.js";
 
 /**
  * @typedef {import("./api.js").Api} Api
@@ -92,8 +92,11 @@ export class View {
     const handlers = {
       onAnswer: answerAction.bind(null, this),
       runsHere,
+      onEdit: editMessage.bind(null, this),
+      onRegenerate: regenerate.bind(null, this),
+      onSwitch: switchVersion.bind(null, this),
     };
-    reconcile(els.transcript, t.items, (item) => itemElement(item, handlers));
+    reconcile(els.transcript, visible(t), (item) => itemElement(item, handlers));
     /** @type {(Partial | Waiting)[]} */
     const live = [...t.partials, ...t.waiting];
     reconcile(els.live, live, (item) =>

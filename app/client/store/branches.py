@@ -65,7 +65,7 @@ def path_to(connection: Connection, conversation_id: uuid.UUID, leaf: int) -> li
 
 def newest_under(connection: Connection, conversation_id: uuid.UUID, seq: int) -> int:
     """The newest message of the subtree under `seq` (itself included): the leaf a switch to
-    that version goes to, so the path comes back as it was last left there."""
+    that version goes to: the version's latest state."""
     down = (
         select(messages.c.seq)
         .where(messages.c.conversation_id == conversation_id, messages.c.seq == seq)
