@@ -142,6 +142,7 @@ class AsyncChatClient:
         on_busy: str = REJECT,
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        after_seq: int | None = None,
     ) -> Submitted:
         """`ChatClient.submit_message`, in a worker thread."""
         return await asyncio.to_thread(
@@ -152,6 +153,7 @@ class AsyncChatClient:
                 on_busy=on_busy,
                 owner=owner,
                 metadata=metadata,
+                after_seq=after_seq,
             )
         )
 

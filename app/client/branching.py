@@ -6,6 +6,9 @@ and a fork into a new conversation. The SQL is `store/branches.py`'s.
     -----------  ---------------------------------------------  ------------------------------
     edit         a user message                                 a new sibling of it, made the
                                                                   path's leaf; a turn runs on it
+    reply after  a message whose path answers every call it      a new user message below it
+                   makes (OpenAI's previous_response_id)          (a new branch, unless it is
+                                                                  the leaf); a turn runs on it
     regenerate   a message with a user message at or above it   a turn that answers that user
                    on its path (default: the leaf's)              message again: its answer is
                                                                   a sibling of the old one
@@ -78,6 +81,25 @@ def edit(
         )
     target = Target(FOR_MESSAGE, found.parent_seq or ROOT)
     return submit.run(connection, conversation_id, text, target)
+
+
+def reply_after(
+    connection: Connection, conversation_id: uuid.UUID, seq: int, text: str, submit: Submit
+) -> NewTurn:
+    """A new user message right after message `seq` (a new branch there, unless `seq` is the
+    leaf): the path up to it must answer every call it makes."""
+    path = branches.path_to(connection, conversation_id, seq)
+    if not path:
+        branches.node(connection, conversation_id, seq)  # (raises MessageNotFound)
+    open_calls = branches.unanswered_calls(
+        connection, conversation_id, path, {node.seq for node in path}
+    )
+    if open_calls:
+        raise NotBranchable(
+            f"message {seq} of conversation {conversation_id} leaves the calls "
+            f"{', '.join(open_calls)} without results: continue after their results"
+        )
+    return submit.run(connection, conversation_id, text, Target(FOR_MESSAGE, seq))
 
 
 def regenerate(
@@ -154,4 +176,4 @@ def fork(
         append(connection, new_id, 0, committed)
 
 
-__all__ = ["Submit", "edit", "fork", "regenerate", "switch"]
+__all__ = ["Submit", "edit", "fork", "regenerate", "reply_after", "switch"]

@@ -219,6 +219,7 @@ class ChatClient(ChatReader):
         on_busy: str = REJECT,
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
+        after_seq: int | None = None,
     ) -> Submitted:
         """Store the user's message as a new turn and start it (`metadata`: the caller's own
         key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
@@ -234,26 +235,35 @@ class ChatClient(ChatReader):
         while the turn waits for its client's outputs or an approval). The same
         `idempotency_key` with the same text returns the first submit's turn (`repeated`) and
         writes nothing; with another text, `IdempotencyKeyReused`.
+
+        `after_seq` puts the message right after that message instead of the path's last (a new
+        branch there: OpenAI's `previous_response_id` naming an earlier response); the path up
+        to it must answer every call it makes (`NotBranchable`).
         """
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
         key = check_idempotency_key(idempotency_key)
         policy = check_busy_policy(on_busy)
         tags = check_metadata(metadata)
+        after = None if after_seq is None else check_seq(after_seq)
         with (
             tracing.submit_span("chat submit") as span,
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
-            turn = intake.submit(
-                connection,
-                conversation_id,
-                text,
-                idempotency_key=key,
-                on_busy=policy,
-                owner_limit=self._owner_limit,
-                metadata=tags,
-            )
+            if after is None:
+                turn = intake.submit(
+                    connection,
+                    conversation_id,
+                    text,
+                    idempotency_key=key,
+                    on_busy=policy,
+                    owner_limit=self._owner_limit,
+                    metadata=tags,
+                )
+            else:
+                submit = branching.Submit(key, policy, self._owner_limit, tags)
+                turn = branching.reply_after(connection, conversation_id, after, text, submit)
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         return self._submitted(conversation_id, turn, view)

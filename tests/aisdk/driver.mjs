@@ -10,6 +10,8 @@
 //   {"op": "send", ..., "dropAfter": "text-delta"}  the connection breaks (a TypeError
 //                                            "network error", as a browser's fetch gives) right
 //                                            after the first chunk of that type
+//   {"op": "edit", "messageId", "text"}      sendMessage({text, messageId}): an edit, "done"
+//   {"op": "regenerate", "messageId"?}       regenerate(): a new answer, "done"
 //   {"op": "resume"}                         resumeStream (GET .../stream): "done"
 //   {"op": "approve", "approvalId", "approved", "reason"}  addToolApprovalResponse, then
 //                                            sendMessage(): "done"
@@ -154,6 +156,12 @@ async function run(command) {
       await sent;
       return done(id);
     }
+    case "edit":
+      await chat.sendMessage({ text: command.text, messageId: command.messageId });
+      return done(id);
+    case "regenerate":
+      await chat.regenerate(command.messageId ? { messageId: command.messageId } : {});
+      return done(id);
     case "resume":
       await chat.resumeStream();
       return done(id);

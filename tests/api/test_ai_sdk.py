@@ -103,6 +103,40 @@ def test_a_message_streams_into_one_assistant_message(page: Page, fake_llm: Fake
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
 
 
+def test_regenerate_and_an_edited_message_are_new_branches_of_the_conversation(
+    page: Page, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"text": "One."}, {"text": "Two."}, {"text": "Again."}, {"text": "Edited."}],
+        match=token,
+    )
+    chat = page.chat()
+    chat.call("send", text=f"first {token}")
+    second = chat.call("send", text="second")
+    asked = [m for m in second["messages"] if m["role"] == "user"]
+
+    # useChat's regenerate(): a new answer to the last message, a sibling of the old one
+    again = chat.call("regenerate")
+    assert again["error"] is None and shown_text(assistant(again)) == "Again."
+    assert page.turn_of(assistant(again))["kind"] == "regenerate"
+    sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
+    assert [m["content"] for m in sent if m["role"] != "system"][-1] == "second"
+    assert "Two." not in str(sent)  # the old answer is not sent
+
+    # sendMessage({text, messageId}): the first message edited, answered on its own path
+    edited = chat.call("edit", messageId=asked[0]["id"], text=f"first, edited {token}")
+    assert edited["error"] is None and shown_text(assistant(edited)) == "Edited."
+    assert [m["role"] for m in edited["messages"]] == ["user", "assistant"]
+    sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
+    assert [m["role"] for m in sent if m["role"] != "system"] == ["user"]
+    conversation_id = conversation_of(page.owner, chat.chat_id)
+    with page.http() as http:
+        path = http.get(f"/v1/conversations/{conversation_id}").json()["messages"]
+    assert [m["content"] for m in path] == [f"first, edited {token}", "Edited."]
+    assert len(path[0]["siblings"]) == 2
+
+
 def test_worker_tools_are_dynamic_parts_and_an_approval_is_a_round_trip(
     page: Page, fake_llm: FakeLLMServer
 ) -> None:
@@ -277,9 +311,18 @@ BAD_BODIES: list[tuple[str, Any, str]] = [
     ("no id", {"messages": [user_message("hi")]}, "id (the chat's)"),
     ("no messages", {"id": "c1", "messages": []}, "messages must be a non-empty list"),
     (
-        "regenerate",
-        {"id": "c1", "messages": [user_message("hi")], "trigger": "regenerate-message"},
-        "regenerating an answer is not supported yet",
+        "a regenerate whose list ends with the answer",
+        {
+            "id": "c1",
+            "messages": [{"id": "a1", "role": "assistant", "parts": []}],
+            "trigger": "regenerate-message",
+        },
+        "must end with the user message to answer again",
+    ),
+    (
+        "another trigger",
+        {"id": "c1", "messages": [user_message("hi")], "trigger": "resume-stream"},
+        "trigger must be 'submit-message' or 'regenerate-message'",
     ),
     (
         "a file part",

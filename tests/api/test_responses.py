@@ -100,6 +100,43 @@ def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeL
     ITEMS.validate_python([item.model_dump() for item in items.data])
 
 
+def test_previous_response_id_naming_an_earlier_response_continues_on_a_new_branch(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer, shared_api: Deployment
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"text": "Paris."},
+            {"text": "The Seine."},
+            {"text": "The Loire."},
+            {"text": "You are welcome."},
+        ],
+        match=token,
+    )
+    first = create(sdk, input=f"Capital of France? {token}")
+    second = create(sdk, input="Its river?", previous_response_id=first.id)
+    assert second.output_text == "The Seine."
+    # from the first response again: the model is sent its path only, not the second exchange
+    third = create(sdk, input="Its longest river?", previous_response_id=first.id)
+    assert third.output_text == "The Loire." and third.previous_response_id is None
+    sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
+    assert [m["content"] for m in sent if m["role"] == "user"] == [
+        f"Capital of France? {token}",
+        "Its longest river?",
+    ]
+    # every response stays retrievable, each on its branch
+    assert retrieve(sdk, second.id).output_text == "The Seine."
+    assert first.conversation is not None
+    path = shared_api.client.get_conversation(first.conversation.id).messages
+    assert [m.content for m in path] == [
+        f"Capital of France? {token}", "Paris.", "Its longest river?", "The Loire.",
+    ]  # fmt: skip
+    assert path[2].siblings == [3, 5]  # "Its river?" is the other version
+    # the latest response goes on as before
+    fourth = create(sdk, input="Thanks.", previous_response_id=third.id)
+    assert fourth.output_text == "You are welcome."
+
+
 def test_a_create_repeated_with_its_idempotency_key_is_the_same_response(
     sdk: openai.OpenAI, fake_llm: FakeLLMServer
 ) -> None:

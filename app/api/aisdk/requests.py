@@ -18,9 +18,14 @@ client's copy of the history is never trusted: the transcript is ours):
     id                                    the chat: our conversation id, or any other string
                                           (useChat's own ids), which names a conversation of
                                           the caller's own (created at its first message)
-    trigger                               submit-message (regenerate-message: not yet)
-    messageId                             the message answered (an assistant message), or an
-                                          edit of a user message (not yet)
+    trigger                               submit-message; regenerate-message (useChat's
+                                          `regenerate()`): a new answer to the last user message
+                                          of the list it sends (a regenerate of that message of
+                                          ours: the k-th user message of the active path)
+    messageId                             the message answered (an assistant message); with
+                                          submit-message and a user message: an edit
+                                          (`sendMessage({text, messageId})`) of that message, the
+                                          list's k-th user message: the k-th of the active path
     model, instructions, tools,           the chat's setup when it is created (the `body`
     clientTools, approvalTools, clarify   option of useChat); later, when given, the same
 """
@@ -64,6 +69,9 @@ class ChatRequest:
     text: str | None  # a user's message
     parts: tuple[ToolPart, ...]  # an assistant message's answers
     setup: Mapping[str, Any]  # the setup fields given
+    # An edit (of `text`) or a regenerate: of the k-th user message of the chat (from 1)
+    branch: str | None = None  # "edit" | "regenerate"
+    user_index: int = 0
 
 
 def parse_chat(body: Any) -> ChatRequest:
@@ -71,13 +79,10 @@ def parse_chat(body: Any) -> ChatRequest:
         raise InvalidRequest("the body must be a JSON object (useChat's: id, messages, trigger)")
     chat_id = check_chat_id(body.get("id"))
     trigger = body.get("trigger", "submit-message")
-    if trigger == "regenerate-message":
+    if trigger not in ("submit-message", "regenerate-message"):
         raise InvalidRequest(
-            "trigger regenerate-message: regenerating an answer is not supported yet (send a "
-            "new message instead)"
+            f"trigger must be 'submit-message' or 'regenerate-message', not {trigger!r}"
         )
-    if trigger != "submit-message":
-        raise InvalidRequest(f"trigger must be 'submit-message', not {trigger!r}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list (useChat's UI messages)")
@@ -90,12 +95,18 @@ def parse_chat(body: Any) -> ChatRequest:
     edited = body.get("messageId")
     role = last.get("role")
     setup = {name: body[name] for name in SETUP if name in body}
+    asked = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "user")
+    if trigger == "regenerate-message":
+        if role != "user":
+            raise InvalidRequest(
+                "regenerate-message: the list must end with the user message to answer again"
+            )
+        return ChatRequest(chat_id, message_id, None, (), setup, "regenerate", asked)
     if role == "user":
-        if edited is not None and any(
-            isinstance(m, dict) and m.get("id") == edited for m in messages[:-1]
-        ):
-            raise InvalidRequest("editing an earlier message is not supported yet")
-        return ChatRequest(chat_id, message_id, _text(last["parts"]), (), setup)
+        text = _text(last["parts"])
+        if edited is not None and edited == message_id:  # sendMessage({text, messageId})
+            return ChatRequest(chat_id, message_id, text, (), setup, "edit", asked)
+        return ChatRequest(chat_id, message_id, text, (), setup)
     if role == "assistant":
         parts = tuple(_answers(last["parts"]))
         if not parts:

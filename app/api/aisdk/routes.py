@@ -130,6 +130,8 @@ def _send(api: ApiState, caller: Caller, request: ChatRequest) -> tuple[uuid.UUI
     """The turn to stream, and the event after which the client already holds it."""
     conversation_id = conversation_of(caller.owner, request.chat_id)
     _chat(api, caller, conversation_id, request)
+    if request.branch is not None:
+        return _branch(api, caller, conversation_id, request), 0
     if request.text is not None:
         submitted = api.client.submit_message(
             conversation_id,
@@ -147,6 +149,33 @@ def _send(api: ApiState, caller: Caller, request: ChatRequest) -> tuple[uuid.UUI
     api.client.answer_actions(record.turn.id, outputs, approvals=approvals, owner=caller.owner)
     pauses = [event.seq for event in record.events if event.type == ACTION_REQUIRED]
     return record.turn.id, pauses[-1]
+
+
+def _branch(
+    api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: ChatRequest
+) -> uuid.UUID:
+    """An edit of, or a new answer to, the chat's k-th user message (of the active path, which
+    the client's list shows): a turn on a new branch."""
+    path = api.client.get_conversation(conversation_id, owner=caller.owner).messages
+    asked = [message.seq for message in path if message.role == "user"]
+    if not 1 <= request.user_index <= len(asked):
+        raise InvalidRequest(
+            f"the chat's user message {request.user_index} is not in its transcript (it holds "
+            f"{len(asked)})"
+        )
+    seq = asked[request.user_index - 1]
+    key = f"{MESSAGE_KEY}{request.branch}:{request.message_id}:{seq}"[:200]
+    if request.branch == "edit":
+        assert request.text is not None
+        submitted = api.client.edit_message(
+            conversation_id, seq, request.text, idempotency_key=key, owner=caller.owner
+        )
+    else:
+        submitted = api.client.regenerate(
+            conversation_id, seq, idempotency_key=key, owner=caller.owner
+        )
+    assert submitted.turn_id is not None
+    return submitted.turn_id
 
 
 def _answered_turn(

@@ -8,7 +8,9 @@ input                  a string, or items: `message` (role user; text or `input_
                        parts), `function_call_output`, `mcp_approval_response`
 instructions           a new conversation's instructions (an existing one's: the same)
 previous_response_id   continue that response's conversation: answers continue its turn,
-                       a message starts the next turn (it must be the latest response)
+                       a message starts the next turn; naming an earlier response, the
+                       conversation goes on from it on a new branch (the later ones stay,
+                       on theirs)
 conversation           our conversation id (a string, or {"id": ...})
 tools                  `function` tools: the client executes them (`function_call` items);
                        `mcp` tools: a worker's MCP server by `server_label`, optionally

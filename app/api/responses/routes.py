@@ -32,7 +32,7 @@ from app.api.responses.stream import ResponseEvents
 from app.api.state import Api, ApiState
 from app.client import ConversationView, TurnRecord
 from app.errors import TurnNotFound
-from app.models import REQUIRES_ACTION
+from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"])
@@ -293,6 +293,8 @@ def _submit(
     conversation_id: uuid.UUID,
     request: CreateResponse,
     key: str | None,
+    *,
+    after: int | None = None,
 ) -> ResponseId:
     assert request.text is not None
     submitted = api.client.submit_message(
@@ -301,6 +303,7 @@ def _submit(
         idempotency_key=key,
         owner=caller.owner,
         metadata=request.metadata,
+        after_seq=after,
     )
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)
@@ -335,13 +338,21 @@ def _continue(
         )
         return ResponseId(previous.turn_id, previous.segment + 1)
     current = api.client.current_turn(conversation.id, owner=caller.owner)
-    if current is None or current.id != previous.turn_id or not latest:
+    if current is not None and current.id == previous.turn_id and latest:
+        return _submit(api, caller, conversation.id, request, key)
+    # An earlier response: the conversation goes on from it, on a new branch.
+    if not (latest and record.turn.is_finished):
         raise Unsupported(
-            f"previous_response_id {previous} is not the latest response of its conversation "
-            "(continuing from an earlier one is not supported yet)",
+            f"previous_response_id {previous} waits for answers, or its turn has not ended: "
+            "continue from the response that followed them",
             param="previous_response_id",
         )
-    return _submit(api, caller, conversation.id, request, key)
+    committed = [
+        e.message_seq
+        for e in record.events
+        if e.type == MESSAGE_COMMITTED and e.message_seq is not None
+    ]
+    return _submit(api, caller, conversation.id, request, key, after=max(committed, default=None))
 
 
 def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView) -> None:

@@ -87,8 +87,8 @@ def switch_branch(
     conversation_id: uuid.UUID, body: BranchSwitch, caller: Authenticated, api: Api
 ) -> Conversation:
     """Show the version holding message `seq`: the active path goes to the newest message under
-    it (its newest message, the version's latest state); no turn runs. 409 `conversation_busy` while a turn runs or waits.
-    Followers hear `branch.switched`. The conversation with its new path."""
+    it (the version's latest state); no turn runs. 409 `conversation_busy` while a turn runs or
+    waits. Followers hear `branch.switched`. The conversation with its new path."""
     view = api.client.switch_branch(conversation_id, body.seq, owner=caller.owner)
     return Conversation.model_validate(view)
 
