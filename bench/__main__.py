@@ -52,6 +52,7 @@ from bench.retention import measure_retention
 from bench.stats import Row, median, p95, single
 from bench.storage import measure_storage
 from bench.throughput import measure_throughput
+from bench.tree import measure_tree, tree_notes
 
 T = TypeVar("T")
 
@@ -170,6 +171,11 @@ def history(ctx: Context) -> Measured:
         return measure_history(url, ctx.pick(20, 3, 1))
 
 
+def tree(ctx: Context) -> Measured:
+    with ctx.database() as url:
+        return measure_tree(url, ctx.pick(10, 3, 1), ctx.pick(6, 3, 2))
+
+
 def context(ctx: Context) -> Measured:
     rows, extra = measure_context_cpu(ctx.pick(2_000, 200, 20))
     with ctx.database() as url:
@@ -257,6 +263,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "fairness": fairness,
     "throughput": throughput,
     "history": history,
+    "tree": tree,
     "context": context,
     "janitor": janitor,
     "retention": retention,
@@ -398,7 +405,7 @@ def _notes(extras: dict[str, Any]) -> None:
             f"recovery: worst {r['max_to_request_seconds']:.1f} s with a 3 s lease{also}"
             f" (goal <= 60 s every trial: {'met' if r['meets_goal'] else 'MISSED'})"
         )
-    for line in [*context_notes(extras), *api_notes(extras)]:
+    for line in [*context_notes(extras), *tree_notes(extras), *api_notes(extras)]:
         print(line)
 
 
