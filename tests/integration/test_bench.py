@@ -21,10 +21,21 @@ REPO = Path(__file__).resolve().parents[2]
 # Each group's measures, and the row names that show each measure reported.
 GROUPS = {
     "in-process, TTFT": (
-        ("overhead", "history", "context", "janitor", "retention", "storage", "llmcpu", "ttft"),
+        (
+            "overhead",
+            "history",
+            "tree",
+            "context",
+            "janitor",
+            "retention",
+            "storage",
+            "llmcpu",
+            "ttft",
+        ),
         (
             "durable loop (TurnRunner)",
             "history",
+            "tree (1,000 msgs",
             "context ",
             "janitor:",
             "retention:",

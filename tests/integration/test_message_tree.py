@@ -191,7 +191,13 @@ def test_a_regenerate_after_tool_calls_makes_new_call_ids_unique_across_branches
     assert run(world.runner(fakes.ScriptedModel(again)), conversation_id) is Outcome.IDLE
     view = world.client.get_conversation(conversation_id)
     assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
-    assert view.messages[2].tool_call_id != "c1" and view.messages[-1].content == "3!"
+    renamed = view.messages[2].tool_call_id
+    assert renamed not in (None, "c1") and view.messages[-1].content == "3!"
+    # the session cache serves the path's outputs only: the other branch's c1 is not there
+    listed, total = world.store.cached_outputs(conversation_id)
+    assert (total, [output.call_id for output in listed]) == (1, [renamed])
+    assert world.store.cached_output(conversation_id, "c1", offset=0, limit=10) is None
+    assert world.store.cached_output(conversation_id, renamed, offset=0, limit=10) is not None
 
 
 # --- fork ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The session tool cache's reads (`tool_outputs`): what a conversation's MCP calls returned, in
-whole, for the worker's built-in `session_cache_list` and `session_cache_get`.
+whole, for the worker's built-in `session_cache_list` and `session_cache_get`: those of the
+active path only (the tool messages on it), as the model is sent nothing of another branch.
 
 Written with the call's tool message, in the same fenced statement (`journal`); read here, by
 whichever worker holds the conversation. A page is cut in the database (`substr`), so reading
@@ -11,9 +12,20 @@ from __future__ import annotations
 import uuid
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, and_, func, select
 
-from app.models.tables import tool_outputs, turns
+from app.models.tables import messages, tool_outputs, turns
+
+# Only the outputs of tool messages on the active path: another branch's are never sent.
+_ON_PATH = messages.alias("on_path")
+
+
+def _on_path() -> Any:
+    return and_(
+        _ON_PATH.c.conversation_id == tool_outputs.c.conversation_id,
+        _ON_PATH.c.seq == tool_outputs.c.seq,
+        _ON_PATH.c.active,
+    )
 
 
 class ListedOutput(NamedTuple):
@@ -50,10 +62,11 @@ def list_outputs(
             tool_outputs.c.arguments,
             tool_outputs.c.chars,
             tool_outputs.c.is_error,
-            turns.c.number,
+            func.coalesce(turns.c.number, 0),  # (0: copied into a fork, by no turn of it)
             func.count().over().label("total"),
         )
-        .join(turns, turns.c.id == tool_outputs.c.turn_id)
+        .outerjoin(turns, turns.c.id == tool_outputs.c.turn_id)
+        .join(_ON_PATH, _on_path())
         .where(tool_outputs.c.conversation_id == conversation_id)
         .order_by(tool_outputs.c.seq.desc())
         .limit(limit)
@@ -78,7 +91,10 @@ def read_output(
         tool_outputs.c.chars,
         tool_outputs.c.is_error,
         func.substr(tool_outputs.c.content, offset + 1, limit),
-    ).where(tool_outputs.c.conversation_id == conversation_id, tool_outputs.c.call_id == call_id)
+    ).join(_ON_PATH, _on_path())
+    query = query.where(
+        tool_outputs.c.conversation_id == conversation_id, tool_outputs.c.call_id == call_id
+    )
     with engine.connect() as connection:
         row = connection.execute(query).one_or_none()
     if row is None:
