@@ -82,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--on-busy",
         default="reject",
-        choices=("reject", "enqueue", "interrupt"),
-        help="while a turn runs: refuse (default), queue behind it, or cancel it and run this",
+        choices=("reject", "enqueue", "interrupt", "rollback", "steer"),
+        help="while a turn runs: refuse (default), queue behind it, cancel it and run this, "
+        "roll it back (its messages leave the path), or steer it (it takes the message in)",
     )
     submit.add_argument("--idempotency-key", help="a retried submit with this key runs once")
     submit.set_defaults(run=_submit)
