@@ -20,7 +20,8 @@
   whole or its start and a marker;
 - compactions: numbered 1..n per conversation, each with exactly one `context.compacted` event
   naming its range; each names a range of committed messages; what is elided and summarised
-  only grows; a summary never splits a call from its result (no result after its range answers
+  only grows along a path (a compaction is compared with the latest one before it whose anchor,
+  its deepest message, is on its own path); a summary never splits a call from its result (no result after its range answers
   a call inside it) and a compaction's turn is of its conversation;
 - the webhook outbox: every terminal event (and `action.required`) of a conversation a webhook
   hears of, appended after the webhook was made, has exactly its one delivery, of its type; and
@@ -159,21 +160,33 @@ def compaction_violations(conn: psycopg.Connection[Any]) -> list[str]:
         " (SELECT t.conversation_id FROM turns t WHERE t.id = k.turn_id)"
         " FROM compactions k ORDER BY k.conversation_id, k.number"
     ).fetchall()
-    previous: dict[Any, tuple[int, int, int]] = {}
+    parents: dict[Any, dict[int, int | None]] = defaultdict(dict)
+    for cid, seq, parent in conn.execute(
+        "SELECT conversation_id, seq, parent_seq FROM messages WHERE conversation_id IN"
+        " (SELECT conversation_id FROM compactions)"
+    ):
+        parents[cid][seq] = parent
+    previous: dict[Any, int] = {}
+    # what each compaction left, by its anchor (its deepest message): the one before on its path
+    chains: dict[Any, list[tuple[int, int, int]]] = defaultdict(list)
     for cid, number, first, through, elided, summarized, last, logged, turn_of in rows:
         where = f"conversation {cid}: compaction {number}"
-        before = previous.get(cid, (0, 0, 0))
-        if number != before[0] + 1:
-            problems.append(f"{where} follows compaction {before[0]}")
+        if number != previous.get(cid, 0) + 1:
+            problems.append(f"{where} follows compaction {previous.get(cid, 0)}")
         if not 1 <= first <= through <= (last or 0):
             problems.append(f"{where} names messages {first}..{through} of {last or 0}")
-        if elided < before[1] or summarized < before[2]:
+        anchor = max(elided, summarized)
+        ancestry = _ancestors(parents[cid], anchor)
+        # (an anchor of 0 compacts nothing: every earlier compaction is before it)
+        before = [kept for kept in chains[cid] if anchor == 0 or kept[0] in ancestry]
+        if before and (elided < before[-1][1] or summarized < before[-1][2]):
             problems.append(f"{where} compacts less than the one before")
         if logged != 1:
             problems.append(f"{where} has {logged} context.compacted events naming it")
         if turn_of != cid:
             problems.append(f"{where} names a turn of another conversation")
-        previous[cid] = (number, elided, summarized)
+        previous[cid] = number
+        chains[cid].append((anchor, elided, summarized))
     for cid, number, call_id in conn.execute(
         "SELECT k.conversation_id, k.number, r.tool_call_id FROM compactions k"
         " JOIN messages r ON r.conversation_id = k.conversation_id AND r.role = 'tool'"
@@ -189,6 +202,16 @@ def compaction_violations(conn: psycopg.Connection[Any]) -> list[str]:
             "but not its result"
         )
     return problems
+
+
+def _ancestors(parents: dict[int, int | None], seq: int) -> set[int]:
+    """`seq` and every message above it in the tree."""
+    found: set[int] = set()
+    at: int | None = seq
+    while at is not None and at not in found:
+        found.add(at)
+        at = parents.get(at)
+    return found
 
 
 TOLD = "('turn.completed', 'turn.failed', 'turn.cancelled', 'action.required')"

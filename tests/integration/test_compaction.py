@@ -283,3 +283,39 @@ def test_a_bad_context_policy_is_refused_and_nothing_is_written(
     with pytest.raises(InvalidRequest, match=named):
         world.client.create_conversation(tools=["fetch"], context_policy=policy)
     assert world.client.list_conversations().conversations == before
+
+
+def test_a_compaction_follows_the_path_it_was_made_on(
+    world: World, fake_llm: FakeLLMServer
+) -> None:
+    """An edit before a summary's range leaves the summary on the old branch: the new path is
+    sent whole; switching back sends by the summary again; new compactions number on."""
+    conversation_id, worker = windowed(world, fake_llm, window=WINDOW)
+    until_summarised(world, worker, conversation_id)
+    made = compactions(world, conversation_id)
+    world.client.edit_message(conversation_id, 1, "Fetch page 99.")
+    snapshot = world.store.claim(conversation_id, "worker-2", 30)
+    assert isinstance(snapshot, Snapshot)
+    assert snapshot.transcript.compacted.summarized_through == 0  # not this path's
+    assert snapshot.transcript.compacted.number == made[-1].number  # (the next is past it)
+    assert SUMMARY not in str(snapshot.transcript.provider_messages())
+    world.store.release(snapshot.claim)
+    assert asyncio.run(worker.run(conversation_id)) is Outcome.IDLE
+    assert [m.content for m in world.client.get_conversation(conversation_id).messages][0] == (
+        "Fetch page 99."
+    )
+    # back on the summarised branch: its summary is sent again, and never asked for again
+    world.client.switch_branch(conversation_id, 1)
+    world.client.submit_message(conversation_id, "One more page.")
+    again = world.store.claim(conversation_id, "worker-3", 30)
+    assert isinstance(again, Snapshot)
+    assert again.transcript.compacted.summarized_through == made[-1].summarized_through
+    assert SUMMARY in again.transcript.provider_messages()[0]["content"]
+    world.store.release(again.claim)
+    asked = len(fake_llm.requests(match=summary.MARKER))
+    assert asyncio.run(worker.run(conversation_id)) is Outcome.IDLE
+    rows = compactions(world, conversation_id)
+    assert [row.number for row in rows] == list(range(1, len(rows) + 1))
+    assert len(fake_llm.requests(match=summary.MARKER)) - asked == sum(
+        1 for row in rows[len(made) :] if row.kind == "summary"
+    )

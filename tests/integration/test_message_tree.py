@@ -293,6 +293,63 @@ def test_a_steer_message_runs_next_when_the_turn_ends_first(world: World) -> Non
     assert [(t.kind, t.status) for t in turns] == [("message", "completed"), ("steer", "completed")]
 
 
+def test_a_steer_message_repeats_by_its_key_and_a_cancelled_one_is_not_taken_in(
+    world: World,
+) -> None:
+    conversation_id = world.conversation("Add 1 and 2", tools=["add"])
+    sent: list[Any] = []
+
+    async def add(a: int, b: int) -> str:
+        def steer_then_cancel() -> None:
+            for _ in range(2):  # the same key twice: one turn
+                sent.append(
+                    world.client.submit_message(
+                        conversation_id, "then add 10", on_busy="steer", idempotency_key="s1"
+                    )
+                )
+            assert sent[1].repeated and sent[1].turn_id == sent[0].turn_id
+            world.client.cancel_turn(sent[0].turn_id)  # the user takes it back
+
+        await asyncio.to_thread(steer_then_cancel)
+        return str(a + b)
+
+    world.tools.tools["add"] = add
+    model = fakes.ScriptedModel(by_request(fakes.calls(("c1", "add", {"a": 1, "b": 2})), "3"))
+    # the turn answers; the cancelled steer turn, next, is ended at its claim (the last outcome)
+    assert run(world.runner(model), conversation_id) is Outcome.CANCELLED
+    assert len(model.requests) == 2
+    assert "then add 10" not in str(model.requests[1].messages)  # not taken in
+    turns = [world.client.get_turn(t) for t in _turn_ids(world, conversation_id)]
+    assert [(t.kind, t.status) for t in turns] == [("message", "completed"), ("steer", "cancelled")]
+
+
+def test_a_steer_message_waits_through_a_pause_and_joins_the_resumed_turn(
+    world: World,
+) -> None:
+    conversation_id = world.client.create_conversation(
+        client_tools=[{"name": "pick", "description": "the user picks", "parameters": {}}]
+    )
+    world.client.submit_message(conversation_id, "pick one")
+
+    async def ask(request: ModelRequest) -> Any:
+        if len(model.requests) == 1:  # the user writes while the model answers
+            await asyncio.to_thread(
+                world.client.submit_message, conversation_id, "the blue one", on_busy="steer"
+            )
+            return fakes.calls(("p1", "pick", {}))
+        return fakes.text("Blue it is.")
+
+    model = fakes.ScriptedModel(ask)
+    assert run(world.runner(model), conversation_id) is Outcome.REQUIRES_ACTION
+    waiting = world.client.current_turn(conversation_id)
+    assert waiting is not None and waiting.status == "requires_action"
+    world.client.answer_actions(waiting.id, {"p1": "red or blue"})
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
+    assert said(model.requests[-1])[-2:] == [("tool", "red or blue"), ("user", "the blue one")]
+    turns = [world.client.get_turn(t) for t in _turn_ids(world, conversation_id)]
+    assert [(t.kind, t.status) for t in turns] == [("message", "completed"), ("steer", "completed")]
+
+
 def test_a_rollback_cancels_the_turn_and_drops_its_messages_from_the_path(world: World) -> None:
     conversation_id = world.conversation("Add 1 and 2", tools=["add"])
 

@@ -351,6 +351,8 @@ NEXT_STEER = select(turns.c.id, turns.c.input).where(
     turns.c.conversation_id == bindparam("steer_conversation"),
     turns.c.kind == FOR_STEER,
     turns.c.status == QUEUED,
+    # (a steer message the user cancelled is not taken in: its turn is ended at its claim)
+    turns.c.cancel_requested_at.is_(None),
     turns.c.number
     == select(_next.c.turn_number + 1)
     .where(_next.c.id == bindparam("steer_conversation"))
