@@ -416,6 +416,24 @@ def test_racing_edits_of_one_message_one_wins_or_both_queue(world: World) -> Non
     assert len(view.messages) == 2 and view.messages[0].content in ("w0", "w1")
     assert len(view.messages[0].siblings) == 4  # hello, the winner of the first race, w0, w1
 
+    # two regenerates at once: one starts, the other is refused; never a broken path
+    outcomes.clear()
+
+    def regenerate() -> None:
+        try:
+            outcomes.append(world.client.regenerate(conversation_id))
+        except ConversationBusy as exc:
+            outcomes.append(exc)
+
+    racers = [threading.Thread(target=regenerate) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert sorted(type(o).__name__ for o in outcomes) == ["ConversationBusy", "Submitted"]
+    assert run(world.runner(fakes.ScriptedModel(echo)), conversation_id) is Outcome.IDLE
+    assert len(world.client.get_conversation(conversation_id).messages[1].siblings) == 2
+
 
 # --- bad input ----------------------------------------------------------------------------------
 
@@ -425,7 +443,8 @@ def test_each_bad_tree_request_is_refused_and_writes_nothing(world: World) -> No
     script = fakes.by_iteration([fakes.calls(("c1", "add", {"a": 1, "b": 2})), fakes.text("3")])
     assert run(world.runner(fakes.ScriptedModel(script)), conversation_id) is Outcome.IDLE
     other = chat(world, "elsewhere")
-    world.client.submit_message(other, "more")  # (seq 3 exists there, and 5 nowhere)
+    world.client.submit_message(other, "more")  # (it runs: a switch of it is refused)
+    short = chat(world, "short")  # messages 1 and 2; the first conversation has a 3
     client = world.client
     before = client.events(conversation_id).last_seq
     refusals: list[tuple[Any, type[Exception], str]] = [
@@ -433,6 +452,7 @@ def test_each_bad_tree_request_is_refused_and_writes_nothing(world: World) -> No
         (lambda: client.switch_branch(conversation_id, 9), MessageNotFound, "no message 9"),
         (lambda: client.regenerate(conversation_id, 9), MessageNotFound, "no message 9"),
         (lambda: client.fork_conversation(conversation_id, 9), MessageNotFound, "no message 9"),
+        (lambda: client.edit_message(short, 3, "x"), MessageNotFound, "no message 3"),
         (lambda: client.edit_message(conversation_id, 0, "x"), InvalidRequest, "seq must be"),
         (lambda: client.switch_branch(conversation_id, True), InvalidRequest, "seq must be"),
         (lambda: client.regenerate(conversation_id, "2"), InvalidRequest, "seq must be"),  # type: ignore[arg-type]

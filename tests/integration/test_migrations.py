@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from app.migrate import downgrade, upgrade
 from app.models import Base
@@ -95,3 +96,63 @@ def test_chatworker_migrate_command_upgrades_the_configured_database(sqlite_url:
     assert result.returncode == 0, result.stderr
     assert "at revision head" in result.stdout
     assert table_names(sqlite_url) == EXPECTED_TABLES
+
+
+def test_existing_conversations_become_a_single_active_path_with_nothing_lost(
+    blank_url: str,
+) -> None:
+    """Migration 0019 on a database with a conversation: each message's parent is the one
+    before it, every message is active, the session cache's outputs stay (SQLite adds the
+    columns in place: copying `messages` would have dropped them through its foreign key)."""
+    upgrade(blank_url, "0018")
+    engine = create_engine(blank_url)
+    conversation = uuid.uuid4()
+    turn = uuid.uuid4()
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO conversations (id, status, model, allowed_tools) VALUES (:id, 'idle', 'm', '[]')"
+                ),
+                {"id": conversation.hex if "sqlite" in blank_url else conversation},
+            )
+            for seq, role, call in ((1, "user", None), (2, "assistant", None), (3, "tool", "c1")):
+                connection.execute(
+                    text(
+                        "INSERT INTO messages (conversation_id, seq, role, content,"
+                        " tool_call_id, tool_name, is_error) VALUES (:c, :seq, :role, 'x',"
+                        " :call, :tool, false)"
+                    ),
+                    {
+                        "c": conversation.hex if "sqlite" in blank_url else conversation,
+                        "seq": seq,
+                        "role": role,
+                        "call": call,
+                        "tool": "add" if call else None,
+                    },
+                )
+            connection.execute(
+                text(
+                    "INSERT INTO tool_outputs (conversation_id, call_id, turn_id, seq, tool,"
+                    " arguments, content, chars, is_error, created_at) VALUES (:c, 'c1', :t, 3,"
+                    " 'add', '{}', 'x', 1, false, CURRENT_TIMESTAMP)"
+                ),
+                {
+                    "c": conversation.hex if "sqlite" in blank_url else conversation,
+                    "t": turn.hex if "sqlite" in blank_url else turn,
+                },
+            )
+        upgrade(blank_url)
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT seq, parent_seq, active FROM messages ORDER BY seq")
+            ).all()
+            kept = connection.execute(text("SELECT count(*) FROM tool_outputs")).scalar_one()
+    finally:
+        engine.dispose()
+    assert [(seq, parent, bool(active)) for seq, parent, active in rows] == [
+        (1, None, True),
+        (2, 1, True),
+        (3, 2, True),
+    ]
+    assert kept == 1
