@@ -21,8 +21,9 @@
 - compactions: numbered 1..n per conversation, each with exactly one `context.compacted` event
   naming its range; each names a range of committed messages; what is elided and summarised
   only grows along a path (a compaction is compared with the latest one before it whose anchor,
-  its deepest message, is on its own path); a summary never splits a call from its result (no result after its range answers
-  a call inside it) and a compaction's turn is of its conversation;
+  its deepest message, is on its own path); a summary never splits a call from its result (no
+  result after its range answers a call inside it) and a compaction's turn is of its
+  conversation;
 - the webhook outbox: every terminal event (and `action.required`) of a conversation a webhook
   hears of, appended after the webhook was made, has exactly its one delivery, of its type; and
   every delivery tells of such an event (while the conversation is there);

@@ -301,9 +301,8 @@ def test_a_compaction_follows_the_path_it_was_made_on(
     assert SUMMARY not in str(snapshot.transcript.provider_messages())
     world.store.release(snapshot.claim)
     assert asyncio.run(worker.run(conversation_id)) is Outcome.IDLE
-    assert [m.content for m in world.client.get_conversation(conversation_id).messages][0] == (
-        "Fetch page 99."
-    )
+    path = world.client.get_conversation(conversation_id).messages
+    assert path[0].content == "Fetch page 99."
     # back on the summarised branch: its summary is sent again, and never asked for again
     world.client.switch_branch(conversation_id, 1)
     world.client.submit_message(conversation_id, "One more page.")

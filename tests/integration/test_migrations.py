@@ -112,7 +112,8 @@ def test_existing_conversations_become_a_single_active_path_with_nothing_lost(
         with engine.begin() as connection:
             connection.execute(
                 text(
-                    "INSERT INTO conversations (id, status, model, allowed_tools) VALUES (:id, 'idle', 'm', '[]')"
+                    "INSERT INTO conversations (id, status, model, allowed_tools)"
+                    " VALUES (:id, 'idle', 'm', '[]')"
                 ),
                 {"id": conversation.hex if "sqlite" in blank_url else conversation},
             )
