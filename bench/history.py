@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
+from sqlalchemy import Engine
 
 from app.client import ChatClient
 from app.config import load_settings
@@ -92,9 +93,21 @@ class _TimedStore(TurnStore):
             self.claims.append((time.perf_counter() - started) * 1000)
 
 
-def measure_history(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
+class EchoBench(NamedTuple):
+    """A database's engine, a timed store, a client, and a runner of the echo turns."""
+
+    engine: Engine
+    store: _TimedStore
+    client: ChatClient
+    runner: TurnRunner
+    dsn: str  # the database for psycopg itself
+
+
+def echo_bench(database_url: str, histories: Histories | None) -> EchoBench:
+    """What a measure of echo turns on `database_url` runs on: the `echo` tool published, the
+    instant model, a runner on a timed store (keeping transcripts in `histories`, when given)."""
     engine = make_engine(database_url)
-    store = _TimedStore(engine, histories=Histories(1024))
+    store = _TimedStore(engine, histories=histories)
     store.claims = []
     tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
     Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
@@ -103,6 +116,11 @@ def measure_history(database_url: str, conversations: int) -> tuple[list[Row], d
     model = fakes.ScriptedModel(_model, record=False)
     runner = TurnRunner(store, model=model, tools=tools, settings=settings, owner="bench")
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    return EchoBench(engine, store, client, runner, dsn)
+
+
+def measure_history(database_url: str, conversations: int) -> tuple[list[Row], dict[str, Any]]:
+    engine, store, client, runner, dsn = echo_bench(database_url, Histories(1024))
     prepared = {size: _prepare(client, dsn, size, conversations) for size in SIZES}
     # Interleaved (10, 1000, 10000, 10, ...), so a noisy neighbour slows every size alike.
     order = [(size, prepared[size][i]) for i in range(conversations) for size in SIZES]

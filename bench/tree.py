@@ -18,13 +18,8 @@ from typing import Any
 import psycopg
 
 from app.client import ChatClient
-from app.config import load_settings
-from app.db import make_engine
-from app.testing import fakes
-from app.worker.lease_runner import TurnRunner
-from app.worker.store import Upkeep
-from bench.history import ECHO_READS, _model, _run, _spread, _TimedStore
-from bench.overhead import ITERATIONS_PER_TURN, _echo
+from bench.history import _run, _spread, echo_bench
+from bench.overhead import ITERATIONS_PER_TURN
 from bench.stats import Row, median
 
 ROUNDS = 50  # turns on the active path, and versions left beside it
@@ -100,16 +95,8 @@ def _prepare(client: ChatClient, dsn: str, tree: bool, count: int) -> list[uuid.
 def measure_tree(
     database_url: str, conversations: int, turns: int
 ) -> tuple[list[Row], dict[str, Any]]:
-    engine = make_engine(database_url)
-    store = _TimedStore(engine)  # no kept transcripts: every claim reads the whole path
-    store.claims = []
-    tools = fakes.InMemoryTools({"echo": _echo}, annotations=ECHO_READS)
-    Upkeep(engine).publish_catalog(asyncio.run(tools.definitions()))
-    settings = load_settings(database_url=database_url)
-    client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
-    model = fakes.ScriptedModel(_model, record=False)
-    runner = TurnRunner(store, model=model, tools=tools, settings=settings, owner="bench")
-    dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
+    # no kept transcripts: every claim reads the whole path
+    engine, store, client, runner, dsn = echo_bench(database_url, None)
     shapes = {"tree": True, "path": False}
     prepared = {name: _prepare(client, dsn, tree, conversations) for name, tree in shapes.items()}
     sizes = {

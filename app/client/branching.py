@@ -88,17 +88,7 @@ def reply_after(
 ) -> NewTurn:
     """A new user message right after message `seq` (a new branch there, unless `seq` is the
     leaf): the path up to it must answer every call it makes."""
-    path = branches.path_to(connection, conversation_id, seq)
-    if not path:
-        branches.node(connection, conversation_id, seq)  # (raises MessageNotFound)
-    open_calls = branches.unanswered_calls(
-        connection, conversation_id, path, {node.seq for node in path}
-    )
-    if open_calls:
-        raise NotBranchable(
-            f"message {seq} of conversation {conversation_id} leaves the calls "
-            f"{', '.join(open_calls)} without results: continue after their results"
-        )
+    _answered_path(connection, conversation_id, seq, "continue")
     return submit.run(connection, conversation_id, text, Target(FOR_MESSAGE, seq))
 
 
@@ -157,16 +147,7 @@ def fork(
     """A new conversation `new_id`, set up as this one, of its owner, holding a copy of the path
     up to `seq` (None: the leaf) as its own single path, idle."""
     at = seq if seq is not None else leaf_seq(connection, conversation_id)
-    path = [] if at is None else branches.path_to(connection, conversation_id, at)
-    if at is not None and not path:
-        branches.node(connection, conversation_id, at)  # (raises MessageNotFound)
-    answered = {node.seq for node in path}
-    open_calls = branches.unanswered_calls(connection, conversation_id, path, answered)
-    if open_calls:
-        raise NotBranchable(
-            f"message {at} of conversation {conversation_id} leaves the calls "
-            f"{', '.join(open_calls)} without results: fork at a message after their results"
-        )
+    path = [] if at is None else _answered_path(connection, conversation_id, at, "fork")
     conversations.insert_fork(connection, conversation_id, new_id, at)
     renumbered = branches.copy_path(connection, conversation_id, new_id, path)
     if renumbered:
@@ -174,6 +155,25 @@ def fork(
             {"type": MESSAGE_COMMITTED, "message_seq": new} for new in sorted(renumbered.values())
         ]
         append(connection, new_id, 0, committed)
+
+
+def _answered_path(
+    connection: Connection, conversation_id: uuid.UUID, seq: int, verb: str
+) -> list[branches.Node]:
+    """The path up to message `seq`, which must answer every call it makes (`NotBranchable`
+    naming them; `MessageNotFound` when there is no such message)."""
+    path = branches.path_to(connection, conversation_id, seq)
+    if not path:
+        branches.node(connection, conversation_id, seq)  # (raises MessageNotFound)
+    open_calls = branches.unanswered_calls(
+        connection, conversation_id, path, {node.seq for node in path}
+    )
+    if open_calls:
+        raise NotBranchable(
+            f"message {seq} of conversation {conversation_id} leaves the calls "
+            f"{', '.join(open_calls)} without results: {verb} at a message after their results"
+        )
+    return path
 
 
 __all__ = ["Submit", "edit", "fork", "regenerate", "reply_after", "switch"]
