@@ -87,6 +87,7 @@ def mine(shared_api: Deployment) -> Iterator[dict[str, str]]:
         "delivery_id": "1",
         "response_id": "resp_" + uuid.UUID(turn).hex,
         "chat_id": conversation,
+        "seq": "1",
     }
 
 
