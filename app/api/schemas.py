@@ -189,8 +189,8 @@ class Event(View):
 
     seq: int
     type: str = Field(
-        description="turn.*, message.committed, status.changed, action.required or "
-        "context.compacted"
+        description="turn.*, message.committed, status.changed, action.required, "
+        "context.compacted or branch.switched (`message_seq`: the active path's new leaf)"
     )
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
