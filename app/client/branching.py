@@ -99,10 +99,7 @@ def regenerate(
     at = seq if seq is not None else leaf_seq(connection, conversation_id)
     if at is None:
         raise NotBranchable(f"conversation {conversation_id} has no message to regenerate")
-    branches.node(connection, conversation_id, at)
-    asked = [
-        node for node in branches.path_to(connection, conversation_id, at) if node.role == USER
-    ]
+    asked = [node for node in _path(connection, conversation_id, at) if node.role == USER]
     if not asked:
         raise NotBranchable(
             f"message {at} of conversation {conversation_id} has no user message before it "
@@ -110,8 +107,7 @@ def regenerate(
         )
     question = asked[-1].seq
     text = branches.text_of(connection, conversation_id, question)
-    target = Target(FOR_REGENERATE, question, question, text)
-    return submit.run(connection, conversation_id, text, target)
+    return submit.run(connection, conversation_id, text, Target(FOR_REGENERATE, question))
 
 
 def switch(connection: Connection, conversation_id: uuid.UUID, seq: int) -> int:
@@ -162,9 +158,7 @@ def _answered_path(
 ) -> list[branches.Node]:
     """The path up to message `seq`, which must answer every call it makes (`NotBranchable`
     naming them; `MessageNotFound` when there is no such message)."""
-    path = branches.path_to(connection, conversation_id, seq)
-    if not path:
-        branches.node(connection, conversation_id, seq)  # (raises MessageNotFound)
+    path = _path(connection, conversation_id, seq)
     open_calls = branches.unanswered_calls(
         connection, conversation_id, path, {node.seq for node in path}
     )
@@ -173,6 +167,14 @@ def _answered_path(
             f"message {seq} of conversation {conversation_id} leaves the calls "
             f"{', '.join(open_calls)} without results: {verb} at a message after their results"
         )
+    return path
+
+
+def _path(connection: Connection, conversation_id: uuid.UUID, seq: int) -> list[branches.Node]:
+    """The path from a root to message `seq`; `MessageNotFound` when there is no such one."""
+    path = branches.path_to(connection, conversation_id, seq)
+    if not path:
+        branches.node(connection, conversation_id, seq)  # (raises MessageNotFound)
     return path
 
 

@@ -63,14 +63,16 @@ class Message(Base):
             postgresql_where=sql_text("active"),
             sqlite_where=sql_text("active"),
         ),
-        # The results of other branches (a claim makes new call ids unique against them too).
-        # Written only when a message leaves the path: free for the worker's inserts.
+        # The other branches' messages: whether a conversation has versions at all (a read of
+        # its path looks for siblings only then), and their results' call ids (a claim makes
+        # new ones unique against them). Written only when a message leaves the path: free for
+        # the worker's inserts.
         Index(
-            "ix_messages_inactive_results",
+            "ix_messages_inactive",
             "conversation_id",
             "tool_call_id",
-            postgresql_where=sql_text("NOT active AND tool_call_id IS NOT NULL"),
-            sqlite_where=sql_text("NOT active AND tool_call_id IS NOT NULL"),
+            postgresql_where=sql_text("NOT active"),
+            sqlite_where=sql_text("NOT active"),
         ),
     )
 

@@ -56,11 +56,11 @@ def upgrade() -> None:
         sqlite_where=sa.text("active"),
     )
     op.create_index(
-        "ix_messages_inactive_results",
+        "ix_messages_inactive",
         "messages",
         ["conversation_id", "tool_call_id"],
-        postgresql_where=sa.text("NOT active AND tool_call_id IS NOT NULL"),
-        sqlite_where=sa.text("NOT active AND tool_call_id IS NOT NULL"),
+        postgresql_where=sa.text("NOT active"),
+        sqlite_where=sa.text("NOT active"),
     )
     op.add_column("turns", sa.Column("parent_seq", sa.Integer(), nullable=True))
     with op.batch_alter_table("tool_outputs") as batch:  # (a fork's copies have no turn)
@@ -79,7 +79,7 @@ def downgrade() -> None:
     op.execute("DELETE FROM tool_outputs WHERE turn_id IS NULL")
     with op.batch_alter_table("tool_outputs") as batch:
         batch.alter_column("turn_id", existing_type=sa.Uuid(), nullable=False)
-    op.drop_index("ix_messages_inactive_results", table_name="messages")
+    op.drop_index("ix_messages_inactive", table_name="messages")
     op.drop_index("ix_messages_active_path", table_name="messages")
     if op.get_context().dialect.name != "sqlite":  # (SQLite's goes with its column)
         op.drop_constraint(op.f("ck_messages_parent_is_older"), "messages", type_="check")

@@ -142,8 +142,8 @@ def versions(
     """For each parent (None: the roots) that has more than one child, its children's seqs in
     order: the versions a chat page offers as "2 / 3"."""
     wanted = {0 if parent is None else parent for parent in parents}
-    if not wanted:
-        return {}
+    if not wanted or not has_versions(connection, conversation_id):
+        return {}  # (one probe of the partial index of inactive messages: most never branch)
     parent = func.coalesce(messages.c.parent_seq, 0)
     rows = connection.execute(
         select(parent, messages.c.seq)
@@ -154,6 +154,14 @@ def versions(
     for of, seq in rows:
         children[of or None].append(seq)
     return {of: seqs for of, seqs in children.items() if len(seqs) > 1}
+
+
+def has_versions(connection: Connection, conversation_id: uuid.UUID) -> bool:
+    """Whether any message of the conversation is off its active path (`ix_messages_inactive`)."""
+    inactive = select(messages.c.seq).where(
+        messages.c.conversation_id == conversation_id, ~messages.c.active
+    )
+    return connection.execute(select(inactive.exists())).scalar_one()
 
 
 def copy_path(
@@ -223,6 +231,7 @@ __all__ = [
     "Node",
     "copy_path",
     "cut_after",
+    "has_versions",
     "move_to",
     "newest_under",
     "node",

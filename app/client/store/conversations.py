@@ -47,12 +47,14 @@ from app.telemetry import tracing
 class Target:
     """Where a new turn's messages hang, when not below the leaf: an edit (a new user message
     below `parent`, ROOT for a new first message) or a regenerate (a new answer to the user
-    message `message_seq`, which is also `parent`)."""
+    message `parent`, which is the turn's own message)."""
 
-    kind: str  # FOR_MESSAGE (an edit) or FOR_REGENERATE
+    kind: str  # FOR_MESSAGE (an edit, a rollback, a reply after) or FOR_REGENERATE
     parent: int
-    message_seq: int | None = None
-    text: str | None = None  # a regenerate: the user message's text (its idempotency key's)
+
+    @property
+    def regenerates(self) -> bool:
+        return self.kind == FOR_REGENERATE
 
 
 #: A turn's `parent_seq` for messages that start a new path (`messages.parent_seq` NULL).
@@ -193,14 +195,14 @@ def start_turn(
     logged: list[dict[str, Any]] = []
     if switched:
         logged.append({"type": BRANCH_SWITCHED, "message_seq": parent})
-    if target is not None and target.kind == FOR_REGENERATE:
+    if target is not None and target.regenerates:
         turn = _insert_turn(
             connection,
             conversation_id,
             number,
             key,
             kind=FOR_REGENERATE,
-            message_seq=target.message_seq,
+            message_seq=target.parent,
             parent_seq=target.parent,
             metadata=metadata,
         )
@@ -256,7 +258,8 @@ def queue_turn(
     claim that starts it cuts the active path there first (an edit, a regenerate, a rollback);
     a `steer` turn is taken in by the running turn at its next model call."""
     number = row.turn_count + 1
-    regenerate = target is not None and target.kind == FOR_REGENERATE
+    parent = None if target is None else target.parent
+    regenerate = target is not None and target.regenerates
     turn = _insert_turn(
         connection,
         conversation_id,
@@ -264,8 +267,8 @@ def queue_turn(
         key,
         kind=FOR_REGENERATE if regenerate else kind,
         waiting_text=None if regenerate else text,
-        message_seq=target.message_seq if regenerate and target is not None else None,
-        parent_seq=None if target is None else target.parent,
+        message_seq=parent if regenerate else None,  # (it answers that message again)
+        parent_seq=parent,
         metadata=metadata,
     )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]

@@ -225,8 +225,9 @@ CUTS = and_(
     _current("parent_seq").is_not(None),
     select(messages.c.seq).where(_ACTIVE, messages.c.seq > CUT_AT).exists(),
 )
-# What the claim reads of the latest compaction (`context.Compacted`, in its order).
-COMPACTED_COLUMNS = ("number", "elided_through", "summarized_through", "summary")
+# What the claim reads of the latest compaction of the path (`context.Compacted`'s state; its
+# `number` is the conversation's last, `compacted_top`, over every branch).
+COMPACTED_COLUMNS = ("elided_through", "summarized_through", "summary")
 
 CLAIM = (
     update(conversations)

@@ -500,7 +500,6 @@ class _ClaimRow(NamedTuple):
     trace_context: dict[str, str] | str | None
     budgeted: bool | None
     context_policy: dict[str, Any] | str | None
-    compacted_number: int | None
     compacted_elided_through: int | None
     compacted_summarized_through: int | None
     compacted_summary: str | None
