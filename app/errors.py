@@ -21,7 +21,8 @@
         ├── BudgetExceeded          the conversation's or its owner's budget is used up
         ├── TooManyRunningTurns     the owner runs its limit of turns (`retry_after` seconds)
         ├── WebhookNotFound         no webhook (or delivery) has that id
-        └── UnknownTool             a tool name no worker offers
+        ├── UnknownTool             a tool name no worker offers
+        └── InvalidOutputSchema     an output schema that is not a usable JSON Schema of an object
 
 Worker-side errors (a model call that failed for good, a lost lease) live beside the worker code:
 `app.worker.ports.ModelError`, `app.worker.store.LeaseLost`.
@@ -54,6 +55,10 @@ class ConversationNotFound(InvalidRequest):
 
 class MessageNotFound(InvalidRequest):
     """The conversation has no message with that seq."""
+
+
+class InvalidOutputSchema(InvalidRequest):
+    """An `output_schema` that is not a usable JSON Schema of an object; the error says where."""
 
 
 class NotBranchable(InvalidRequest):

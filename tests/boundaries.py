@@ -3,8 +3,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
 
     modules                               may import
     ------------------------------------  --------------------------------------------------------
-    app.worker.plan, .transcript, .entry, the standard library (and each other) only: pure
-    .offer, .verdict, .context, .summary
+    app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
+    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`) and each other
+    .structured                           only: pure
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks and views, the live entries,
@@ -35,7 +36,9 @@ PURE = (
     "app.worker.verdict",
     "app.worker.context",
     "app.worker.summary",
+    "app.worker.structured",
 )
+PURE_LIBRARIES = ("__future__", "jsonschema")  # beside the standard library
 DIALECT_PURE = (
     *(
         f"app.api.responses.{name}"
@@ -106,7 +109,11 @@ def _pure(graph: dict[str, set[str]]) -> Iterable[Crossing]:
     for module in PURE:
         for imported in graph.get(module, ()):
             top = imported.split(".")[0]
-            if top not in sys.stdlib_module_names and top != "__future__" and imported not in PURE:
+            if (
+                top not in sys.stdlib_module_names
+                and top not in PURE_LIBRARIES
+                and imported not in PURE
+            ):
                 yield Crossing(module, imported, "the planner and the transcript are pure")
 
 

@@ -6,7 +6,8 @@
 - tool call ids are unique per conversation, every result answers an earlier call, and every call
   has exactly one result (a failed turn may leave the calls of its last assistant message open,
   whether or not a later turn followed);
-- at most one final answer per user turn, and it ends the turn;
+- at most one final answer per user turn, and it ends the turn (an answer its turn's JSON Schema
+  refused, `output_error`, is none: the model was asked again);
 - a conversation at rest has a released lease; a failed one says why;
 - the event log: seq is gap-free (1..event_seq); every message has exactly one
   `message.committed` event; every finished turn exactly one terminal event (of its status), an
@@ -69,8 +70,10 @@ def violations(
         problems += compaction_violations(conn)
         problems += outbox_violations(conn)
         rows = conn.execute(
-            "SELECT conversation_id, seq, role, content, tool_calls, tool_call_id, parent_seq,"
-            " active FROM messages ORDER BY conversation_id, seq"
+            # (an answer refused by its turn's schema is no final answer: its role reads so)
+            "SELECT conversation_id, seq, CASE WHEN output_error IS NULL THEN role ELSE"
+            f" '{REFUSED}' END, content, tool_calls, tool_call_id, parent_seq, active"
+            " FROM messages ORDER BY conversation_id, seq"
         ).fetchall()
         problems += _idle_in_transaction(conn, make_url(database_url).database or "")
     transcripts: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
@@ -341,6 +344,9 @@ def _waiting_turn_violations(conn: psycopg.Connection[Any]) -> list[str]:
     return problems
 
 
+REFUSED = "refused"  # the role the checks read for an answer refused by its schema
+
+
 def tree_violations(messages: list[tuple[Any, ...]]) -> list[str]:
     """The tree of (seq, role, content, tool_calls, tool_call_id, parent_seq, active) rows, in
     seq order: seq gap-free over every branch; each parent an older message of the conversation;
@@ -443,6 +449,8 @@ def _calls_and_results(
                 problems.append(f"more than one final answer in one turn (seq {seq})")
             if following is not None and following[1] != "user":
                 problems.append(f"the final answer at seq {seq} is followed by a {following[1]}")
+        elif role == REFUSED:  # the model was asked again: no final answer, no call
+            turn_calls = []
         elif role == "tool":
             if tool_call_id not in asked:
                 problems.append(f"result at seq {seq} answers no earlier call ({tool_call_id})")

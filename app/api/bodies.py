@@ -66,6 +66,17 @@ class ConversationCreate(Body):
         "over the server's settings: `window` (tokens), `threshold` (0.1-1), `reply_tokens`, "
         "`compaction` (bool), `summary_model`, `prompt_cache` (bool)",
     )
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description='what every final answer must match: `{"name": ..., "schema": a JSON Schema '
+        'of an object, "strict": false}`; checked before each turn completes (one repair is '
+        "asked for), the parsed object in the answer's `output`; a message may ask for its own",
+    )
+    fallback_models: list[str] | None = Field(
+        None,
+        description="models a call moves to, in order, when the one in use is down or its "
+        "transient errors spent their retries (unset: `CHATWORKER_FALLBACK_MODELS`)",
+    )
 
 
 BUSY_DESCRIPTION = (
@@ -79,6 +90,11 @@ MAX_SEQ = 2**31 - 1  # a message's seq is a 32-bit column
 class MessageCreate(Body):
     text: str = Field(description="the user's message")
     on_busy: BusyPolicy = Field("reject", description=BUSY_DESCRIPTION)
+    output_schema: dict[str, Any] | None = Field(
+        None,
+        description="this message's answer must match this JSON Schema, over the "
+        'conversation\'s: `{"name": ..., "schema": {"type": "object", ...}, "strict": false}`',
+    )
 
 
 class MessageEdit(Body):

@@ -21,6 +21,8 @@
     405     method_not_allowed        a route that does not take that method
     408     request_timeout           a body not sent within `CHATWORKER_API_BODY_TIMEOUT_SECONDS`
     404     message_not_found         the conversation has no message with that seq
+    400     invalid_output_schema     an `output_schema` that is not a JSON Schema of an object (its
+                                      own error and where), a `$ref` outside it, too large
     409     conversation_busy         a turn runs (`on_busy=reject`, delete, switch): `turn_id`
                                       names it
     409     not_branchable            the message cannot take it (an edit of an answer, a fork
@@ -72,6 +74,7 @@ from app.errors import (
     IdempotencyKeyReused,
     InvalidCursor,
     InvalidMessage,
+    InvalidOutputSchema,
     InvalidRequest,
     KeyNotFound,
     MessageNotFound,
@@ -110,6 +113,7 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     InvalidCursor: (400, "invalid_cursor"),
     InvalidMessage: (400, "invalid_message"),
     UnknownTool: (400, "unknown_tool"),
+    InvalidOutputSchema: (400, "invalid_output_schema"),
     InvalidRequest: (400, "invalid_request"),
 }
 

@@ -89,8 +89,8 @@ class Message(View):
     created_at: datetime
     usage: dict[str, Any] | None = Field(
         None,
-        description="an assistant message's model call: prompt_tokens, completion_tokens, "
-        "cached_tokens, cache_write_tokens, cost_usd",
+        description="an assistant message's model call: the model that answered, "
+        "prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, cost_usd",
     )
     parent_seq: int | None = Field(None, description="the message it follows; null: a first one")
     active: bool = Field(True, description="on the active path (what the model is sent)")
@@ -101,6 +101,11 @@ class Message(View):
     )
     version: int = Field(1, description='its position among `siblings`, from 1 ("2 / 3")')
     version_count: int = Field(1, description="how many versions there are at this point")
+    output: Any = Field(
+        None,
+        description="a structured answer's parsed object (its turn asked for an output_schema "
+        "and it matched; an answer that did not has is_error)",
+    )
 
 
 class Turn(View):
@@ -122,6 +127,14 @@ class Turn(View):
         default_factory=list,
         description="what the turn waits for while requires_action (answered: has its output)",
     )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="what this message's answer must match (over the conversation's)"
+    )
+    model: str | None = Field(
+        None,
+        description="the fallback model the turn moved to (see the model.fallback event); "
+        "null: the conversation's own",
+    )
 
 
 class Submission(View):
@@ -139,6 +152,9 @@ class TurnResult(View):
     turn: Turn
     finished: bool = Field(description="false: the wait ran out first; follow the turn")
     output_text: str | None = Field(description="the final answer's text, if it has one")
+    output: Any = Field(
+        None, description="the final answer's parsed object, when the turn asked for a schema"
+    )
     messages: list[Message]
 
 
@@ -159,6 +175,12 @@ class Conversation(View):
     clarify: bool = True
     context_policy: dict[str, Any] | None = Field(
         None, description="its own rules for what the model is sent as it grows"
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="the JSON Schema every final answer must match"
+    )
+    fallback_models: list[str] = Field(
+        default_factory=list, description="the models a call falls back to, in order"
     )
     iterations: int
     turn_number: int = Field(description="the current (or last) turn's number; 0: none yet")

@@ -69,6 +69,8 @@ class AsyncChatClient:
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
         context_policy: dict[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        fallback_models: Sequence[str] | None = None,
     ) -> uuid.UUID:
         """`ChatClient.create_conversation`, in a worker thread."""
         return await asyncio.to_thread(
@@ -84,6 +86,8 @@ class AsyncChatClient:
                 clarify=clarify,
                 approval_tools=approval_tools,
                 context_policy=context_policy,
+                output_schema=output_schema,
+                fallback_models=fallback_models,
             )
         )
 
@@ -101,6 +105,8 @@ class AsyncChatClient:
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
         context_policy: dict[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        fallback_models: Sequence[str] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`ChatClient.create_or_get`, in a worker thread."""
         return await asyncio.to_thread(
@@ -116,6 +122,8 @@ class AsyncChatClient:
                 clarify=clarify,
                 approval_tools=approval_tools,
                 context_policy=context_policy,
+                output_schema=output_schema,
+                fallback_models=fallback_models,
             )
         )
 
@@ -143,6 +151,7 @@ class AsyncChatClient:
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
         after_seq: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> Submitted:
         """`ChatClient.submit_message`, in a worker thread."""
         return await asyncio.to_thread(
@@ -154,6 +163,7 @@ class AsyncChatClient:
                 owner=owner,
                 metadata=metadata,
                 after_seq=after_seq,
+                output_schema=output_schema,
             )
         )
 

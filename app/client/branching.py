@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -49,6 +50,7 @@ class Submit:
     on_busy: str
     owner_limit: int | None = None
     metadata: dict[str, str] | None = None
+    output_schema: dict[str, Any] | None = None
 
     def run(
         self, connection: Connection, conversation_id: uuid.UUID, text: str, target: Target
@@ -61,6 +63,7 @@ class Submit:
             on_busy=self.on_busy,
             owner_limit=self.owner_limit,
             metadata=self.metadata,
+            output_schema=self.output_schema,
             target=target,
         )
 

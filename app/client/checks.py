@@ -20,6 +20,7 @@ from app.errors import (
     ConversationNotFound,
     InvalidCursor,
     InvalidMessage,
+    InvalidOutputSchema,
     InvalidRequest,
     MessageTooLarge,
     TurnNotFound,
@@ -459,3 +460,112 @@ def check_event_types(event_types: Sequence[str] | None) -> tuple[str, ...]:
             f"unknown event type {unknown[0]!r}; use {', '.join(WEBHOOK_EVENT_TYPES)}"
         )
     return tuple(name for name in WEBHOOK_EVENT_TYPES if name in event_types)
+
+
+MAX_FALLBACK_MODELS = 5
+MAX_OUTPUT_SCHEMA_CHARS = 100_000
+OUTPUT_SCHEMA_FIELDS = frozenset({"name", "schema", "strict", "description"})
+DEFAULT_OUTPUT_NAME = "answer"
+
+
+def check_fallback_models(models: Any, model: str | None = None) -> list[str] | None:
+    """The models a call falls back to, in order: None, or up to 5 distinct model strings (not
+    the conversation's own `model`)."""
+    if models is None:
+        return None
+    if isinstance(models, str | bytes | dict) or not isinstance(models, Sequence):
+        raise InvalidRequest("fallback_models must be a list of model strings")
+    if len(models) > MAX_FALLBACK_MODELS:
+        raise InvalidRequest(
+            f"fallback_models: at most {MAX_FALLBACK_MODELS} models, not {len(models)}"
+        )
+    checked = [check_model(item) for item in models]
+    for name in checked:
+        if checked.count(name) > 1:
+            raise InvalidRequest(f"fallback_models: {name!r} is named twice")
+        if name == model:
+            raise InvalidRequest(f"fallback_models: {name!r} is the conversation's own model")
+    return checked or None
+
+
+def check_output_schema(value: Any, where: str = "output_schema") -> dict[str, Any] | None:
+    """What an answer must match: None, or {"schema": a JSON Schema of an object, "name":
+    1-64 letters, digits, `_` or `-` ("answer" when not given), "strict": whether the provider
+    is asked to enforce it exactly (false by default), "description"}. The schema is checked
+    by `jsonschema` against the draft it names (2020-12 when none); a `$ref` must point inside
+    it (nothing is ever fetched). `InvalidOutputSchema` says what is wrong and where."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidOutputSchema(
+            f'{where} must be an object: {{"name": ..., "schema": {{"type": "object", ...}}}}'
+        )
+    unknown = set(value) - OUTPUT_SCHEMA_FIELDS
+    if unknown:
+        raise InvalidOutputSchema(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    name = value.get("name", DEFAULT_OUTPUT_NAME)
+    if not isinstance(name, str) or not TOOL_NAME.match(name):
+        raise InvalidOutputSchema(f"{where}.name must be 1-64 letters, digits, '_' or '-'")
+    strict = value.get("strict", False)
+    if not isinstance(strict, bool):
+        raise InvalidOutputSchema(f"{where}.strict must be true or false")
+    description = value.get("description")
+    if description is not None and (
+        not isinstance(description, str) or len(description) > MAX_TOOL_DESCRIPTION_CHARS
+    ):
+        raise InvalidOutputSchema(
+            f"{where}.description must be a string of at most {MAX_TOOL_DESCRIPTION_CHARS}"
+        )
+    schema = value.get("schema")
+    if not isinstance(schema, Mapping):
+        raise InvalidOutputSchema(f"{where}.schema must be a JSON Schema (an object)")
+    schema = dict(schema)
+    if schema.get("type") != "object":
+        raise InvalidOutputSchema(
+            f'{where}.schema must describe an object ("type": "object" at its root): the '
+            "providers' structured output answers with one"
+        )
+    try:
+        text = json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOutputSchema(f"{where}.schema must be JSON: {exc}") from None
+    if len(text) > MAX_OUTPUT_SCHEMA_CHARS:
+        raise InvalidOutputSchema(
+            f"{where}.schema is {len(text):,} characters long, over {MAX_OUTPUT_SCHEMA_CHARS:,}"
+        )
+    _check_refs(schema, f"{where}.schema")
+    from jsonschema import SchemaError, validators  # only for turns that ask for a schema
+
+    try:
+        validators.validator_for(schema, default=validators.Draft202012Validator).check_schema(
+            schema
+        )
+    except SchemaError as exc:
+        at = "/".join(str(part) for part in exc.absolute_path)
+        raise InvalidOutputSchema(
+            f"{where}.schema is not a valid JSON Schema{f' at {at}' if at else ''}: "
+            f"{exc.message[:300]}"
+        ) from None
+    checked: dict[str, Any] = {"name": name, "schema": schema, "strict": strict}
+    if description is not None:
+        checked["description"] = description
+    check_storable_json(checked, where)
+    return checked
+
+
+def _check_refs(schema: Any, where: str) -> None:
+    """Every `$ref` (and `$dynamicRef`) points inside the schema: `#...`."""
+    stack = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in ("$ref", "$dynamicRef"):
+                ref = item.get(key)
+                if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
+                    raise InvalidOutputSchema(
+                        f"{where}: {key} {str(ref)[:100]!r} points outside the schema; only "
+                        "references inside it (#/...) are followed, nothing is fetched"
+                    )
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

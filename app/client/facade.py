@@ -29,9 +29,11 @@ from app.client.checks import (
     check_context,
     check_context_policy,
     check_decisions,
+    check_fallback_models,
     check_idempotency_key,
     check_metadata,
     check_model,
+    check_output_schema,
     check_outputs,
     check_seq,
     check_text,
@@ -108,6 +110,8 @@ class ChatClient(ChatReader):
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
         context_policy: dict[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        fallback_models: Sequence[str] | None = None,
     ) -> uuid.UUID:
         """A new idle conversation; `tools` are names from `list_tools()`.
 
@@ -123,7 +127,11 @@ class ChatClient(ChatReader):
         what each MCP server's own policy asks (a caller can ask for more, never less).
         `context_policy`: this conversation's own rules for what the model is sent as it grows
         (`window`, `threshold`, `reply_tokens`, `compaction`, `summary_model`, `prompt_cache`),
-        over the settings'."""
+        over the settings'. `output_schema`: every final answer must match this JSON Schema
+        (`{"name", "schema", "strict"}`; checked before the turn completes, one repair asked
+        for); a message may ask for its own. `fallback_models`: the models a call moves to, in
+        order, when the one in use is down or its transient errors spent their retries (None:
+        the settings' `CHATWORKER_FALLBACK_MODELS`)."""
         return self.create_or_get(
             model=model,
             instructions=instructions,
@@ -136,6 +144,8 @@ class ChatClient(ChatReader):
             clarify=clarify,
             approval_tools=approval_tools,
             context_policy=context_policy,
+            output_schema=output_schema,
+            fallback_models=fallback_models,
         )[0].id
 
     def create_or_get(
@@ -152,6 +162,8 @@ class ChatClient(ChatReader):
         clarify: bool = True,
         approval_tools: Sequence[str] | None = None,
         context_policy: dict[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        fallback_models: Sequence[str] | None = None,
     ) -> tuple[ConversationView, bool]:
         """`create_conversation`, as read in its transaction (without messages), and whether it
         was created (False: it existed, same fields)."""
@@ -166,6 +178,8 @@ class ChatClient(ChatReader):
             check_text(instructions, "instructions", self._limit, allow_empty=True)
         check_context(context)
         policy = check_context_policy(context_policy)
+        schema = check_output_schema(output_schema)
+        fallbacks = check_fallback_models(fallback_models, model)
         if owner is not None:
             check_owner_name(owner)
         chosen = uuid.uuid4() if conversation_id is None else parse_conversation_id(conversation_id)
@@ -180,6 +194,8 @@ class ChatClient(ChatReader):
             "clarify": clarify,
             "approval_tools": approval,
             "context_policy": policy,
+            "output_schema": schema,
+            "fallback_models": fallbacks,
         }
         try:
             return self._insert(chosen, setup)
@@ -220,6 +236,7 @@ class ChatClient(ChatReader):
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
         after_seq: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
     ) -> Submitted:
         """Store the user's message as a new turn and start it (`metadata`: the caller's own
         key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
@@ -239,6 +256,9 @@ class ChatClient(ChatReader):
         `after_seq` puts the message right after that message instead of the path's last (a new
         branch there: OpenAI's `previous_response_id` naming an earlier response); the path up
         to it must answer every call it makes (`NotBranchable`).
+
+        `output_schema`: this message's answer must match that JSON Schema (over the
+        conversation's own; `create_conversation` says how it is checked).
         """
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
@@ -246,6 +266,7 @@ class ChatClient(ChatReader):
         policy = check_busy_policy(on_busy)
         tags = check_metadata(metadata)
         after = None if after_seq is None else check_seq(after_seq)
+        schema = check_output_schema(output_schema)
         with (
             tracing.submit_span("chat submit") as span,
             self.engine.begin() as connection,
@@ -260,9 +281,10 @@ class ChatClient(ChatReader):
                     on_busy=policy,
                     owner_limit=self._owner_limit,
                     metadata=tags,
+                    output_schema=schema,
                 )
             else:
-                submit = branching.Submit(key, policy, self._owner_limit, tags)
+                submit = branching.Submit(key, policy, self._owner_limit, tags, schema)
                 turn = branching.reply_after(connection, conversation_id, after, text, submit)
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)

@@ -49,6 +49,7 @@ def submit(
     on_busy: str,
     owner_limit: int | None = None,
     metadata: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as admission decides it: a new turn started or queued, the answer to
@@ -100,6 +101,7 @@ def submit(
                 text,
                 idempotency_key,
                 metadata=metadata,
+                output_schema=output_schema,
                 target=target,
             )
         case Enqueue() | Interrupt() | Rollback() | Steer():
@@ -111,6 +113,7 @@ def submit(
                 key=idempotency_key,
                 decided=decided,
                 metadata=metadata,
+                output_schema=output_schema,
                 target=target,
             )
     raise _refusal(connection, conversation_id, row, decided, key=idempotency_key, owner=owner)
@@ -139,6 +142,7 @@ def _queue(
     key: str | None,
     decided: admission.Admission,
     metadata: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """Rows 8 to 13: the turn queued; with `interrupt` and `rollback` every turn before it
@@ -163,6 +167,7 @@ def _queue(
         text=text,
         key=key,
         metadata=metadata,
+        output_schema=output_schema,
         kind=FOR_STEER if isinstance(decided, Steer) else FOR_MESSAGE,
         target=target,
     )

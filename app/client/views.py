@@ -61,6 +61,9 @@ class MessageView:
     parent_seq: int | None = None
     active: bool = True
     siblings: list[int] = field(default_factory=list)
+    # A structured answer's parsed object (its turn asked for a JSON Schema, and it matched).
+    # An answer that did not match has `is_error` (the model was asked to repair it once).
+    output: Any = None
 
     @property
     def version(self) -> int:
@@ -96,6 +99,8 @@ class ConversationView:
     approval_tools: list[str] = field(default_factory=list)  # every call approved first
     clarify: bool = True  # the model may ask the user (agent_clarify)
     context_policy: dict[str, Any] | None = None  # its own context rules (over the settings)
+    output_schema: dict[str, Any] | None = None  # what every final answer must match
+    fallback_models: list[str] = field(default_factory=list)  # (empty: the settings')
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
     forked_from: uuid.UUID | None = None  # the conversation it was forked from
@@ -173,6 +178,8 @@ class TurnView:
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
     metadata: dict[str, str] | None = None  # the caller's, given with its message
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
+    output_schema: dict[str, Any] | None = None  # what this message's answer must match
+    model: str | None = None  # the model it moved to (a fallback); None: the conversation's
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:
@@ -267,8 +274,21 @@ class FinishedTurn:
         turn ended (None while it runs, or when it ended without one)."""
         if not self.finished:
             return None
+        answer = self._answer()
+        return None if answer is None else answer.content
+
+    @property
+    def output(self) -> Any:
+        """The final answer's parsed object, when the turn asked for a JSON Schema (None
+        otherwise, and while it runs)."""
+        answer = self._answer()
+        return None if answer is None else answer.output
+
+    def _answer(self) -> MessageView | None:
+        if not self.finished:
+            return None
         answers = [m for m in self.messages if m.role == ASSISTANT and not m.tool_calls]
-        return answers[-1].content if answers else None
+        return answers[-1] if answers else None
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,12 @@ Any litellm model string works; the default is the built-in offline demo model.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
-from app.config.section import Section
+from app.config.section import Section, comma_list
 
 DEMO_MODEL = "demo/offline"
 
@@ -24,6 +25,13 @@ class ModelSettings(Section):
         min_length=1,
         description="default litellm model string of new conversations, e.g. "
         "`openai/gpt-4o-mini` (the default is the built-in offline demo model)",
+    )
+    fallback_models: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="models a call moves to, in order, comma-separated, when the one in use "
+        "is down (no connection, a 5xx, a timeout) or its transient errors spent their "
+        "retries (a conversation's own `fallback_models` replace them); the event "
+        "`model.fallback` and each message's `usage.model` say which model answered",
     )
     llm_api_base: str | None = Field(
         None, description="base URL of an OpenAI-compatible API (a local server, a gateway)"
@@ -61,3 +69,8 @@ class ModelSettings(Section):
         description="a streamed reply's fragments are sent to readers at most this often (one "
         "Redis write per interval, not per token; the first at once)",
     )
+
+    @field_validator("fallback_models", mode="before")
+    @classmethod
+    def _parse_fallbacks(cls, value: Any) -> Any:
+        return comma_list(value)

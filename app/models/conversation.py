@@ -109,6 +109,12 @@ class Conversation(Base):
     # What the model is sent when the transcript grows (`app/worker/context.py`): the window,
     # threshold, summary model and switches that override the settings for this conversation.
     context_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # The JSON Schema every final answer must match ({"name", "schema", "strict"}; a message
+    # may ask for its own, `turns.output_schema`): checked before a turn completes.
+    output_schema: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # The models a call falls back to, in order, when the one in use is down (None: the
+    # settings' `CHATWORKER_FALLBACK_MODELS`).
+    fallback_models: Mapped[list[str] | None] = mapped_column(JsonType)
     # The conversation it was forked from, and the seq there of the last message copied.
     forked_from: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     forked_at_seq: Mapped[int | None] = mapped_column(Integer)

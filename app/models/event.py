@@ -31,6 +31,9 @@ CONTEXT_COMPACTED = "context.compacted"  # what the model is sent was compacted 
 # The active path moved (an edit, a regenerate, a switch, a rollback; `data`: the new leaf and
 # the message the path now leaves from): a follower reads the path again.
 BRANCH_SWITCHED = "branch.switched"
+# The turn moved to another model (`data`: from, to, and the error that made it): the model it
+# was using failed for good while its provider was down or its transient errors spent their tries.
+MODEL_FALLBACK = "model.fallback"
 EVENT_TYPES = (
     TURN_QUEUED,
     TURN_STARTED,
@@ -44,6 +47,7 @@ EVENT_TYPES = (
     ACTION_REQUIRED,
     CONTEXT_COMPACTED,
     BRANCH_SWITCHED,
+    MODEL_FALLBACK,
 )
 TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
 

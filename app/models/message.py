@@ -101,6 +101,12 @@ class Message(Base):
     # What the model call that wrote it used (assistant messages): prompt, completion, cached
     # and cache-write tokens, cost in US dollars.
     usage: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # A structured answer's parsed object (the turn asked for a JSON Schema and it matched). An
+    # answer that did not match is kept with `is_error` (the model was asked once to repair it).
+    output: Mapped[Any] = mapped_column(JsonType, nullable=True)
+    # Why a structured answer was refused (`is_error`): the schema's violation, as the model
+    # was told it when asked to repair the answer.
+    output_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )

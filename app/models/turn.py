@@ -92,6 +92,11 @@ class Turn(Base):
     # for a turn queued behind another until it starts (then the leaf).
     parent_seq: Mapped[int | None] = mapped_column(Integer)
     idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY_CHARS))
+    # The JSON Schema this message's answer must match, over the conversation's own.
+    output_schema: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    # The model the turn calls now when it is not the conversation's: a fallback it moved to
+    # (committed with `model.fallback`, so a resumed turn goes on with the same model).
+    model: Mapped[str | None] = mapped_column(String(200))
     error: Mapped[str | None] = mapped_column(Text)
     # This turn's model calls only (the conversation's columns hold the running total).
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")

@@ -90,6 +90,11 @@ MODEL_RETRIES = Counter(
     "Transient model errors retried, by cause (429, 503, rate, overloaded, ...)",
     ["model", "cause"],
 )
+MODEL_FALLBACKS = Counter(
+    "chatworker_model_fallbacks",
+    "Turns moved to a fallback model after their model failed (down, or retries spent)",
+    ["model", "to"],
+)
 MODEL_TOKENS = Counter(
     "chatworker_model_tokens", "Tokens the model read and wrote", ["model", "kind"]
 )
@@ -241,6 +246,7 @@ __all__ = [
     "LEASES_LOST",
     "MODEL_CALL_SECONDS",
     "MODEL_COST",
+    "MODEL_FALLBACKS",
     "MODEL_FIRST_TOKEN_SECONDS",
     "MODEL_RETRIES",
     "MODEL_TOKENS",

@@ -73,8 +73,10 @@ class ScriptedModel:
         record: bool = True,
         word_delay: float = 0.0,
         window: int | None = None,
+        schema_models: frozenset[str] = frozenset(),
     ) -> None:
         self.responder = responder
+        self.schema_models = schema_models  # the models it says take a response schema
         self.record = record
         self.word_delay = word_delay  # seconds between two streamed words
         self.window = window  # the input window it says every model has (None: unknown)
@@ -82,6 +84,9 @@ class ScriptedModel:
 
     def context_window(self, model: str) -> int | None:
         return self.window
+
+    def takes_schema(self, model: str) -> bool:
+        return model in self.schema_models
 
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         if self.record:

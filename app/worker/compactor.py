@@ -38,6 +38,7 @@ class Run(Protocol):
     claim: Claim
     transcript: Transcript
     cancel_requested: bool
+    model: str  # the model the turn calls now
 
     async def commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None: ...
 
@@ -57,7 +58,7 @@ class Compactor:
         """What this conversation's requests must fit: its model's window (or `window`, what
         an overflow taught), the settings and the conversation's own policy."""
         run = self.run
-        found = window or run.runner.model.context_window(run.snapshot.model)
+        found = window or run.runner.model.context_window(run.model)
         return context.policy(run.runner.settings, run.snapshot.context_policy, found)
 
     def overflowed(self, overflow: ContextOverflow) -> None:
@@ -116,7 +117,7 @@ class Compactor:
         """Ask the model for a summary of messages `from_seq..through`, then commit it as the
         conversation's latest compaction. True when the turn failed (no summary came)."""
         run, compacted = self.run, self.run.transcript.compacted
-        model = self.rules.summary_model or run.snapshot.model
+        model = self.rules.summary_model or run.model
         request = ModelRequest(
             model=model,
             messages=summary.request_messages(

@@ -37,6 +37,8 @@ class Entry(NamedTuple):
     tool_name: str | None = None
     is_error: bool = False
     finish_reason: str | None = None
+    # A structured answer that did not match its turn's schema: the violation (`is_error` too).
+    refusal: str | None = None
 
 
 __all__ = ["Entry", "ToolCall"]

@@ -37,10 +37,15 @@ POINTS = {
     "is committed",
     "steered": "the steer message is committed and its turn carries the run on; the model has "
     "not been called",
+    "fell_back": "the turn's move to a fallback model (model.fallback) is committed; the "
+    "fallback has not been called",
+    "answer_refused": "an answer that does not match the turn's schema is committed (is_error); "
+    "the model has not been asked to repair it",
 }
 #: The points every turn with tools reaches (the crash matrix); `paused` only a waiting one,
 #: `webhook_sent` only a delivery, the compaction's only a conversation that outgrew its window,
-#: the steer's only a turn a message steers.
+#: the steer's only a turn a message steers, a fallback's only a failing model, a refusal's only
+#: an answer that misses its schema.
 MATRIX_POINTS = tuple(
     point
     for point in POINTS
@@ -52,6 +57,8 @@ MATRIX_POINTS = tuple(
         "compacted",
         "steer_found",
         "steered",
+        "fell_back",
+        "answer_refused",
     )
 )
 

@@ -9,8 +9,8 @@ question of the same data, so they are the same path):
  1  this claim is attempt `max_attempts` + 1 without a          Fail(GAVE_UP): the step keeps
     committed step in between, and no cancel was requested        killing its worker
     (`on_claim`)
- 2  assistant text with no tool calls                           Finish: the turn is done, idle
-                                                                  (an answer stays completed even
+ 2  assistant text with no tool calls (and not refused, row      Finish: the turn is done, idle
+    27)                                                           (an answer stays completed even
                                                                   when a cancel follows it)
  3  a cancel was requested (the claim, a committed step, the
     heartbeat or the live notice saw it):
@@ -106,6 +106,34 @@ one (the web side admits it, `client/admission.py` rows 11-13):
                                                                   answer, a failure, a cancel, a
                                                                   pause) leaves it to run next
 
+A turn that asks for a JSON Schema answer (`structured.py`: the message's schema, else the
+conversation's) has its final answer judged against it before it completes:
+
+    the turn's last answer                                      next step
+    ----------------------------------------------------------  ----------------------------------
+27  text that is not JSON, or does not match the schema         RecordRefused (`verdict`): kept,
+                                                                  `is_error` and its violation
+                                                                  (`output_error`); the turn goes
+                                                                  on (`processing`)
+28  a refused answer, with fewer than 1 + `REPAIRS` refused in  CallModel (rows 6-9 still apply):
+    the turn (and no cancel: row 3)                               the model reads its answer and
+                                                                  the violation, and answers again
+29  a refused answer, the turn's repairs spent (among the       Fail(what was wrong)
+    answers of its `iterations`: a retry starts them over)
+
+A model call that failed for good (row 10) may move the turn to another model instead: the
+conversation's `fallback_models` (else `CHATWORKER_FALLBACK_MODELS`), in order after the one it
+uses now (`verdict.fall_back`):
+
+    the failure                                                 committed
+    ----------------------------------------------------------  ----------------------------------
+30  the provider was down (a connection error, a 5xx, a         FallBack(the next model): the
+    timeout) or its transient errors spent their retries, and     turn's `model` and
+    a model is left after the one the turn uses                   `model.fallback`, one step; the
+                                                                  call is made again with it, and
+                                                                  a resumed turn goes on with it
+    otherwise                                                   row 10: Fail
+
 A reply that arrived is committed by these rows even when a cancel came while it was on its way:
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
 the call, so no reply comes and row 3 cancels the turn.
@@ -141,6 +169,7 @@ from typing import Any, NamedTuple
 
 from app.worker.entry import Entry, ToolCall
 from app.worker.offer import ERROR, NO_TOOLS, Toolbox, check_call
+from app.worker.structured import REPAIRS, refusal_error
 
 APPROVAL = "approval"  # app.models.APPROVAL: the planner imports nothing of the database
 
@@ -291,7 +320,7 @@ def next_step(
     """
     turn = current_turn(transcript)
     assistant = _last_assistant(turn)
-    if assistant is not None and not assistant.tool_calls:
+    if assistant is not None and not assistant.tool_calls and assistant.refusal is None:
         return Finish()
     pending = pending_calls(turn)
     if cancel_requested:
@@ -314,7 +343,13 @@ def next_step(
 def _model_step(
     turn: Sequence[Entry], iterations: int, max_iterations: int, max_error_rounds: int
 ) -> Fail | CallModel:
-    """Every call is answered (or the turn just began): the model, unless a cap is reached."""
+    """Every call is answered (or the turn just began, or its answer was refused): the model,
+    unless a cap is reached or the answer's repairs are spent (rows 28, 29)."""
+    # (this run's answers: a retry of a turn that failed so starts its repairs over)
+    answers = [entry for entry in turn if entry.role == "assistant"][-iterations:]
+    refused = [entry.refusal for entry in answers if iterations and entry.refusal is not None]
+    if len(refused) > REPAIRS:
+        return Fail(refusal_error(refused[-1] or ""))
     rounds, last_error = _error_rounds(turn)
     if rounds >= max_error_rounds:
         return Fail(ERROR_ROUNDS_ERROR.format(rounds=rounds, last=last_error))

@@ -27,6 +27,9 @@ class ModelRequest:
     # Marks the request's stable prefix for the provider's prompt cache, keyed by this (the
     # conversation); None: no marks.
     cache_key: str | None = None
+    # OpenAI's `response_format` (a JSON Schema the answer must match), for a model that takes
+    # one (`ModelClient.takes_schema`); None: free text.
+    response_format: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,11 @@ class Usage:
     cached_tokens: int = 0  # of the prompt, read from the provider's prompt cache
     cache_write_tokens: int = 0  # of the prompt, written to it (Anthropic bills them higher)
 
-    def as_json(self) -> dict[str, Any]:
-        """What a message keeps of the call that wrote it (`messages.usage`)."""
-        return {
+    def as_json(self, model: str | None = None) -> dict[str, Any]:
+        """What a message keeps of the call that wrote it (`messages.usage`): with `model`,
+        the model that answered (a fallback's when the turn moved to one)."""
+        found = {} if model is None else {"model": model}
+        return found | {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached_tokens": self.cached_tokens,
@@ -95,7 +100,13 @@ class ModelError(ChatWorkerError):
     """The model call failed for good (not transient, or retries spent).
 
     The message is readable and never contains a credential; it becomes the conversation's error.
+    `may_fall_back`: the provider was down (a connection error, a 5xx, a timeout) or its
+    transient errors spent their retries: another model may answer (plan row 30).
     """
+
+    def __init__(self, message: str, *, may_fall_back: bool = False) -> None:
+        super().__init__(message)
+        self.may_fall_back = may_fall_back
 
 
 class ContextOverflow(ModelError):
@@ -115,6 +126,10 @@ class ModelClient(Protocol):
 
     def context_window(self, model: str) -> int | None:
         """The model's input window in tokens; None when unknown."""
+        ...
+
+    def takes_schema(self, model: str) -> bool:
+        """Whether the model has a structured-output mode (a `response_format` JSON Schema)."""
         ...
 
 

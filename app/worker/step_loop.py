@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 from app.config import Settings
 from app.models import BUILTIN_TOOL_NAMES
 from app.telemetry import logs, metrics, tracing
-from app.worker import builtin, context, failpoints, offer, plan, session_cache
+from app.worker import builtin, context, failpoints, offer, plan, session_cache, structured
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.compactor import Compactor
@@ -52,7 +52,15 @@ from app.worker.ports import (
 )
 from app.worker.store import Committed, KeptOutput, Snapshot, Steering, TurnStore
 from app.worker.threads import DatabaseThreads
-from app.worker.verdict import RecordAnswer, RecordCalls, judge_reply, model_failed
+from app.worker.verdict import (
+    FallBack,
+    RecordAnswer,
+    RecordCalls,
+    RecordRefused,
+    Verdict,
+    judge_reply,
+    model_failed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +113,7 @@ class StepLoop:
         self.status = snapshot.status  # as last committed: the next write's `status.changed`
         self.transcript = snapshot.transcript
         self.iterations = snapshot.iterations
+        self.model = snapshot.model  # the model the turn calls now (a fallback's once moved)
         self.function_tools: list[dict[str, Any]] = []  # what the model is offered, built once
         self.toolbox = offer.NO_TOOLS
         self.tool_servers: dict[str, str] = {}  # the server of each offered tool (for traces)
@@ -200,6 +209,7 @@ class StepLoop:
             ttl=self.runner.settings.lease_ttl_seconds,
         )
         self.claim = replace(self.claim, turn_id=steering.turn_id)
+        self.model = self.snapshot.primary_model or self.model  # (a new turn's own model)
         self._checked -= 1  # (a second steer message may wait behind this one: look again)
         # What the claim said of the ended turn (its pauses, approvals) is not the new one's.
         self.snapshot = replace(
@@ -286,15 +296,7 @@ class StepLoop:
             return None  # cancelled while summarising: the planner ends the turn
         if self._readers != self._cache_readable():
             await self._load_tools()  # an output was cut or elided: the readers serve now
-        request = ModelRequest(
-            model=self.snapshot.model,
-            messages=self.transcript.provider_messages(),
-            tools=self.function_tools,
-            tool_choice=self.snapshot.tool_choice,
-            cache_key=str(self.claim.conversation_id)
-            if self.compactor.rules.prompt_cache
-            else None,
-        )
+        request = self._request()
         seq = self._next_seq()
         sink = self.runner.broadcaster.reply(self.claim.conversation_id, seq)
         settled = False  # the reply was committed, or its stream already abandoned
@@ -305,6 +307,51 @@ class StepLoop:
         finally:
             if not settled:  # a lost lease, a shutdown: the reply will not be committed here
                 sink.abandon(NOT_COMMITTED)
+
+    def _request(self) -> ModelRequest:
+        """The next model call: the transcript as sent, the tools, the cache's key, and the
+        turn's schema (as a `response_format` the model takes, else told in a system message)."""
+        messages = self.transcript.provider_messages()
+        schema = self.snapshot.output_schema
+        response_format = None
+        if schema is not None:
+            if self.runner.model.takes_schema(self.model):
+                response_format = structured.response_format(schema)
+            else:
+                messages.append({"role": "system", "content": structured.instruction(schema)})
+        return ModelRequest(
+            model=self.model,
+            messages=messages,
+            tools=self.function_tools,
+            tool_choice=self.snapshot.tool_choice,
+            cache_key=str(self.claim.conversation_id)
+            if self.compactor.rules.prompt_cache
+            else None,
+            response_format=response_format,
+        )
+
+    def _models(self) -> tuple[str, ...]:
+        """The conversation's model, then the ones it falls back to, in order."""
+        fallbacks = self.snapshot.fallback_models
+        if fallbacks is None:
+            fallbacks = self.runner.settings.fallback_models
+        return (self.snapshot.primary_model or self.snapshot.model, *fallbacks)
+
+    async def _fall_back(self, model: str, error: str) -> None:
+        """Row 30: the turn moves to `model`, committed (a resumed turn goes on with it)."""
+        await self.commit(
+            self.store.fall_back,
+            self.claim,
+            from_model=self.model,
+            to_model=model,
+            error=error,
+            ttl=self.runner.settings.lease_ttl_seconds,
+        )
+        log.warning("turn %s: %s failed, falling back to %s", self.claim.turn_id, self.model, model)
+        metrics.MODEL_FALLBACKS.labels(self.model, model).inc()
+        self.model = model
+        self.compactor.rules = self.compactor.context_rules()  # (the new model's window)
+        failpoints.hit("fell_back")
 
     async def _ask(self, request: ModelRequest, sink: ReplyStream, seq: int) -> Outcome | None:
         with tracing.model_span(request.model) as span:
@@ -324,7 +371,16 @@ class StepLoop:
             except ModelError as exc:
                 tracing.failed(span, str(exc), "ModelError")
                 sink.abandon(FAILED_CALL)
-                await self.fail(model_failed(str(exc)).error)
+                failed = model_failed(
+                    str(exc),
+                    may_fall_back=exc.may_fall_back,
+                    using=self.model,
+                    models=self._models(),
+                )
+                if isinstance(failed, FallBack):
+                    await self._fall_back(failed.model, str(exc))
+                    return None  # the next plan calls the model again, the fallback's
+                await self.fail(failed.error)
                 return Outcome.FAILED
             usage = reply.usage
             tracing.model_answered(
@@ -339,7 +395,14 @@ class StepLoop:
             reply.finish_reason,
             used_ids=_calls_taken(self.transcript.call_ids, self.snapshot.other_calls),
             seq=seq,
+            schema=self.snapshot.output_schema,
         )
+        return await self._record(verdict, reply, sink, seq)
+
+    async def _record(
+        self, verdict: Verdict, reply: ModelReply, sink: ReplyStream, seq: int
+    ) -> Outcome | None:
+        """Commit what the planner made of a reply (rows 11-14, 27); an outcome if it rests."""
         match verdict:
             case RecordCalls(calls):
                 await self.commit(
@@ -354,11 +417,12 @@ class StepLoop:
                     ttl=self.runner.settings.lease_ttl_seconds,
                     finish_reason=reply.finish_reason,
                     reply_stream=sink.shape(),
+                    model=self.model,
                 )
                 self.iterations += 1
                 failpoints.hit("tool_calls_committed")
                 return None
-            case RecordAnswer(content):
+            case RecordAnswer(content, output):
                 await self.commit(
                     self.store.record_answer,
                     self.claim,
@@ -369,9 +433,29 @@ class StepLoop:
                     usage=reply.usage,
                     finish_reason=reply.finish_reason,
                     reply_stream=sink.shape(),
+                    model=self.model,
+                    output=output,
                 )
                 failpoints.hit("final_committed")
                 return Outcome.IDLE
+            case RecordRefused(content, error):
+                await self.commit(
+                    self.store.record_refused,
+                    self.claim,
+                    status=self.status,
+                    seq=seq,
+                    parent=self.leaf(),
+                    content=content,
+                    error=error,
+                    usage=reply.usage,
+                    ttl=self.runner.settings.lease_ttl_seconds,
+                    finish_reason=reply.finish_reason,
+                    reply_stream=sink.shape(),
+                    model=self.model,
+                )
+                self.iterations += 1
+                failpoints.hit("answer_refused")
+                return None  # the planner asks for a repair, or fails the turn
             case Fail(error):
                 sink.abandon(error)
                 await self.fail(error, reply.usage)

@@ -1,6 +1,9 @@
 """A turn's in-memory transcript and the chat-completions messages it becomes, kept up to date as
 entries are appended: each entry is converted once, so a step never re-reads the whole history.
 
+An answer that missed its turn's JSON Schema (`Entry.refusal`) is followed by what the model was
+told then (`structured.repair_prompt`): the request reads as the conversation went.
+
 Every assistant tool call is answered, in call order, right after its message: by the result that
 follows it in the transcript, or by a synthetic error when none came (a turn that failed midway).
 Results answering no call of the message they follow are dropped, so providers never reject it.
@@ -35,6 +38,7 @@ from app.worker.context import (
     text_tokens,
 )
 from app.worker.plan import Entry, ToolCall
+from app.worker.structured import repair_prompt
 from app.worker.summary import REQUEST_TOKENS, line_tokens
 
 INTERRUPTED_RESULT = "Error: this tool call was interrupted and has no result."
@@ -188,6 +192,10 @@ class Transcript(Sequence[Entry]):
             return text_tokens(entry.content) + arguments + MESSAGE_TOKENS, 0
         if role == "assistant":
             self._settled.append({"role": "assistant", "content": entry.content})
+            if entry.refusal is not None:  # it missed the turn's schema: what it was told then
+                repair = repair_prompt(entry.refusal)
+                self._settled.append({"role": "user", "content": repair})
+                return text_tokens(entry.content) + text_tokens(repair) + 2 * MESSAGE_TOKENS, 0
         else:
             self._settled.append({"role": role, "content": entry.content or ""})
         return text_tokens(entry.content) + MESSAGE_TOKENS, 0

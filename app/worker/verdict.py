@@ -1,13 +1,16 @@
-"""What a model call's outcome commits (rows 10-14 of `plan`'s table): the reply judged, its tool
-calls given ids unique in the conversation. Pure, no I/O, like the planner.
+"""What a model call's outcome commits (rows 10-14, 27 and 30 of `plan`'s table): the reply
+judged (against the turn's schema, when it asks for one), its tool calls given ids unique in the
+conversation, a failure moved to a fallback model. Pure, no I/O, like the planner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.worker.plan import Fail, ToolCall
+from app.worker.structured import Matched, Mismatch, judge
 
 EMPTY_REPLY_ERROR = "The model returned an empty message"
 CONTENT_FILTER_ERROR = "The provider's content filter blocked the model's answer"
@@ -22,17 +25,55 @@ class RecordCalls:
 
 @dataclass(frozen=True)
 class RecordAnswer:
-    """Commit the final text: the turn is done."""
+    """Commit the final text: the turn is done (`output`: a structured answer's parsed value)."""
 
     content: str
+    output: Any = None
 
 
-Verdict = RecordCalls | RecordAnswer | Fail
+@dataclass(frozen=True)
+class RecordRefused:
+    """Row 27: commit a structured answer that does not match its schema, and why."""
+
+    content: str
+    error: str
 
 
-def model_failed(error: str) -> Fail:
-    """Row 10: a model call that failed for good ends the turn with its readable error."""
+@dataclass(frozen=True)
+class FallBack:
+    """Row 30: the turn moves to `model` (committed), and the call is made again with it."""
+
+    model: str
+
+
+Verdict = RecordCalls | RecordAnswer | RecordRefused | Fail
+
+
+def model_failed(
+    error: str,
+    *,
+    may_fall_back: bool = False,
+    using: str = "",
+    models: Sequence[str] = (),
+) -> Fail | FallBack:
+    """Rows 10 and 30: a model call that failed for good ends the turn with its readable error,
+    unless the failure may fall back (`may_fall_back`: the provider was down, or its transient
+    errors spent their retries) and `models` (the conversation's model, then its fallbacks, in
+    order) has one after `using`, the model the turn uses now."""
+    if may_fall_back:
+        following = next_model(models, using)
+        if following is not None:
+            return FallBack(following)
     return Fail(error)
+
+
+def next_model(models: Sequence[str], using: str) -> str | None:
+    """The model after `using` in `models` (the first when `using` is not in it); None at
+    the end of the list."""
+    if using not in models:
+        return next((model for model in models if model != using), None)
+    index = list(models).index(using)
+    return models[index + 1] if index + 1 < len(models) else None
 
 
 def judge_reply(
@@ -42,9 +83,11 @@ def judge_reply(
     *,
     used_ids: Collection[str],
     seq: int,
+    schema: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """What a model's reply commits (rows 11-14); `seq` is the seq it will be committed under,
-    `used_ids` the tool-call ids the conversation already has."""
+    """What a model's reply commits (rows 11-14, 27); `seq` is the seq it will be committed
+    under, `used_ids` the tool-call ids the conversation already has, `schema` what the turn's
+    answer must match (None: any text)."""
     if finish_reason == "content_filter":
         return Fail(CONTENT_FILTER_ERROR)
     calls = unique_tool_calls(tool_calls, used_ids, seq)
@@ -52,7 +95,14 @@ def judge_reply(
         return RecordCalls(calls)
     if not (content or "").strip():
         return Fail(EMPTY_REPLY_ERROR)
-    return RecordAnswer(content or "")
+    if schema is None:
+        return RecordAnswer(content or "")
+    match judge(content, schema):
+        case Matched(output):
+            return RecordAnswer(content or "", output)
+        case Mismatch(error):
+            return RecordRefused(content or "", error)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def unique_tool_calls(
@@ -80,10 +130,13 @@ def unique_tool_calls(
 __all__ = [
     "CONTENT_FILTER_ERROR",
     "EMPTY_REPLY_ERROR",
+    "FallBack",
     "RecordAnswer",
     "RecordCalls",
+    "RecordRefused",
     "Verdict",
     "judge_reply",
     "model_failed",
+    "next_model",
     "unique_tool_calls",
 ]

@@ -169,6 +169,9 @@ class SlowModel:
     def context_window(self, model: str) -> int | None:
         return None
 
+    def takes_schema(self, model: str) -> bool:
+        return False
+
     async def complete(self, request: ModelRequest, sink: object = None) -> ModelReply:
         self.running += 1
         self.most = max(self.most, self.running)

@@ -62,6 +62,8 @@ def create_conversation(
         clarify=body.clarify,
         approval_tools=body.approval_tools,
         context_policy=body.context_policy,
+        output_schema=body.output_schema,
+        fallback_models=body.fallback_models,
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{view.id}"
@@ -161,6 +163,7 @@ async def submit_message(
             idempotency_key=idempotency_key,
             on_busy=body.on_busy,
             owner=caller.owner,
+            output_schema=body.output_schema,
         )
         assert submitted.turn is not None
         response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"

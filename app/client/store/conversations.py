@@ -89,6 +89,8 @@ def insert_conversation(
     clarify: bool = True,
     approval_tools: list[str] | None = None,
     context_policy: dict[str, Any] | None = None,
+    output_schema: dict[str, Any] | None = None,
+    fallback_models: list[str] | None = None,
 ) -> bool:
     """A new idle conversation (the columns' defaults do the rest); False when one with that id
     exists already, set up exactly so for the same owner (nothing is written).
@@ -106,6 +108,8 @@ def insert_conversation(
         "clarify": clarify,
         "approval_tools": approval_tools,
         "context_policy": context_policy,
+        "output_schema": output_schema,
+        "fallback_models": fallback_models,
     }
     existing = connection.execute(
         select(*(conversations.c[name] for name in setup)).where(
@@ -159,6 +163,8 @@ _SETUP = (
     "clarify",
     "approval_tools",
     "context_policy",
+    "output_schema",
+    "fallback_models",
 )
 
 
@@ -184,6 +190,7 @@ def start_turn(
     key: str | None,
     *,
     metadata: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as a turn that runs now (`row`: the locked, resting conversation),
@@ -205,6 +212,7 @@ def start_turn(
             message_seq=target.parent,
             parent_seq=target.parent,
             metadata=metadata,
+            output_schema=output_schema,
         )
     else:
         message_seq = last_message_seq(connection, conversation_id) + 1
@@ -216,6 +224,7 @@ def start_turn(
             message_seq=message_seq,
             parent_seq=parent or ROOT,
             metadata=metadata,
+            output_schema=output_schema,
         )
         connection.execute(
             insert(messages).values(
@@ -250,6 +259,7 @@ def queue_turn(
     text: str,
     key: str | None,
     metadata: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
     kind: str = FOR_MESSAGE,
     target: Target | None = None,
 ) -> NewTurn:
@@ -270,6 +280,7 @@ def queue_turn(
         message_seq=parent if regenerate else None,  # (it answers that message again)
         parent_seq=parent,
         metadata=metadata,
+        output_schema=output_schema,
     )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
     append(connection, conversation_id, last_seq, queued, turn_count=number)
@@ -355,6 +366,7 @@ def _insert_turn(
     waiting_text: str | None = None,
     parent_seq: int | None = None,
     metadata: dict[str, str] | None = None,
+    output_schema: dict[str, Any] | None = None,
 ) -> NewTurn:
     turn = NewTurn(uuid.uuid4(), number, "queued", message_seq, waits=waiting_text is not None)
     connection.execute(
@@ -368,6 +380,7 @@ def _insert_turn(
             parent_seq=parent_seq,
             idempotency_key=idempotency_key,
             caller_metadata=metadata or None,
+            output_schema=output_schema,
             # The submit's span, when traced: every claim of the turn continues its trace.
             **({"trace_context": traced} if (traced := tracing.carrier()) else {}),
         )

@@ -43,6 +43,8 @@ _CONVERSATION_COLUMNS = (
     conversations.c.approval_tools,
     conversations.c.clarify,
     conversations.c.context_policy,
+    conversations.c.output_schema,
+    conversations.c.fallback_models,
     conversations.c.forked_from,
     conversations.c.forked_at_seq,
     conversations.c.iterations,
@@ -283,6 +285,8 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         approval_tools=list(row.approval_tools or []),
         clarify=bool(row.clarify),
         context_policy=row.context_policy,
+        output_schema=row.output_schema,
+        fallback_models=list(row.fallback_models or []),
         iterations=row.iterations,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
@@ -358,6 +362,8 @@ def _turn_view(row: Any) -> TurnView:
             for a in row.get("actions") or ()
         ),
         metadata=row.get("caller_metadata"),
+        output_schema=row.get("output_schema"),
+        model=row.get("model"),
     )
 
 
@@ -380,6 +386,7 @@ def _message_view(row: Any) -> MessageView:
         usage=row.get("usage"),
         parent_seq=row.get("parent_seq"),
         active=bool(row.get("active", True)),
+        output=row.get("output"),
     )
 
 

@@ -101,8 +101,9 @@ class FakeLLMServer:
         transient_error_rate: float = 0.0,
         seed: int | None = None,
         context_window: int | None = None,
+        model: str | None = None,
     ) -> None:
-        """Install a script; one with the same `match` is replaced.
+        """Install a script; one with the same `match` (and `model`) is replaced.
 
         The scripts serve both routes: OpenAI chat completions (`openai/` models, `api_base`)
         and Anthropic messages (`anthropic/` models, `anthropic_base`); each step is answered
@@ -144,6 +145,10 @@ class FakeLLMServer:
                                    streamed: N chunks or events, then the connection closes
                                    mid-body (the chunked body is never terminated)
 
+        Model: a script with `model` serves only the requests for that model (the body's
+        `model`, as the provider sees it: `gpt-4o-mini` for litellm's `openai/gpt-4o-mini`),
+        before any script without one: a fallback model can answer where another fails.
+
         Chaos: `transient_error_rate` (0 to 1) of the requests this script serves get HTTP 429
         (`Retry-After: 0`) or the route's overload status (503 OpenAI, 529 Anthropic) instead,
         without consuming a step; `seed` makes the draw repeatable for a given order of
@@ -166,6 +171,8 @@ class FakeLLMServer:
             payload["seed"] = seed
         if context_window is not None:
             payload["context_window"] = context_window
+        if model is not None:
+            payload["model"] = model
         self._call("POST", "/_script", payload)
 
     def requests(self, match: str | None = None) -> list[JSON]:

@@ -37,6 +37,7 @@ class Script:
     transient_error_rate: float = 0.0
     seed: int | None = None
     context_window: int | None = None  # longer requests get the provider's overflow error
+    model: str | None = None  # serves only requests for this model (the body's `model`)
     served: int = 0
     rng: random.Random = field(init=False, repr=False)
 
@@ -115,7 +116,7 @@ class ServerState:
     def install(self, script: Script) -> None:
         with self.lock:
             for i, existing in enumerate(self.scripts):
-                if existing.match == script.match:
+                if (existing.match, existing.model) == (script.match, script.model):
                     self.scripts[i] = script
                     return
             self.scripts.append(script)
@@ -133,8 +134,9 @@ class ServerState:
         `transient_statuses` are the chaos errors of the wire format `body` came in."""
         text = messages_text(body)
         messages = body.get("messages", []) if isinstance(body, dict) else []
+        model = body.get("model") if isinstance(body, dict) else None
         with self.lock:
-            script = self._script_for(text)
+            script = self._script_for(text, model)
             if script is None:
                 return DEFAULT_STEP, ""
             injected = script.transient_error(transient_statuses)
@@ -154,11 +156,16 @@ class ServerState:
             )
         return step, ""
 
-    def _script_for(self, text: str) -> Script | None:
-        matching = [s for s in self.scripts if s.match is not None and s.match in text]
+    def _script_for(self, text: str, model: Any) -> Script | None:
+        # (a script for the request's model first, then the others)
+        scripts = sorted(
+            (s for s in self.scripts if s.model is None or s.model == model),
+            key=lambda s: s.model is None,
+        )
+        matching = [s for s in scripts if s.match is not None and s.match in text]
         if matching:
             return matching[0]
-        fallbacks = [s for s in self.scripts if s.match is None]
+        fallbacks = [s for s in scripts if s.match is None]
         return fallbacks[0] if fallbacks else None
 
     def record(self, entry: JSON) -> None:
@@ -185,7 +192,7 @@ def parse_script(payload: Any) -> Script:
     if not isinstance(payload, dict) or not isinstance(payload.get("steps"), list):
         raise ValueError(
             'a script is {"steps": [...], "match"?, "mode"?, "default"?, '
-            '"transient_error_rate"?, "seed"?, "context_window"?}'
+            '"transient_error_rate"?, "seed"?, "context_window"?, "model"?}'
         )
     mode = payload.get("mode") or SEQUENCE
     if mode not in (SEQUENCE, BY_ITERATION):
@@ -196,6 +203,9 @@ def parse_script(payload: Any) -> Script:
     seed = payload.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer, not {seed!r}")
+    model = payload.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a string, not {model!r}")
     window = payload.get("context_window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
         raise ValueError(f"context_window must be an integer, not {window!r}")
@@ -207,4 +217,5 @@ def parse_script(payload: Any) -> Script:
         transient_error_rate=float(rate),
         seed=seed,
         context_window=window,
+        model=model,
     )

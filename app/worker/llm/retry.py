@@ -63,6 +63,33 @@ def is_transient(exc: BaseException) -> bool:
     return TRANSIENT_TEXT.search(str(exc)) is not None
 
 
+# A provider that did not answer at all, or failed on its side: another model may (plan row 30).
+_UNAVAILABLE_CLASSES = frozenset(
+    {
+        "APIConnectionError",
+        "Timeout",
+        "TimeoutError",
+        "ConnectError",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "RemoteProtocolError",
+        "ServiceUnavailableError",
+        "InternalServerError",
+    }
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether the provider was down: no connection, a timeout, or a 5xx of its own. Such a
+    call (like a transient one whose retries are spent) may fall back to another model."""
+    status = status_code(exc)
+    if status is not None and status >= 500:
+        return True
+    if status is not None and 400 <= status < 500:
+        return False
+    return any(cls.__name__ in _UNAVAILABLE_CLASSES for cls in type(exc).__mro__)
+
+
 def retry_after(exc: BaseException, now: datetime | None = None) -> float | None:
     """The wait the provider asked for with this error, in seconds: its `retry-after-ms` or
     `Retry-After` header (seconds, or an HTTP date); None when it asked for none."""
@@ -174,13 +201,15 @@ async def call_with_retries(
         text = failure_message(exc.cause, attempts, timeout=timeout, secrets=hidden)
         raise ModelError(
             f"{text}; the provider asked to wait {exc.wait:g} s before retrying, more than "
-            f"the {max_retry_after:g} s this worker waits (CHATWORKER_LLM_MAX_RETRY_AFTER_SECONDS)"
+            f"the {max_retry_after:g} s this worker waits (CHATWORKER_LLM_MAX_RETRY_AFTER_SECONDS)",
+            may_fall_back=True,
         ) from None
     except Exception as exc:
         text = failure_message(exc, attempts, timeout=timeout, secrets=hidden)
         if is_overflow(exc):
             raise ContextOverflow(text, window_in(str(exc))) from None
-        raise ModelError(text) from None
+        down = is_transient(exc) or is_unavailable(exc)
+        raise ModelError(text, may_fall_back=down) from None
     raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
 
 

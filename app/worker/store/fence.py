@@ -146,6 +146,8 @@ CURRENT_TURN = (
         turns.c.trace_context,
         turns.c.parent_seq,
         turns.c.message_seq,
+        turns.c.output_schema,
+        turns.c.model,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -306,6 +308,12 @@ CLAIM = (
         )
         .scalar_subquery()
         .label("other_branch_calls"),
+        # what its answer must match (a message's own schema over the conversation's), and the
+        # model it moved to when one failed (a fallback), with the conversation's list of them
+        _current("output_schema").label("turn_output_schema"),
+        c.output_schema,
+        _current("model").label("turn_model"),
+        c.fallback_models,
     )
     .add_cte(CURRENT_TURN)
 )
@@ -371,6 +379,7 @@ TRANSCRIPT = (
         messages.c.tool_name,
         messages.c.is_error,
         messages.c.finish_reason,
+        messages.c.output_error,
     )
     .where(
         messages.c.conversation_id == bindparam("transcript_id"),
@@ -397,6 +406,7 @@ class Write(enum.Enum):
     STARTING = "starting"  # a call that may not run twice is about to run (`in_flight`)
     COMPACT = "compact"  # what the model is sent was compacted (`compactions`): a step
     STEER = "steer"  # a steer message taken in: its turn carries the run on (plan row 26)
+    FALLBACK = "fallback"  # the turn moves to its next model (`model.fallback`): a step
 
 
 ERROR = bindparam("error", type_=Text)
@@ -418,6 +428,8 @@ HEADS: dict[Any, Update] = {
             **_COUNTED,
         ),
     ),
+    # model.fallback: a step (the lease renewed); the failed call's tokens count
+    Write.FALLBACK: _fenced(1, **PROGRESS, **_COUNTED),
     # context.compacted: a step (the lease renewed); a summary's model call counted
     Write.COMPACT: _fenced(1, **PROGRESS, **_COUNTED),
     # turn.completed (the steered turn), message.committed, turn.started (the steer turn), and
@@ -456,6 +468,9 @@ class StepKind(enum.Enum):
     TOOL_RESULT = "tool_result"  # one tool's result: tool_loop
     TOOL_OUTPUT = "tool_output"  # an MCP call's result, its whole output kept (tool_outputs)
     ANSWER = "answer"  # the final text: the turn completes, one LLM call counted
+    # A structured answer that does not match its schema: kept (`is_error`), one LLM call
+    # counted, and the conversation `processing` while the model is asked to repair it.
+    REFUSED = "refused"
     # The same two steps when they move the conversation from `processing` into `tool_loop`:
     # one more event (status.changed). The worker knows which before the statement runs, so
     # each statement's events are fixed rows, with no condition to evaluate.
@@ -480,6 +495,10 @@ for _kind, _entering in ENTERING.items():
 # message.committed, turn.completed, and status.changed unless the status stays
 HEADS[StepKind.ANSWER] = _fenced(
     2 + _changes(ending_status(IDLE)), **_ending(IDLE, counted=True, **_COUNTED)
+)
+# message.committed, and status.changed unless the status stays
+HEADS[StepKind.REFUSED] = _fenced(
+    1 + _changes(literal(PROCESSING)), status=PROCESSING, **PROGRESS, **_ITERATION
 )
 
 

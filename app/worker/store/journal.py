@@ -46,6 +46,7 @@ from app.models import (
     COMPLETED,
     CONTEXT_COMPACTED,
     MESSAGE_COMMITTED,
+    MODEL_FALLBACK,
     REQUIRES_ACTION,
     RUNNING,
     TURN_CANCELLED,
@@ -119,6 +120,8 @@ _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "finish_reason": bindparam("m_finish_reason", type_=String),
     "reply_stream": bindparam("m_reply_stream", type_=_JSON),
     "usage": bindparam("m_usage", type_=_JSON),
+    "output": bindparam("m_output", type_=_JSON),
+    "output_error": bindparam("m_output_error", type_=Text),
 }
 ACTIONS = bindparam("actions", type_=_JSON)
 # The whole output of an MCP call, kept beside its (compact) tool message.
@@ -154,6 +157,8 @@ JSON_PARAMETERS = (
     "o_arguments",
     "k_data",
     "steered_data",
+    "m_output",
+    "fallback_data",
 )
 
 
@@ -293,6 +298,11 @@ _start_steer = _running_turn(
 )
 
 
+# A fallback: the model the turn moves to, and what the event says (from, to, the error).
+FALLBACK_MODEL = bindparam("fallback_model", type_=String)
+FALLBACK_DATA = bindparam("fallback_data", type_=_JSON)
+
+
 def _committed(fenced: FromClause) -> Logged:
     return Logged(MESSAGE_COMMITTED, message_seq=_MESSAGE_PARAMS["seq"])
 
@@ -372,6 +382,17 @@ COMPOSITES: dict[Write | StepKind, Composite] = {
             ),
         ),
     ),
+    Write.FALLBACK: Composite(
+        HEADS[Write.FALLBACK],
+        (
+            _running_turn(model=FALLBACK_MODEL, **_TURN_USAGE),
+            log(lambda f: [Logged(MODEL_FALLBACK, data=FALLBACK_DATA)]),
+        ),
+    ),
+    StepKind.REFUSED: Composite(
+        HEADS[StepKind.REFUSED],
+        (_insert_message, _add_usage, log(lambda f: [_committed(f), status_changed(f)])),
+    ),
     StepKind.TOOL_CALLS: Composite(
         HEADS[StepKind.TOOL_CALLS], (_insert_message, _add_usage, log(lambda f: [_committed(f)]))
     ),
@@ -428,11 +449,18 @@ def message_parameters(
     parent: int | None,
     reply_stream: dict[str, Any] | None = None,
     usage: Usage | None = None,
+    *,
+    model: str | None = None,
+    output: Any = None,
 ) -> dict[str, Any]:
+    """A message's INSERT parameters; `model`: the one whose call wrote it (in its usage),
+    `output`: a structured answer's parsed object (JSON null is never stored: SQL NULL)."""
     return {
         "m_parent_seq": parent,
         "m_reply_stream": reply_stream,
-        "m_usage": None if usage is None else usage.as_json(),
+        "m_usage": None if usage is None else usage.as_json(model),
+        "m_output": output,
+        "m_output_error": entry.refusal,
         "m_seq": entry.seq,
         "m_role": entry.role,
         "m_content": entry.content,

@@ -85,6 +85,11 @@ class Snapshot:
     turn_number: int = 0  # the claimed turn's number
     turn_count: int = 0  # the conversation's submitted turns (past turn_number: one waits)
     other_calls: frozenset[str] = frozenset()  # call ids other branches' results hold
+    # What the turn's answer must match ({"name", "schema", "strict"}): the message's own
+    # schema, else the conversation's; None: any text.
+    output_schema: dict[str, Any] | None = None
+    primary_model: str = ""  # the conversation's model (`model` is a fallback's once moved)
+    fallback_models: tuple[str, ...] | None = None  # the conversation's (None: the settings')
 
 
 class TurnStore:
@@ -161,7 +166,7 @@ class TurnStore:
             claim=Claim(conversation_id, owner, row.lease_epoch, row.turn_id),
             status=row.status,
             first=bool(row.turn_first),
-            model=row.model,
+            model=row.turn_model or row.model,
             allowed_tools=tuple(row.allowed_tools or ()),
             tool_choice=row.tool_choice,
             iterations=row.iterations,
@@ -185,6 +190,9 @@ class TurnStore:
             turn_count=row.turn_count,
             other_calls=frozenset((row.other_branch_calls or "").split(fence.CALL_ID_SEPARATOR))
             - {""},
+            output_schema=_json_object(row.turn_output_schema) or _json_object(row.output_schema),
+            primary_model=row.model,
+            fallback_models=_models(row.fallback_models),
         )
 
     def keep_history(self, claim: Claim, transcript: Transcript) -> None:
@@ -215,9 +223,10 @@ class TurnStore:
         ttl: float,
         finish_reason: str | None = None,
         reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
     ) -> Committed:
         """The assistant's tool calls and status `tool_loop`, in one transaction (`reply_stream`:
-        how the reply was streamed, `messages.reply_stream`)."""
+        how the reply was streamed, `messages.reply_stream`; `model`: the one that answered)."""
         entry = Entry(seq, "assistant", content, tuple(calls), finish_reason=finish_reason)
         return self._step(
             StepKind.TOOL_CALLS,
@@ -228,6 +237,7 @@ class TurnStore:
             ttl=ttl,
             usage=usage,
             reply=reply_stream,
+            model=model,
         )
 
     def record_tool_result(
@@ -283,12 +293,73 @@ class TurnStore:
         usage: Usage,
         finish_reason: str | None = None,
         reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
+        output: Any = None,
     ) -> Committed:
         """The final text; the turn completes and the conversation rests (`idle`) or moves on
-        to the next waiting turn (`processing`), lease released, in one transaction."""
+        to the next waiting turn (`processing`), lease released, in one transaction (`output`:
+        a structured answer's parsed object)."""
         entry = Entry(seq, "assistant", content, finish_reason=finish_reason)
         return self._step(
-            StepKind.ANSWER, claim, status, entry, parent, usage=usage, reply=reply_stream
+            StepKind.ANSWER,
+            claim,
+            status,
+            entry,
+            parent,
+            usage=usage,
+            reply=reply_stream,
+            model=model,
+            output=output,
+        )
+
+    def record_refused(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        content: str,
+        error: str,
+        usage: Usage,
+        ttl: float,
+        finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> Committed:
+        """A structured answer that does not match its schema, kept with `is_error` (the
+        planner asks the model to repair it once, or fails the turn), one call counted."""
+        entry = Entry(
+            seq, "assistant", content, is_error=True, finish_reason=finish_reason, refusal=error
+        )
+        return self._step(
+            StepKind.REFUSED,
+            claim,
+            status,
+            entry,
+            parent,
+            ttl=ttl,
+            usage=usage,
+            reply=reply_stream,
+            model=model,
+        )
+
+    def fall_back(
+        self,
+        claim: Claim,
+        *,
+        from_model: str,
+        to_model: str,
+        error: str,
+        ttl: float,
+        usage: Usage | None = None,
+    ) -> Committed:
+        """The turn moves to `to_model` (`turns.model`, with `model.fallback` naming both and
+        the error): one fenced statement, a step, so a resumed turn goes on with it."""
+        data = {"from": from_model, "to": to_model, "error": error}
+        values = {"fallback_model": to_model, "fallback_data": data}
+        return self._run(
+            Write.FALLBACK, claim, ttl=ttl, **values, **journal.usage_parameters(usage)
         )
 
     def finish(self, claim: Claim, *, status: str) -> Committed:
@@ -380,6 +451,8 @@ class TurnStore:
         usage: Usage | None = None,
         extra: dict[str, Any] | None = None,
         reply: dict[str, Any] | None = None,
+        model: str | None = None,
+        output: Any = None,
     ) -> Committed:
         """The fenced UPDATE, the entry's INSERT (below `parent`, the path's leaf) and their
         events, atomically: all, or nothing."""
@@ -388,7 +461,7 @@ class TurnStore:
         values = {
             "old_status": status,
             **journal.usage_parameters(usage),
-            **journal.message_parameters(entry, parent, reply, usage),
+            **journal.message_parameters(entry, parent, reply, usage, model=model, output=output),
             **(extra or {}),
         }
         try:
@@ -511,15 +584,21 @@ class _ClaimRow(NamedTuple):
     turn_number: int
     turn_count: int
     other_branch_calls: str | None
+    turn_output_schema: dict[str, Any] | str | None
+    output_schema: dict[str, Any] | str | None
+    turn_model: str | None
+    fallback_models: list[str] | str | None
 
 
 def _entry(row: Row) -> Entry:
     """An Entry from a TRANSCRIPT row, whose tool_calls is JSON text."""
-    seq, role, content, tool_calls, tool_call_id, tool_name, is_error, finish_reason = row
+    seq, role, content, tool_calls, tool_call_id, tool_name, is_error, finish_reason, refusal = row
     calls: tuple[ToolCall, ...] = ()
     if tool_calls:  # one history message in four, or fewer: the rest skip the parsing
         calls = tuple(ToolCall.from_json(call) for call in json.loads(tool_calls) or ())
-    return Entry(seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason)
+    return Entry(
+        seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason, refusal
+    )
 
 
 def _actions(actions: list[dict[str, Any]] | str | None) -> list[dict[str, Any]]:
@@ -532,6 +611,12 @@ def _json_object(value: dict[str, Any] | str | None) -> dict[str, Any] | None:
     """A JSON object column's value (JSON text on some drivers)."""
     found = json.loads(value) if isinstance(value, str) else value
     return found if isinstance(found, dict) and found else None
+
+
+def _models(value: list[str] | str | None) -> tuple[str, ...] | None:
+    """A JSON list of model strings (JSON text on some drivers); None when unset."""
+    found = json.loads(value) if isinstance(value, str) else value
+    return None if found is None else tuple(str(model) for model in found)
 
 
 def _approved(actions: list[dict[str, Any]]) -> frozenset[str]:
