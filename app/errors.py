@@ -16,6 +16,10 @@
         ├── NotRetryable            only a `failed` conversation can be retried
         ├── InvalidMessage          empty or unstorable text
         │   └── MessageTooLarge     over the configured limit
+        ├── InvalidFile             a message's file: a media type its bytes belie, not taken
+        │   ├── FileTooLarge        over CHATWORKER_MAX_FILE_BYTES (or the message's total)
+        │   └── FileNotTaken        the model takes no such file (an image, a PDF): named
+        ├── FileNotFound            no file has that id (or another owner's)
         ├── ConversationConflict    a caller-chosen id already names another conversation
         ├── KeyNotFound             no API key has that id
         ├── BudgetExceeded          the conversation's or its owner's budget is used up
@@ -122,6 +126,22 @@ class InvalidMessage(InvalidRequest):
 
 class MessageTooLarge(InvalidMessage):
     """The message is longer than `CHATWORKER_MAX_MESSAGE_CHARS`."""
+
+
+class InvalidFile(InvalidRequest):
+    """A file of a message is not what it says, of a type not taken, or empty."""
+
+
+class FileTooLarge(InvalidFile):
+    """A file, or a message's files together, over the configured limits."""
+
+
+class FileNotTaken(InvalidFile):
+    """The conversation's model does not take that kind of file (an image to a text-only model)."""
+
+
+class FileNotFound(InvalidRequest):
+    """No file has that id, or another owner's."""
 
 
 class ConversationConflict(InvalidRequest):

@@ -5,7 +5,7 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     ------------------------------------  --------------------------------------------------------
     app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
     .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`) and each other
-    .structured                           only: pure
+    .structured, .files                   only: pure
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks and views, the live entries,
@@ -37,6 +37,7 @@ PURE = (
     "app.worker.context",
     "app.worker.summary",
     "app.worker.structured",
+    "app.worker.files",
 )
 PURE_LIBRARIES = ("__future__", "jsonschema")  # beside the standard library
 DIALECT_PURE = (

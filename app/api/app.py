@@ -91,7 +91,11 @@ def install(
     install_handlers(app)
     app.add_middleware(
         BodyLimit,
-        max_bytes=settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES,
+        # (files come base64-encoded: 4 characters for 3 bytes, and their JSON around them)
+        max_bytes=settings.max_message_chars * 6
+        + settings.max_message_file_bytes * 4 // 3
+        + settings.max_message_files * 1_000
+        + BODY_OVERHEAD_BYTES,
         timeout=settings.api_body_timeout_seconds,
     )
     app.add_middleware(Observed)

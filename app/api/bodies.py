@@ -87,8 +87,23 @@ BUSY_DESCRIPTION = (
 MAX_SEQ = 2**31 - 1  # a message's seq is a 32-bit column
 
 
+class FileIn(Body):
+    name: str | None = Field(None, description="its file name (no path)")
+    media_type: str | None = Field(
+        None,
+        description="image/png, image/jpeg, image/gif, image/webp, application/pdf, "
+        "text/plain, text/markdown, text/csv, application/json; checked against its bytes",
+    )
+    data: str = Field(description="its bytes in base64, or a data: URL")
+
+
 class MessageCreate(Body):
     text: str = Field(description="the user's message")
+    files: list[FileIn] | None = Field(
+        None,
+        description="files beside the text (images, PDFs, text files), each within "
+        "`CHATWORKER_MAX_FILE_BYTES`, of a kind the conversation's model takes",
+    )
     on_busy: BusyPolicy = Field("reject", description=BUSY_DESCRIPTION)
     output_schema: dict[str, Any] | None = Field(
         None,

@@ -23,6 +23,13 @@
     404     message_not_found         the conversation has no message with that seq
     400     invalid_output_schema     an `output_schema` that is not a JSON Schema of an object (its
                                       own error and where), a `$ref` outside it, too large
+    400     invalid_file              a message's file: its bytes are not the media type it says,
+                                      empty, not base64, or of a type not taken
+    400     file_not_taken            the conversation's model takes no such file (an image, a PDF):
+                                      the model and the media type named
+    404     file_not_found            no such file, or another owner's
+    413     file_too_large            a file over `CHATWORKER_MAX_FILE_BYTES`, or a message's files
+                                      over `CHATWORKER_MAX_MESSAGE_FILE_BYTES` together
     409     conversation_busy         a turn runs (`on_busy=reject`, delete, switch): `turn_id`
                                       names it
     409     not_branchable            the message cannot take it (an edit of an answer, a fork
@@ -71,8 +78,12 @@ from app.errors import (
     ConversationConflict,
     ConversationNotFound,
     DatabaseUnavailable,
+    FileNotFound,
+    FileNotTaken,
+    FileTooLarge,
     IdempotencyKeyReused,
     InvalidCursor,
+    InvalidFile,
     InvalidMessage,
     InvalidOutputSchema,
     InvalidRequest,
@@ -114,6 +125,10 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     InvalidMessage: (400, "invalid_message"),
     UnknownTool: (400, "unknown_tool"),
     InvalidOutputSchema: (400, "invalid_output_schema"),
+    FileNotFound: (404, "file_not_found"),
+    FileTooLarge: (413, "file_too_large"),
+    FileNotTaken: (400, "file_not_taken"),
+    InvalidFile: (400, "invalid_file"),
     InvalidRequest: (400, "invalid_request"),
 }
 

@@ -78,6 +78,15 @@ class Usage(View):
     )
 
 
+class FileRef(View):
+    """A file of a user message: its bytes at `GET /v1/files/{id}`."""
+
+    id: uuid.UUID
+    media_type: str = Field(description="read from its bytes")
+    name: str | None
+    size: int = Field(description="bytes")
+
+
 class Message(View):
     seq: int
     role: Role
@@ -105,6 +114,10 @@ class Message(View):
         None,
         description="a structured answer's parsed object (its turn asked for an output_schema "
         "and it matched; an answer that did not has is_error)",
+    )
+    files: list[FileRef] = Field(
+        default_factory=list,
+        description="the files a user message carries (their bytes: GET /v1/files/{id})",
     )
 
 
@@ -212,7 +225,8 @@ class Event(View):
     seq: int
     type: str = Field(
         description="turn.*, message.committed, status.changed, action.required, "
-        "context.compacted or branch.switched (`message_seq`: the active path's new leaf)"
+        "context.compacted, branch.switched (`message_seq`: the active path's new leaf) or "
+        "model.fallback (`data`: from, to, error: the turn moved to its next model)"
     )
     conversation_id: uuid.UUID
     turn_id: uuid.UUID | None
@@ -227,7 +241,8 @@ class Event(View):
         description="context.compacted: what the model is sent from now on, `kind` (elide: "
         "earlier turns' tool outputs sent as a reference; summary: messages from_seq.."
         "through_seq replaced by a summary), `reason` (threshold, overflow), `number`, "
-        "`tokens_before`, `tokens_after`",
+        "`tokens_before`, `tokens_after`; model.fallback: `from`, `to` (models) and `error` "
+        "(why the first failed)",
     )
 
 

@@ -24,6 +24,7 @@ from app.client.views import (
     Decision,
     EventPage,
     FinishedTurn,
+    StoredFile,
     Submitted,
     TurnRecord,
     TurnView,
@@ -152,6 +153,7 @@ class AsyncChatClient:
         metadata: Mapping[str, str] | None = None,
         after_seq: int | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        files: Sequence[Mapping[str, Any] | bytes] | None = None,
     ) -> Submitted:
         """`ChatClient.submit_message`, in a worker thread."""
         return await asyncio.to_thread(
@@ -164,8 +166,13 @@ class AsyncChatClient:
                 metadata=metadata,
                 after_seq=after_seq,
                 output_schema=output_schema,
+                files=files,
             )
         )
+
+    async def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
+        """`ChatClient.get_file`, in a worker thread."""
+        return await asyncio.to_thread(lambda: self.sync.get_file(file_id, owner=owner))
 
     async def edit_message(
         self,

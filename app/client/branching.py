@@ -51,6 +51,7 @@ class Submit:
     owner_limit: int | None = None
     metadata: dict[str, str] | None = None
     output_schema: dict[str, Any] | None = None
+    files: list[dict[str, Any]] | None = None
 
     def run(
         self, connection: Connection, conversation_id: uuid.UUID, text: str, target: Target
@@ -64,6 +65,7 @@ class Submit:
             owner_limit=self.owner_limit,
             metadata=self.metadata,
             output_schema=self.output_schema,
+            files=self.files,
             target=target,
         )
 

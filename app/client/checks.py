@@ -18,6 +18,7 @@ from app.client.views import Decision
 from app.egress import Network, literal_address, refusal
 from app.errors import (
     ConversationNotFound,
+    FileNotFound,
     InvalidCursor,
     InvalidMessage,
     InvalidOutputSchema,
@@ -52,6 +53,11 @@ def parse_conversation_id(value: uuid.UUID | str) -> uuid.UUID:
 def parse_turn_id(value: uuid.UUID | str) -> uuid.UUID:
     """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
     return _parse_id(value, TurnNotFound, "turn")
+
+
+def parse_file_id(value: uuid.UUID | str) -> uuid.UUID:
+    """The id as a UUID; a malformed one is reported as not found, like an unknown one."""
+    return _parse_id(value, FileNotFound, "file")
 
 
 def parse_webhook_id(value: uuid.UUID | str) -> uuid.UUID:

@@ -16,10 +16,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
-from app.client import branching, intake
+from app.client import attachments, branching, intake
 from app.client.admin import AdminClient
 from app.client.admission import REJECT
 from app.client.checks import (
@@ -41,18 +41,21 @@ from app.client.checks import (
     check_tool_names,
     check_tools_offered,
     parse_conversation_id,
+    parse_file_id,
     parse_turn_id,
 )
 from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enqueue, ring
 from app.client.keys import check_owner_name
 from app.client.reader import ChatReader
 from app.client.store import conversations, reads
+from app.client.store import files as stored_files
 from app.client.store.answers import answer_actions
 from app.client.store.cancel import CancelOutcome, cancel_turn
 from app.client.store.conversations import NewTurn
 from app.client.views import (
     ConversationView,
     Decision,
+    StoredFile,
     Submitted,
     TurnView,
 )
@@ -237,6 +240,7 @@ class ChatClient(ChatReader):
         metadata: Mapping[str, str] | None = None,
         after_seq: int | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        files: Sequence[Mapping[str, Any] | bytes] | None = None,
     ) -> Submitted:
         """Store the user's message as a new turn and start it (`metadata`: the caller's own
         key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
@@ -259,6 +263,13 @@ class ChatClient(ChatReader):
 
         `output_schema`: this message's answer must match that JSON Schema (over the
         conversation's own; `create_conversation` says how it is checked).
+
+        `files`: what the message carries beside its text, each `{"name", "media_type", "data":
+        bytes, base64 or a data: URL}` (or bytes): images, PDFs, text files, their media type
+        read from their bytes (`InvalidFile` when a claim belies them), within the size caps
+        (`FileTooLarge`), of a kind the conversation's model takes (`FileNotTaken`, naming
+        both); stored once per owner by content hash, gone with the last conversation using
+        them (`get_file` reads one back).
         """
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
@@ -267,11 +278,13 @@ class ChatClient(ChatReader):
         tags = check_metadata(metadata)
         after = None if after_seq is None else check_seq(after_seq)
         schema = check_output_schema(output_schema)
+        checked = attachments.check_files(files, self._file_limits)
         with (
             tracing.submit_span("chat submit") as span,
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
+            kept = self._keep_files(connection, conversation_id, checked)
             if after is None:
                 turn = intake.submit(
                     connection,
@@ -282,9 +295,10 @@ class ChatClient(ChatReader):
                     owner_limit=self._owner_limit,
                     metadata=tags,
                     output_schema=schema,
+                    files=kept,
                 )
             else:
-                submit = branching.Submit(key, policy, self._owner_limit, tags, schema)
+                submit = branching.Submit(key, policy, self._owner_limit, tags, schema, kept)
                 turn = branching.reply_after(connection, conversation_id, after, text, submit)
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
@@ -499,6 +513,36 @@ class ChatClient(ChatReader):
         if self.settings.owner_limit_policy != "reject":
             return None
         return self.settings.owner_max_running_turns
+
+    @property
+    def _file_limits(self) -> attachments.Limits:
+        settings = self.settings
+        return attachments.Limits(
+            settings.max_file_bytes,
+            settings.max_message_file_bytes,
+            settings.max_message_files,
+            settings.model_file_kinds,
+        )
+
+    def _keep_files(
+        self,
+        connection: Connection,
+        conversation_id: uuid.UUID,
+        checked: Sequence[attachments.CheckedFile],
+    ) -> list[dict[str, Any]] | None:
+        """The message's files, if the conversation's model takes them, stored for its owner."""
+        if not checked:
+            return None
+        model, file_owner = stored_files.conversation_setup(connection, conversation_id)
+        attachments.check_taken(checked, model, self._file_limits)
+        return stored_files.keep(connection, file_owner, conversation_id, checked)
+
+    def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
+        """A message's file: its media type, name and bytes (`FileNotFound` for another
+        owner's, or an unknown id)."""
+        found = parse_file_id(file_id)
+        with self.engine.connect() as connection:
+            return stored_files.read(connection, found, owner)
 
     def _branch_submit(
         self, key: str | None, on_busy: str, metadata: Mapping[str, str] | None

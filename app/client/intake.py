@@ -50,6 +50,7 @@ def submit(
     owner_limit: int | None = None,
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as admission decides it: a new turn started or queued, the answer to
@@ -84,6 +85,11 @@ def submit(
             )
         case Answer(call_ids=call_ids):
             assert waiting is not None
+            if files:
+                raise errors.InvalidFile(
+                    f"this message answers the question turn {waiting.id} waits on: an answer "
+                    "is text; send the files with the next message"
+                )
             answered = answer_actions(
                 connection,
                 conversation_id,
@@ -102,6 +108,7 @@ def submit(
                 idempotency_key,
                 metadata=metadata,
                 output_schema=output_schema,
+                files=files,
                 target=target,
             )
         case Enqueue() | Interrupt() | Rollback() | Steer():
@@ -114,6 +121,7 @@ def submit(
                 decided=decided,
                 metadata=metadata,
                 output_schema=output_schema,
+                files=files,
                 target=target,
             )
     raise _refusal(connection, conversation_id, row, decided, key=idempotency_key, owner=owner)
@@ -143,6 +151,7 @@ def _queue(
     decided: admission.Admission,
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """Rows 8 to 13: the turn queued; with `interrupt` and `rollback` every turn before it
@@ -168,6 +177,7 @@ def _queue(
         key=key,
         metadata=metadata,
         output_schema=output_schema,
+        files=files,
         kind=FOR_STEER if isinstance(decided, Steer) else FOR_MESSAGE,
         target=target,
     )

@@ -64,6 +64,9 @@ class MessageView:
     # A structured answer's parsed object (its turn asked for a JSON Schema, and it matched).
     # An answer that did not match has `is_error` (the model was asked to repair it once).
     output: Any = None
+    # The files a user message carries: {"id", "media_type", "name", "size"} each (the bytes:
+    # `ChatClient.get_file`, `GET /v1/files/{id}`).
+    files: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def version(self) -> int:
@@ -257,6 +260,15 @@ class ConversationPage:
 
     conversations: list[ConversationView]
     next_before: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A message's file as stored: the media type read from its bytes, its name, its bytes."""
+
+    media_type: str
+    name: str | None
+    data: bytes
 
 
 @dataclass(frozen=True)

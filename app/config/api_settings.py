@@ -108,6 +108,22 @@ class ApiSettings(Section):
         "(a safety net: every commit wakes its readers through the live channel)",
     )
     max_message_chars: int = Field(100_000, ge=1, description="the largest user message accepted")
+    max_file_bytes: int = Field(
+        10_000_000,
+        ge=1,
+        le=100_000_000,
+        description="the largest file a message may carry (an image, a PDF, a text file); "
+        "larger: 413 `file_too_large`",
+    )
+    max_message_file_bytes: int = Field(
+        20_000_000,
+        ge=1,
+        le=500_000_000,
+        description="the most bytes of files one message may carry, all its files together",
+    )
+    max_message_files: int = Field(
+        10, ge=0, le=100, description="the most files one message may carry (0: none)"
+    )
 
     @field_validator("api_auth", mode="before")
     @classmethod

@@ -5,7 +5,7 @@ Any litellm model string works; the default is the built-in offline demo model.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import NoDecode
@@ -32,6 +32,12 @@ class ModelSettings(Section):
         "is down (no connection, a 5xx, a timeout) or its transient errors spent their "
         "retries (a conversation's own `fallback_models` replace them); the event "
         "`model.fallback` and each message's `usage.model` say which model answered",
+    )
+    model_file_kinds: dict[str, list[Literal["image", "pdf"]]] = Field(
+        default_factory=dict,
+        description="the kinds of file models take, over litellm's model map, as JSON: "
+        '`{"openai/my-vision-model": ["image", "pdf"]}` (a model the map does not know takes '
+        "neither: a message with an image for it is refused, 400 `file_not_taken`)",
     )
     llm_api_base: str | None = Field(
         None, description="base URL of an OpenAI-compatible API (a local server, a gateway)"

@@ -43,6 +43,7 @@ from app.models.event import (
     TURN_STARTED,
     Event,
 )
+from app.models.file import FILES_NAMESPACE, MAX_FILE_NAME_CHARS, File, FileUse, file_id
 from app.models.message import (
     ASSISTANT,
     CANCELLED_CALL_RESULT,
@@ -133,6 +134,7 @@ __all__ = [
     "ELIDE",
     "EVENT_TYPES",
     "FAILED",
+    "FILES_NAMESPACE",
     "FINISHED_TURN_STATUSES",
     "FOR_MESSAGE",
     "FOR_REGENERATE",
@@ -140,6 +142,7 @@ __all__ = [
     "FOR_STEER",
     "GAVE_UP",
     "IDLE",
+    "MAX_FILE_NAME_CHARS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_OWNER_CHARS",
     "MESSAGE_COMMITTED",
@@ -186,6 +189,8 @@ __all__ = [
     "Compaction",
     "Conversation",
     "Event",
+    "File",
+    "FileUse",
     "Message",
     "ToolOutput",
     "Turn",
@@ -198,6 +203,7 @@ __all__ = [
     "conversations",
     "deliveries",
     "events",
+    "file_id",
     "message_id",
     "messages",
     "tool_outputs",

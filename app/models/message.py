@@ -107,6 +107,9 @@ class Message(Base):
     # Why a structured answer was refused (`is_error`): the schema's violation, as the model
     # was told it when asked to repair the answer.
     output_error: Mapped[str | None] = mapped_column(Text)
+    # The files a user message carries (`app/models/file.py`), in order: [{"id", "media_type",
+    # "name", "size"}]; None: text only.
+    files: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
     )

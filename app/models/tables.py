@@ -12,6 +12,7 @@ from app.models.budget import Budget
 from app.models.compaction import Compaction
 from app.models.conversation import Conversation
 from app.models.event import Event
+from app.models.file import File, FileUse
 from app.models.message import Message
 from app.models.tool import CatalogTool
 from app.models.tool_output import ToolOutput
@@ -25,6 +26,8 @@ compactions = cast(Table, Compaction.__table__)
 conversations = cast(Table, Conversation.__table__)
 deliveries = cast(Table, WebhookDelivery.__table__)
 events = cast(Table, Event.__table__)
+files = cast(Table, File.__table__)
+file_uses = cast(Table, FileUse.__table__)
 messages = cast(Table, Message.__table__)
 tool_outputs = cast(Table, ToolOutput.__table__)
 turns = cast(Table, Turn.__table__)
@@ -38,6 +41,8 @@ __all__ = [
     "conversations",
     "deliveries",
     "events",
+    "file_uses",
+    "files",
     "messages",
     "tool_outputs",
     "turns",

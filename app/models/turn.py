@@ -87,6 +87,8 @@ class Turn(Base):
     # The user's message: its seq once it is in the transcript; its text while it waits outside.
     message_seq: Mapped[int | None] = mapped_column(Integer)
     input: Mapped[str | None] = mapped_column(Text)
+    # The files of the message while it waits outside the transcript (as `messages.files`).
+    files: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
     # Where the turn's own messages hang in the tree (its first message's parent): set for an
     # edit, a regenerate, a rollback (the active path is cut there when the turn starts); None
     # for a turn queued behind another until it starts (then the leaf).

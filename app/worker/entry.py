@@ -39,6 +39,8 @@ class Entry(NamedTuple):
     finish_reason: str | None = None
     # A structured answer that did not match its turn's schema: the violation (`is_error` too).
     refusal: str | None = None
+    # The files a user message carries: {"id", "media_type", "name", "size"} each.
+    files: tuple[dict[str, Any], ...] = ()
 
 
 __all__ = ["Entry", "ToolCall"]

@@ -432,9 +432,9 @@ def pending_calls(turn: Sequence[Entry]) -> tuple[ToolCall, ...]:
 
 
 def _last_assistant(turn: Sequence[Entry]) -> Entry | None:
-    for entry in reversed(turn):
-        if entry.role == "assistant":
-            return entry
+    for index in range(len(turn) - 1, -1, -1):
+        if turn[index].role == "assistant":
+            return turn[index]
     return None
 
 

@@ -20,7 +20,16 @@ from typing import Any, Protocol, TypeVar
 from app.config import Settings
 from app.models import BUILTIN_TOOL_NAMES
 from app.telemetry import logs, metrics, tracing
-from app.worker import builtin, context, failpoints, offer, plan, session_cache, structured
+from app.worker import (
+    builtin,
+    context,
+    failpoints,
+    files,
+    offer,
+    plan,
+    session_cache,
+    structured,
+)
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.compactor import Compactor
@@ -125,6 +134,7 @@ class StepLoop:
         self._steering: Steering | None = None
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
         self._readers = False  # the session cache's readers are offered
+        self._inlined: dict[str, str] = {}  # the files this run sent, as the requests hold them
         self.compactor = Compactor(self)  # what the model is sent, fitted to its window
 
     def request_cancel(self) -> None:
@@ -296,7 +306,7 @@ class StepLoop:
             return None  # cancelled while summarising: the planner ends the turn
         if self._readers != self._cache_readable():
             await self._load_tools()  # an output was cut or elided: the readers serve now
-        request = self._request()
+        request = await self._with_files(self._request())
         seq = self._next_seq()
         sink = self.runner.broadcaster.reply(self.claim.conversation_id, seq)
         settled = False  # the reply was committed, or its stream already abandoned
@@ -329,6 +339,23 @@ class StepLoop:
             else None,
             response_format=response_format,
         )
+
+    async def _with_files(self, request: ModelRequest) -> ModelRequest:
+        """The request with the bytes of the files its user messages carry, read once a run."""
+        named = files.wanted(request.messages)
+        if not named:
+            return request
+        missing = named - self._inlined.keys()
+        if missing:
+            found = await self.db.run(self.store.read_files, missing)
+            for file_id in missing:
+                stored = found.get(file_id)
+                self._inlined[file_id] = (
+                    files.GONE
+                    if stored is None
+                    else files.inline(stored.media_type, stored.name, stored.data)
+                )
+        return replace(request, messages=files.resolve(request.messages, self._inlined))
 
     def _models(self) -> tuple[str, ...]:
         """The conversation's model, then the ones it falls back to, in order."""

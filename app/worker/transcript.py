@@ -37,6 +37,8 @@ from app.worker.context import (
     summary_tokens,
     text_tokens,
 )
+from app.worker.files import parts as file_parts
+from app.worker.files import tokens as file_tokens
 from app.worker.plan import Entry, ToolCall
 from app.worker.structured import repair_prompt
 from app.worker.summary import REQUEST_TOKENS, line_tokens
@@ -196,6 +198,10 @@ class Transcript(Sequence[Entry]):
                 repair = repair_prompt(entry.refusal)
                 self._settled.append({"role": "user", "content": repair})
                 return text_tokens(entry.content) + text_tokens(repair) + 2 * MESSAGE_TOKENS, 0
+        elif entry.files:  # a user message's files: parts naming them (`files.resolve`)
+            content = file_parts(entry.content, entry.files)
+            self._settled.append({"role": role, "content": content})
+            return text_tokens(entry.content) + file_tokens(entry.files) + MESSAGE_TOKENS, 0
         else:
             self._settled.append({"role": role, "content": entry.content or ""})
         return text_tokens(entry.content) + MESSAGE_TOKENS, 0

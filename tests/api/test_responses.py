@@ -4,16 +4,17 @@ against the SDK's own types (it builds them without validation, so the test vali
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import openai
 import pytest
 from openai.types.responses import Response, ResponseItem
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from app.testing.fake_llm import FakeLLMServer
 from tests.api.conftest import Deployment, owner_name
@@ -98,6 +99,43 @@ def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeL
     items = sdk.responses.input_items.list(response.id)
     assert [(item.type, item.role) for item in items.data] == [("message", "user")]  # type: ignore[union-attr]
     ITEMS.validate_python([item.model_dump() for item in items.data])
+
+
+class Ticket(BaseModel):
+    kind: Literal["bug", "question"]
+    priority: int
+
+
+def test_a_structured_answer_through_the_sdk_s_parse_is_checked_and_repaired(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """`responses.parse(text_format=...)`: the SDK sends the model's JSON Schema as
+    `text.format`; the worker checks the answer against it (one repair here), and the SDK
+    parses `output_text` into the pydantic model."""
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"text": '{"kind": "feature", "priority": 1}'},
+            {"text": '{"kind": "bug", "priority": 2}'},
+        ],
+        match=token,
+    )
+    parsed = sdk.responses.parse(
+        model=FAKE_MODEL, input=f"The export crashes. {token}", text_format=Ticket
+    )
+    assert parsed.status == "completed"
+    assert parsed.output_parsed == Ticket(kind="bug", priority=2)
+    assert parsed.text is not None and parsed.text.format.type == "json_schema"
+    strict(parsed.model_dump(mode="json", exclude={"output_parsed"}, exclude_none=True))
+    first, second = (r["body"] for r in fake_llm.requests(match=token))
+    # (the fake model takes no schema: it is told it; the repair names what was wrong)
+    assert "only a JSON value" in json.dumps(first["messages"])
+    assert "'feature' is not one of" in json.dumps(second["messages"])
+    # json_object: any JSON object
+    fake_llm.script([{"text": '{"any": "object"}'}], match=token + "o")
+    plain = create(sdk, input=f"x {token}o", text={"format": {"type": "json_object"}})
+    assert plain.output_text == '{"any": "object"}'
+    assert plain.text is not None and plain.text.format.type == "json_object"
 
 
 def test_previous_response_id_naming_an_earlier_response_continues_on_a_new_branch(
@@ -291,6 +329,25 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
             openai.BadRequestError,
             "previous_response_id",
         ),
+        (
+            {"input": "x", "text": {"format": {"type": "yaml"}}},
+            openai.BadRequestError,
+            "text.format",
+        ),
+        (
+            {"input": "x", "text": {"format": {"type": "json_schema", "name": "t"}}},
+            openai.BadRequestError,
+            "text.format",
+        ),
+        (
+            {
+                "input": "x",
+                "text": {"format": {"type": "json_schema", "name": "t", "schema": {"type": 3}}},
+            },
+            openai.BadRequestError,
+            "text.format",
+        ),
+        ({"input": "x", "text": {"form": {}}}, openai.BadRequestError, "text"),
     ]
     before = shared_api.client.list_conversations(limit=100).conversations
     for fields, error, param in cases:

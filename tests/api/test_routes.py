@@ -267,6 +267,58 @@ def test_wait_true_answers_when_the_turn_ends_with_its_output_text_and_messages(
     assert result["turn"]["usage"]["total_tokens"] > 0
 
 
+TICKET = {
+    "name": "ticket",
+    "schema": {
+        "type": "object",
+        "properties": {"kind": {"enum": ["bug", "question"]}},
+        "required": ["kind"],
+    },
+}
+
+
+def test_a_structured_answer_comes_parsed_beside_its_text_and_a_bad_schema_is_refused(
+    http: httpx.Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": '{"kind": "bug"}'}], match=token)
+    conversation = create(http, output_schema=TICKET, fallback_models=["openai/gpt-4o"])
+    assert conversation["output_schema"] == {**TICKET, "strict": False}
+    assert conversation["fallback_models"] == ["openai/gpt-4o"]
+    response = submit(http, conversation["id"], f"classify {token}", params={"wait": "true"})
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["output_text"] == '{"kind": "bug"}' and result["output"] == {"kind": "bug"}
+    assert result["messages"][-1]["output"] == {"kind": "bug"}
+    assert result["messages"][-1]["usage"]["model"] == conversation["model"]
+    # a message's own schema, over the conversation's: its turn says so
+    yes_no = {"schema": {"type": "object", "properties": {"yes": {"type": "boolean"}}}}
+    fake_llm.script([{"text": '{"yes": false}'}], match=token + "2")
+    second = submit(
+        http, conversation["id"], f"yes? {token}2", output_schema=yes_no, params={"wait": "true"}
+    ).json()
+    assert second["output"] == {"yes": False}
+    assert second["turn"]["output_schema"] == {**yes_no, "name": "answer", "strict": False}
+    # bad schemas: 400 invalid_output_schema, naming what is wrong; nothing written
+    before = http.get("/v1/conversations").json()["data"]
+    for bad, says in (
+        ({"schema": {"type": "array"}}, '"type": "object"'),
+        ({"schema": {"type": "object", "properties": {"a": {"type": 1}}}}, "not a valid JSON"),
+        ({"schema": {"type": "object", "$ref": "http://x.test/s"}}, "points outside"),
+    ):
+        refused = http.post("/v1/conversations", json={"output_schema": bad})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["code"] == "invalid_output_schema"
+        assert says in refused.json()["detail"]
+        refused = submit(http, conversation["id"], "x", output_schema=bad)
+        assert refused.status_code == 400 and refused.json()["code"] == "invalid_output_schema"
+    fallbacks = http.post("/v1/conversations", json={"fallback_models": ["a", "a"]})
+    assert fallbacks.status_code == 400 and "is named twice" in fallbacks.json()["detail"]
+    assert http.get("/v1/conversations").json()["data"] == before
+    messages = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    assert len(messages) == 4
+
+
 def test_on_busy_reject_names_the_running_turn_and_enqueue_runs_behind_it(
     http: httpx.Client, fake_llm: FakeLLMServer
 ) -> None:

@@ -62,6 +62,19 @@ def test_a_reply_streamed_live_and_its_replay_make_the_same_message() -> None:
     assert replay[0] == streamed[0] == {"type": "start", "messageId": str(turn().id)}
 
 
+def test_a_structured_answer_s_parsed_object_follows_its_text_as_a_data_part() -> None:
+    log = Log()
+    answer = message(2, "assistant", '{"kind": "bug"}', output={"kind": "bug"})
+    chunks = render(
+        [*start(log), log.event("message.committed", answer), log.event("turn.completed")]
+    )
+    assert kinds(chunks) == [
+        "start", "start-step", "text-start", "text-delta", "text-end", "data-output",
+        "finish-step", "finish",
+    ]  # fmt: skip
+    assert chunks[5] == {"type": "data-output", "id": "output-2", "data": {"kind": "bug"}}
+
+
 def test_a_discarded_attempt_is_ended_and_marked_and_the_committed_one_is_a_new_part() -> None:
     log = Log()
     items = [

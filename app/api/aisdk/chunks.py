@@ -8,7 +8,8 @@ it returns, each chunk as `data: {json}`.
     (the start)                           start (messageId: the turn's)
     a reply's live delta                  start-step (the step's first), text-start (the
                                           reply's first), text-delta
-    the reply committed                   the text not yet sent as one text-delta, text-end
+    the reply committed                   the text not yet sent as one text-delta, text-end;
+                                          a structured answer's parsed object as `data-output`
     its tool calls                        tool-input-start, tool-input-available (a worker's
                                           tool: `dynamic`, as MCP tools are in the AI SDK; a
                                           client tool or agent_clarify: static, `tool-<name>`)
@@ -158,6 +159,10 @@ class UiMessageChunks:
                 out.append({"type": "text-delta", "id": live.id, "delta": rest})
             out.append({"type": "text-end", "id": live.id})
             self._text = None
+        if message.output is not None:  # a structured answer: its parsed object beside the text
+            out.append(
+                {"type": "data-output", "id": f"output-{message.seq}", "data": message.output}
+            )
         for call in message.tool_calls:
             call_id, name = str(call.get("id", "")), str(call.get("name", ""))
             self._open[call_id] = name

@@ -27,7 +27,10 @@ client's copy of the history is never trusted: the transcript is ours):
                                           (`sendMessage({text, messageId})`) of that message, the
                                           list's k-th user message: the k-th of the active path
     model, instructions, tools,           the chat's setup when it is created (the `body`
-    clientTools, approvalTools, clarify   option of useChat); later, when given, the same
+    clientTools, approvalTools, clarify,  option of useChat); later, when given, the same.
+    outputSchema, fallbackModels          `outputSchema` ({"name", "schema", "strict"}): every
+                                          answer is checked against it, its parsed object
+                                          streamed as a `data-output` part
 """
 
 from __future__ import annotations
@@ -47,7 +50,16 @@ from app.models import APPROVAL
 CHAT_CONVERSATIONS = uuid.UUID("0b7e4f7c-3c1d-4a8e-9f52-6a1d2c3b4e5f")
 MAX_CHAT_ID = 200
 ANSWER_STATES = ("output-available", "output-error", "approval-responded")
-SETUP = ("model", "instructions", "tools", "clientTools", "approvalTools", "clarify")
+SETUP = (
+    "model",
+    "instructions",
+    "tools",
+    "clientTools",
+    "approvalTools",
+    "clarify",
+    "outputSchema",
+    "fallbackModels",
+)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from app.api.rendered import RenderedTurn
 from app.api.responses.routes import NO_MESSAGES
 from app.api.state import Api, ApiState
 from app.client import TurnRecord, TurnView
+from app.client.checks import check_output_schema
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
 from app.models import ACTION_REQUIRED, REQUIRES_ACTION
 
@@ -217,6 +218,8 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
             client_tools=setup.get("clientTools"),
             clarify=setup.get("clarify", True),
             approval_tools=setup.get("approvalTools"),
+            output_schema=setup.get("outputSchema"),
+            fallback_models=setup.get("fallbackModels"),
         )
         return
     given = {
@@ -226,8 +229,12 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
         "clientTools": list(existing.client_tools),
         "approvalTools": list(existing.approval_tools),
         "clarify": existing.clarify,
+        "outputSchema": existing.output_schema,
+        "fallbackModels": list(existing.fallback_models),
     }
-    for name, value in setup.items():
+    for name, given_value in setup.items():
+        # (a schema as it was kept: its defaults filled in)
+        value = check_output_schema(given_value) if name == "outputSchema" else given_value
         if value != given[name] and not (value in ([], None) and not given[name]):
             raise InvalidRequest(
                 f"{name} differs from the chat's (its setup is fixed by its first message)"

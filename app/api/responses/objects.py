@@ -67,9 +67,10 @@ def response_object(
         if finished and last and turn.finished_at is not None
         else None,
         "status": status,
-        "model": conversation.model,
+        "model": turn.model or conversation.model,
         "instructions": conversation.instructions,
         "output": segment.output,
+        "text": text_echo(turn.output_schema),
         "error": error,
         "incomplete_details": None,
         "metadata": dict(record.turn.metadata or {}),
@@ -100,6 +101,7 @@ def initial_object(record: TurnRecord, response: ResponseId, servers: Mapping[st
             "model": record.conversation.model,
             "instructions": record.conversation.instructions,
             "output": [],
+            "text": text_echo(record.turn.output_schema),
             "error": None,
             "incomplete_details": None,
             "metadata": dict(record.turn.metadata or {}),
@@ -118,6 +120,15 @@ def initial_object(record: TurnRecord, response: ResponseId, servers: Mapping[st
         }
 
     return snapshot
+
+
+def text_echo(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`text` as OpenAI shows it: the format the turn's answer had to take."""
+    if schema is None:
+        return {"format": {"type": "text"}}
+    if schema.get("name") == "json_object" and schema.get("schema") == {"type": "object"}:
+        return {"format": {"type": "json_object"}}
+    return {"format": {"type": "json_schema", **schema}}
 
 
 def input_items(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> list[Any]:

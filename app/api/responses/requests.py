@@ -17,6 +17,10 @@ tools                  `function` tools: the client executes them (`function_cal
                        `allowed_tools`; absent: no tools, as OpenAI
 tool_choice            auto | none | required
 metadata               the turn's (kept with it; at most 16 strings, as OpenAI's)
+text                   `format`: `text` (the default), `json_schema` (`name`, `schema`,
+                       `strict`, `description`: the turn's output schema, its answer checked
+                       against it, one repair), `json_object` (any JSON object); `verbosity`
+                       is ignored
 user, ...              see UNSUPPORTED / IGNORED
 background             answer at once with the queued response
 stream                 server-sent events (the stream of the turn)
@@ -31,7 +35,7 @@ from typing import Any
 
 from app.api.responses.errors import Unsupported
 from app.api.responses.ids import ResponseId, call_of_approval_request
-from app.client.checks import check_metadata
+from app.client.checks import check_metadata, check_output_schema
 from app.client.views import Decision
 from app.errors import InvalidRequest
 
@@ -47,7 +51,6 @@ UNSUPPORTED = {
     "max_output_tokens": None,
     "max_tool_calls": None,
     "reasoning": None,
-    "text": None,
     "prompt": None,
     "top_logprobs": None,
     "context_management": None,
@@ -64,6 +67,7 @@ KNOWN = frozenset(
         "tools",
         "tool_choice",
         "metadata",
+        "text",
         "background",
         "stream",
         "store",
@@ -95,6 +99,7 @@ class CreateResponse:
     background: bool = False
     stream: bool = False
     metadata: dict[str, str] | None = None  # (checked by the client: check_metadata)
+    output_schema: dict[str, Any] | None = None  # `text.format` json_schema / json_object
 
     @property
     def answers(self) -> bool:
@@ -156,7 +161,40 @@ def parse_create(body: Any) -> CreateResponse:
         background=_flag(body, "background"),
         stream=_flag(body, "stream"),
         metadata=_metadata(body.get("metadata")),
+        output_schema=_text_format(body.get("text")),
     )
+
+
+JSON_OBJECT = {"name": "json_object", "schema": {"type": "object"}, "strict": False}
+
+
+def _text_format(text: Any) -> dict[str, Any] | None:
+    """`text.format` as the turn's output schema (None: plain text), checked as every output
+    schema is (`check_output_schema`), each refusal naming `text.format`."""
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise Unsupported('text must be an object: {"format": {...}}', param="text")
+    unknown = set(text) - {"format", "verbosity"}
+    if unknown:
+        raise Unsupported(f"text: unknown field(s) {', '.join(sorted(unknown))}", param="text")
+    found = text.get("format")
+    if found is None:
+        return None
+    kind = found.get("type") if isinstance(found, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT
+    if kind != "json_schema":
+        raise Unsupported(
+            "text.format.type must be text, json_schema or json_object", param="text.format"
+        )
+    schema = {name: value for name, value in found.items() if name != "type"}
+    try:
+        return check_output_schema(schema, "text.format")
+    except InvalidRequest as exc:
+        raise Unsupported(str(exc), param="text.format") from None
 
 
 def _metadata(value: Any) -> dict[str, str] | None:

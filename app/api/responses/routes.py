@@ -304,6 +304,7 @@ def _submit(
         owner=caller.owner,
         metadata=request.metadata,
         after_seq=after,
+        output_schema=request.output_schema,
     )
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)

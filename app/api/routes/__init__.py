@@ -5,7 +5,7 @@ from fastapi import APIRouter
 
 from app.api.aisdk.routes import router as aisdk_router
 from app.api.responses.routes import router as responses_router
-from app.api.routes import branches, conversations, events, system, turns, webhooks
+from app.api.routes import branches, conversations, events, files, system, turns, webhooks
 
 router = APIRouter(prefix="/v1")
 router.include_router(system.router)
@@ -14,6 +14,7 @@ router.include_router(branches.router)
 router.include_router(turns.router)
 router.include_router(events.router)
 router.include_router(webhooks.router)
+router.include_router(files.router)
 router.include_router(responses_router)
 router.include_router(aisdk_router)
 

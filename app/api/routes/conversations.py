@@ -164,6 +164,9 @@ async def submit_message(
             on_busy=body.on_busy,
             owner=caller.owner,
             output_schema=body.output_schema,
+            files=None
+            if body.files is None
+            else [item.model_dump(exclude_none=True) for item in body.files],
         )
         assert submitted.turn is not None
         response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"

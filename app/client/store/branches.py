@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from app.client.store import files
 from app.errors import MessageNotFound
 from app.models.tables import messages, tool_outputs
 
@@ -170,7 +171,7 @@ def copy_path(
     """The messages of `path` copied into the conversation `target` as its single path,
     numbered 1..n, with the session cache's kept outputs of its tool results; the new seq of
     each copied one. (A copy, not a share: every conversation keeps its own rows, deleted,
-    pruned and owned with it.)"""
+    pruned and owned with it; the files its messages hold are used by it too.)"""
     renumbered = {node.seq: n for n, node in enumerate(path, start=1)}
     columns = [
         column
@@ -196,6 +197,9 @@ def copy_path(
                 for row in rows
             ],
         )
+        # (the files its messages hold are the fork's too: they live while it does)
+        held = {file["id"] for row in rows for file in row._mapping["files"] or ()}
+        files.use(connection, (uuid.UUID(str(found)) for found in held), target)
     kept = [c for c in tool_outputs.c if c.key not in ("id", "conversation_id", "seq", "turn_id")]
     outputs = connection.execute(
         select(tool_outputs.c.seq, *kept).where(

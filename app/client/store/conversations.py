@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Uuid, delete, insert, literal, select
 
 from app.client.admission import Keyed
-from app.client.store import branches
+from app.client.store import branches, files
 from app.client.store.journal import (
     AT_REST,
     append,
@@ -179,7 +179,9 @@ def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> N
             "waiting; cancel it, then delete the conversation",
             turn_id=running,
         )
+    candidates = files.used_by(connection, [conversation_id])
     connection.execute(delete(conversations).where(conversations.c.id == conversation_id))
+    files.forget(connection, candidates)  # (those no other conversation uses)
 
 
 def start_turn(
@@ -191,6 +193,7 @@ def start_turn(
     *,
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as a turn that runs now (`row`: the locked, resting conversation),
@@ -213,6 +216,7 @@ def start_turn(
             parent_seq=target.parent,
             metadata=metadata,
             output_schema=output_schema,
+            files=files,
         )
     else:
         message_seq = last_message_seq(connection, conversation_id) + 1
@@ -225,6 +229,7 @@ def start_turn(
             parent_seq=parent or ROOT,
             metadata=metadata,
             output_schema=output_schema,
+            files=files,
         )
         connection.execute(
             insert(messages).values(
@@ -233,6 +238,7 @@ def start_turn(
                 parent_seq=parent,
                 role="user",
                 content=text,
+                files=files or None,
             )
         )
         logged.append({"type": MESSAGE_COMMITTED, "message_seq": message_seq})
@@ -260,6 +266,7 @@ def queue_turn(
     key: str | None,
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
     kind: str = FOR_MESSAGE,
     target: Target | None = None,
 ) -> NewTurn:
@@ -281,6 +288,7 @@ def queue_turn(
         parent_seq=parent,
         metadata=metadata,
         output_schema=output_schema,
+        files=files,
     )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
     append(connection, conversation_id, last_seq, queued, turn_count=number)
@@ -367,6 +375,7 @@ def _insert_turn(
     parent_seq: int | None = None,
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
 ) -> NewTurn:
     turn = NewTurn(uuid.uuid4(), number, "queued", message_seq, waits=waiting_text is not None)
     connection.execute(
@@ -381,6 +390,8 @@ def _insert_turn(
             idempotency_key=idempotency_key,
             caller_metadata=metadata or None,
             output_schema=output_schema,
+            # (a waiting message's files wait with its text)
+            files=files if waiting_text is not None else None,
             # The submit's span, when traced: every claim of the turn continues its trace.
             **({"trace_context": traced} if (traced := tracing.carrier()) else {}),
         )

@@ -387,6 +387,7 @@ def _message_view(row: Any) -> MessageView:
         parent_seq=row.get("parent_seq"),
         active=bool(row.get("active", True)),
         output=row.get("output"),
+        files=list(row.get("files") or ()),
     )
 
 

@@ -148,6 +148,7 @@ CURRENT_TURN = (
         turns.c.message_seq,
         turns.c.output_schema,
         turns.c.model,
+        turns.c.files,
         select(func.coalesce(func.max(messages.c.seq), 0) + 1)
         .where(messages.c.conversation_id == bindparam("claim_id"))
         .scalar_subquery()
@@ -314,6 +315,8 @@ CLAIM = (
         c.output_schema,
         _current("model").label("turn_model"),
         c.fallback_models,
+        # the files of a message that waited outside the transcript (they go in with it)
+        _current("files").label("turn_files"),
     )
     .add_cte(CURRENT_TURN)
 )
@@ -356,7 +359,7 @@ DEFERRED = (
 
 # The turn waiting right behind the current one, when it is a steer message (plan row 26).
 _next = conversations.alias("next_of")
-NEXT_STEER = select(turns.c.id, turns.c.input).where(
+NEXT_STEER = select(turns.c.id, turns.c.input, cast(turns.c.files, Text).label("files")).where(
     turns.c.conversation_id == bindparam("steer_conversation"),
     turns.c.kind == FOR_STEER,
     turns.c.status == QUEUED,
@@ -380,6 +383,7 @@ TRANSCRIPT = (
         messages.c.is_error,
         messages.c.finish_reason,
         messages.c.output_error,
+        cast(messages.c.files, Text).label("files"),
     )
     .where(
         messages.c.conversation_id == bindparam("transcript_id"),

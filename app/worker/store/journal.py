@@ -122,6 +122,7 @@ _MESSAGE_PARAMS: dict[str, BindParameter[Any]] = {
     "usage": bindparam("m_usage", type_=_JSON),
     "output": bindparam("m_output", type_=_JSON),
     "output_error": bindparam("m_output_error", type_=Text),
+    "files": bindparam("m_files", type_=_JSON),
 }
 ACTIONS = bindparam("actions", type_=_JSON)
 # The whole output of an MCP call, kept beside its (compact) tool message.
@@ -159,6 +160,7 @@ JSON_PARAMETERS = (
     "steered_data",
     "m_output",
     "fallback_data",
+    "m_files",
 )
 
 
@@ -222,10 +224,20 @@ def _promote_message(fenced: FromClause) -> Insert:
         ),
         literal(USER, String),
         fenced.c.turn_input,
+        fenced.c.turn_files,
         literal(False, Boolean),  # a prebuilt statement gets no Python-side column defaults
         literal(True, Boolean),
     ).where(fenced.c.turn_input.is_not(None))
-    columns = ["conversation_id", "seq", "parent_seq", "role", "content", "is_error", "active"]
+    columns = [
+        "conversation_id",
+        "seq",
+        "parent_seq",
+        "role",
+        "content",
+        "files",
+        "is_error",
+        "active",
+    ]
     return insert(messages).from_select(columns, source)
 
 
@@ -240,6 +252,7 @@ def _start_turn(fenced: FromClause) -> Update:
             status=RUNNING,
             started_at=func.coalesce(turns.c.started_at, NOW),
             input=None,
+            files=None,
             message_seq=func.coalesce(turns.c.message_seq, promoted),
             # where its messages hang: a rollback of it cuts the path there
             parent_seq=func.coalesce(
@@ -293,6 +306,7 @@ _start_steer = _running_turn(
     status=RUNNING,
     started_at=NOW,
     input=None,
+    files=None,
     message_seq=_MESSAGE_PARAMS["seq"],
     parent_seq=_MESSAGE_PARAMS["parent_seq"],
 )
@@ -461,6 +475,7 @@ def message_parameters(
         "m_usage": None if usage is None else usage.as_json(model),
         "m_output": output,
         "m_output_error": entry.refusal,
+        "m_files": list(entry.files) or None,
         "m_seq": entry.seq,
         "m_role": entry.role,
         "m_content": entry.content,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, NamedTuple
@@ -26,7 +26,7 @@ from app.worker.context import Compacted
 from app.worker.history import Histories
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import Usage
-from app.worker.store import fence, journal, outputs
+from app.worker.store import fence, files, journal, outputs
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import (
     ClaimRows,
@@ -37,6 +37,7 @@ from app.worker.store.driver import (
     make_driver,
 )
 from app.worker.store.fence import StepKind, Write
+from app.worker.store.files import FileBytes
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
 
@@ -282,6 +283,10 @@ class TurnStore:
             self.engine, conversation_id, call_id, offset=offset, limit=limit
         )
 
+    def read_files(self, ids: Collection[str]) -> dict[str, FileBytes]:
+        """The bytes of the files a request sends, by id."""
+        return files.read_files(self.engine, ids)
+
     def record_answer(
         self,
         claim: Claim,
@@ -388,7 +393,10 @@ class TurnStore:
             found = connection.execute(
                 fence.NEXT_STEER, {"steer_conversation": conversation_id}
             ).one_or_none()
-        return None if found is None else Steering(found.id, str(found.input or ""))
+        if found is None:
+            return None
+        files = tuple(json.loads(found.files) or ()) if found.files else ()
+        return Steering(found.id, str(found.input or ""), files)
 
     def steer(
         self,
@@ -403,7 +411,7 @@ class TurnStore:
         """Take the steer message in (plan row 26): the running turn ends `completed`, the
         message goes on the path, and the steer turn runs on under this lease, in one fenced
         statement. `claim` names the steer turn (the returned cancel flag is its)."""
-        entry = Entry(seq, "user", steering.text)
+        entry = Entry(seq, "user", steering.text, files=steering.files)
         steered = Claim(claim.conversation_id, claim.owner, claim.epoch, steering.turn_id)
         values = {
             "old_status": status,
@@ -522,6 +530,7 @@ class Steering(NamedTuple):
 
     turn_id: uuid.UUID
     text: str
+    files: tuple[dict[str, Any], ...] = ()
 
 
 class KeptOutput(NamedTuple):
@@ -588,16 +597,27 @@ class _ClaimRow(NamedTuple):
     output_schema: dict[str, Any] | str | None
     turn_model: str | None
     fallback_models: list[str] | str | None
+    turn_files: Any
 
 
 def _entry(row: Row) -> Entry:
     """An Entry from a TRANSCRIPT row, whose tool_calls is JSON text."""
-    seq, role, content, tool_calls, tool_call_id, tool_name, is_error, finish_reason, refusal = row
+    seq, role, content, tool_calls, tool_call_id, tool_name, is_error, finish_reason = row[:8]
+    refusal, files = row[8:10]
     calls: tuple[ToolCall, ...] = ()
     if tool_calls:  # one history message in four, or fewer: the rest skip the parsing
         calls = tuple(ToolCall.from_json(call) for call in json.loads(tool_calls) or ())
     return Entry(
-        seq, role, content, calls, tool_call_id, tool_name, is_error, finish_reason, refusal
+        seq,
+        role,
+        content,
+        calls,
+        tool_call_id,
+        tool_name,
+        is_error,
+        finish_reason,
+        refusal,
+        tuple(json.loads(files) or ()) if files else (),
     )
 
 

@@ -30,6 +30,7 @@ from sqlalchemy import (
     update,
 )
 
+from app.client.store import files as stored_files
 from app.models import (
     FAILED,
     IDLE,
@@ -37,7 +38,7 @@ from app.models import (
     REQUIRES_ACTION,
     RUNNING_STATUSES,
 )
-from app.models.tables import catalog, conversations, deliveries, turns
+from app.models.tables import catalog, conversations, deliveries, file_uses, turns
 from app.worker.ports import ToolDefinition
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Sequenced
@@ -77,9 +78,9 @@ class Upkeep:
     def prune(self, before: datetime, *, batch: int = 1000, dry_run: bool = False) -> Pruned:
         """Delete resting conversations (`idle` or `failed`, no turn waiting behind or for the
         user) last touched before `before`, with everything that is theirs (the foreign keys
-        cascade), `batch` at a time, each batch its own short transaction. A conversation a
-        submit touches meanwhile is skipped: the DELETE checks the conditions again on the row
-        it locks."""
+        cascade; a file goes with the last conversation that uses it), `batch` at a time, each
+        batch its own short transaction. A conversation a submit touches meanwhile is skipped:
+        the DELETE checks the conditions again on the row it locks."""
         resting = _resting_before(before)
         finished = and_(deliveries.c.status != PENDING, deliveries.c.created_at < before)
         if dry_run:
@@ -105,11 +106,20 @@ class Upkeep:
                 .limit(batch)
             )
             with self.engine.begin() as connection:
+                # (the files they use: those no other conversation uses go with them)
+                candidates = list(
+                    connection.execute(
+                        select(file_uses.c.file_id)
+                        .where(file_uses.c.conversation_id.in_(chosen.scalar_subquery()))
+                        .distinct()
+                    ).scalars()
+                )
                 deleted = connection.execute(
                     delete(conversations)
                     .where(conversations.c.id.in_(chosen.scalar_subquery()), resting)
                     .returning(conversations.c.updated_at, conversations.c.id)
                 ).all()
+                stored_files.forget(connection, candidates)
             longest = max(longest, time.perf_counter() - started)
             if not deleted:
                 return Pruned(total, batches, longest, self._prune_deliveries(finished, batch))
