@@ -100,6 +100,7 @@ class Means(Protocol):
 CANCELLED = "cancelled by the user"
 FAILED_CALL = "the model call failed"
 NOT_COMMITTED = "the reply could not be committed"
+REFUSED = "the answer did not match the output schema; asking the model again"
 
 
 class _Aborted(Exception):
@@ -466,6 +467,7 @@ class StepLoop:
                 failpoints.hit("final_committed")
                 return Outcome.IDLE
             case RecordRefused(content, error):
+                sink.abandon(REFUSED)  # (readers drop it: the model is asked again)
                 await self.commit(
                     self.store.record_refused,
                     self.claim,
@@ -477,7 +479,6 @@ class StepLoop:
                     usage=reply.usage,
                     ttl=self.runner.settings.lease_ttl_seconds,
                     finish_reason=reply.finish_reason,
-                    reply_stream=sink.shape(),
                     model=self.model,
                 )
                 self.iterations += 1

@@ -74,8 +74,12 @@ def mine(shared_api: Deployment) -> Iterator[dict[str, str]]:
     key = shared_api.key(owner)
     with shared_api.http(token=key) as http:
         conversation = http.post("/v1/conversations", json={}).json()["id"]
-        submitted = http.post(f"/v1/conversations/{conversation}/messages", json={"text": "hi"})
+        note = {"name": "note.txt", "data": "aGk="}  # (a text file: any model takes it)
+        submitted = http.post(
+            f"/v1/conversations/{conversation}/messages", json={"text": "hi", "files": [note]}
+        )
         turn = submitted.json()["turn"]["id"]
+        (file,) = http.get(f"/v1/conversations/{conversation}").json()["messages"][0]["files"]
         assert finished_turn(http, turn)["status"] == "completed"
         webhook = http.post("/v1/webhooks", json={"url": "http://127.0.0.1:9/hooks"}).json()["id"]
     yield {
@@ -88,6 +92,7 @@ def mine(shared_api: Deployment) -> Iterator[dict[str, str]]:
         "response_id": "resp_" + uuid.UUID(turn).hex,
         "chat_id": conversation,
         "seq": "1",
+        "file_id": file["id"],
     }
 
 

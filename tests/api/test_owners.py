@@ -6,6 +6,7 @@ A JWT's `sub` is the same owner as an API key's; auth `none` sees every conversa
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -74,6 +75,7 @@ NOT_FOUND = {
     "turn_id": "turn_not_found",
     "webhook_id": "webhook_not_found",
     "response_id": "response_not_found",
+    "file_id": "file_not_found",
 }
 # Routes with no id in their path, and what bob may get from them.
 WITHOUT_ID = {
@@ -103,6 +105,7 @@ class Alice:
     turn: str
     secret: str  # in her instructions, context and message: must never reach bob
     webhook: str  # on her conversation, with her secret in its URL and description
+    file: str  # her message's file, her secret in its name and its bytes
 
 
 def jwt_for(owner: str) -> str:
@@ -122,11 +125,17 @@ def alice(shared_api: Deployment, fake_llm_server: FakeLLMServer) -> Iterator[Al
             "/v1/conversations",
             json={"instructions": f"Remember {secret}.", "context": {"note": secret}},
         ).json()["id"]
+        attached = {
+            "name": f"{secret}.txt",
+            "data": base64.b64encode(f"the file of {secret}".encode()).decode(),
+        }
         submitted = http.post(
-            f"/v1/conversations/{conversation}/messages", json={"text": f"my {secret}"}
+            f"/v1/conversations/{conversation}/messages",
+            json={"text": f"my {secret}", "files": [attached]},
         )
         assert submitted.status_code == 202, submitted.text
         turn = submitted.json()["turn"]["id"]
+        (file,) = http.get(f"/v1/conversations/{conversation}").json()["messages"][0]["files"]
         deadline = time.monotonic() + 30
         while not fake_llm_server.requests(match=secret):  # the model call hangs from now on
             assert time.monotonic() < deadline, "alice's turn never called the model"
@@ -140,7 +149,7 @@ def alice(shared_api: Deployment, fake_llm_server: FakeLLMServer) -> Iterator[Al
                 "description": secret,
             },
         ).json()["id"]
-        yield Alice(name, key, conversation, turn, secret, webhook)
+        yield Alice(name, key, conversation, turn, secret, webhook, file["id"])
         http.post(f"/v1/turns/{turn}/cancel")
         assert finished_turn(http, turn)["status"] == "cancelled"
 
@@ -211,6 +220,7 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
         "response_id": "resp_" + uuid.UUID(alice.turn).hex,
         "chat_id": alice.conversation,
         "seq": "1",  # (her first message)
+        "file_id": alice.file,
     }
     nobodys = {
         "conversation_id": str(uuid.uuid4()),
@@ -220,6 +230,7 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
         "response_id": "resp_" + uuid.uuid4().hex,
         "chat_id": str(uuid.uuid4()),
         "seq": "1",
+        "file_id": str(uuid.uuid4()),
     }
     checked = []
     with shared_api.http(token=token) as http:

@@ -126,14 +126,15 @@ def test_a_structured_answer_through_the_sdk_s_parse_is_checked_and_repaired(
     assert parsed.status == "completed"
     assert parsed.output_parsed == Ticket(kind="bug", priority=2)
     assert parsed.text is not None and parsed.text.format.type == "json_schema"
-    strict(parsed.model_dump(mode="json", exclude={"output_parsed"}, exclude_none=True))
+    strict(parsed.model_dump(mode="json", by_alias=True, exclude={"output_parsed"}))
     first, second = (r["body"] for r in fake_llm.requests(match=token))
     # (the fake model takes no schema: it is told it; the repair names what was wrong)
     assert "only a JSON value" in json.dumps(first["messages"])
     assert "'feature' is not one of" in json.dumps(second["messages"])
     # json_object: any JSON object
-    fake_llm.script([{"text": '{"any": "object"}'}], match=token + "o")
-    plain = create(sdk, input=f"x {token}o", text={"format": {"type": "json_object"}})
+    other = uuid.uuid4().hex
+    fake_llm.script([{"text": '{"any": "object"}'}], match=other)
+    plain = create(sdk, input=f"x {other}", text={"format": {"type": "json_object"}})
     assert plain.output_text == '{"any": "object"}'
     assert plain.text is not None and plain.text.format.type == "json_object"
 

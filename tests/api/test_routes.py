@@ -4,6 +4,7 @@ owner of its own)."""
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -281,7 +282,8 @@ def test_a_structured_answer_comes_parsed_beside_its_text_and_a_bad_schema_is_re
     http: httpx.Client, fake_llm: FakeLLMServer
 ) -> None:
     token = uuid.uuid4().hex
-    fake_llm.script([{"text": '{"kind": "bug"}'}], match=token)
+    # (the second turn's request holds the first's message, token and all: one script)
+    fake_llm.script([{"text": '{"kind": "bug"}'}, {"text": '{"yes": false}'}], match=token)
     conversation = create(http, output_schema=TICKET, fallback_models=["openai/gpt-4o"])
     assert conversation["output_schema"] == {**TICKET, "strict": False}
     assert conversation["fallback_models"] == ["openai/gpt-4o"]
@@ -293,11 +295,10 @@ def test_a_structured_answer_comes_parsed_beside_its_text_and_a_bad_schema_is_re
     assert result["messages"][-1]["usage"]["model"] == conversation["model"]
     # a message's own schema, over the conversation's: its turn says so
     yes_no = {"schema": {"type": "object", "properties": {"yes": {"type": "boolean"}}}}
-    fake_llm.script([{"text": '{"yes": false}'}], match=token + "2")
     second = submit(
-        http, conversation["id"], f"yes? {token}2", output_schema=yes_no, params={"wait": "true"}
+        http, conversation["id"], "yes?", output_schema=yes_no, params={"wait": "true"}
     ).json()
-    assert second["output"] == {"yes": False}
+    assert second["output"] == {"yes": False}, (second["turn"], second["messages"])
     assert second["turn"]["output_schema"] == {**yes_no, "name": "answer", "strict": False}
     # bad schemas: 400 invalid_output_schema, naming what is wrong; nothing written
     before = http.get("/v1/conversations").json()["data"]
@@ -317,6 +318,57 @@ def test_a_structured_answer_comes_parsed_beside_its_text_and_a_bad_schema_is_re
     assert http.get("/v1/conversations").json()["data"] == before
     messages = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
     assert len(messages) == 4
+
+
+def test_a_message_s_image_is_sent_to_the_model_and_read_back_by_its_owner_only(
+    http: httpx.Client, fake_llm: FakeLLMServer, shared_api: Deployment
+) -> None:
+    from tests.integration.test_files import PDF, png
+
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "A grey square."}], match=token)
+    image = png(seed=11)
+    data_url = "data:image/png;base64," + base64.b64encode(image).decode()
+    conversation = create(http, model="openai/gpt-4o-mini")
+    response = submit(
+        http,
+        conversation["id"],
+        f"what is it? {token}",
+        files=[{"name": "square.png", "data": data_url}],
+        params={"wait": "true"},
+    )
+    assert response.status_code == 200, response.text
+    result = response.json()
+    (sent,) = fake_llm.requests(match=token)
+    parts = sent["body"]["messages"][-1]["content"]
+    assert {"type": "image_url", "image_url": {"url": data_url}} in parts
+    (file,) = result["messages"][0]["files"]
+    assert file["name"] == "square.png" and file["size"] == len(image)
+    got = http.get(f"/v1/files/{file['id']}")
+    assert got.status_code == 200 and got.content == image
+    assert got.headers["content-type"] == "image/png"
+    assert got.headers["content-disposition"].startswith("inline")
+    # another owner: 404 file_not_found, as for an id nobody has
+    with shared_api.http(token=shared_api.key(owner_name("other"))) as other:
+        assert other.get(f"/v1/files/{file['id']}").json()["code"] == "file_not_found"
+    assert http.get(f"/v1/files/{uuid.uuid4()}").json()["code"] == "file_not_found"
+    # bad files: each refused with its code, nothing written
+    before = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    pdf = base64.b64encode(PDF).decode()
+    for files, status, code in (
+        ([{"data": pdf, "media_type": "image/png"}], 400, "invalid_file"),
+        ([{"data": "%%%"}], 400, "invalid_file"),
+        ([{"data": base64.b64encode(b"x" * 10_000_001).decode()}], 413, "file_too_large"),
+    ):
+        refused = submit(http, conversation["id"], "look", files=files)
+        assert refused.status_code == status, refused.text
+        assert refused.json()["code"] == code
+    text_only = create(http, model="openai/fake-model")
+    refused = submit(http, text_only["id"], "look", files=[{"data": data_url}])
+    assert refused.status_code == 400 and refused.json()["code"] == "file_not_taken"
+    assert "'openai/fake-model' does not take image/png" in refused.json()["detail"]
+    after = http.get(f"/v1/conversations/{conversation['id']}").json()["messages"]
+    assert after == before
 
 
 def test_on_busy_reject_names_the_running_turn_and_enqueue_runs_behind_it(

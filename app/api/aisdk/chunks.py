@@ -136,6 +136,8 @@ class UiMessageChunks:
 
     def _message(self, message: MessageView) -> list[Chunk]:
         self._last_seq = max(self._last_seq, message.seq)
+        if message.role == "assistant" and message.is_error and not message.tool_calls:
+            return []  # an answer its schema refused: the model is asked again (live: discarded)
         if message.role == "assistant":
             return self._assistant(message)
         if message.role == "tool" and message.tool_call_id is not None:

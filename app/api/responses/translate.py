@@ -6,6 +6,8 @@ conversation and its events, and hand them here).
     -------------------------------------------  ---------------------------------------------
     the turn's user message                      input: a user `message` (input_text)
     an assistant message's text                  output: a `message` (output_text)
+    an answer the turn's JSON Schema refused     nothing: the model was asked again (its live
+                                                 text was discarded)
     a call of a worker's tool (MCP, or the       output: an `mcp_call` (server_label: the MCP
     session cache's readers)                     server; the worker's own: "chatworker"), its
                                                  `output` or `error` once its result commits
@@ -141,6 +143,8 @@ class Cutter:
             self._result(message)
 
     def _assistant(self, message: MessageView) -> None:
+        if message.is_error and not message.tool_calls:
+            return  # an answer its schema refused: the worker asked again (its live text dropped)
         if message.content:
             self.current.output.append(_reply(self.turn.id, message))
         for call in message.tool_calls:
