@@ -88,6 +88,9 @@ class ScriptedModel:
     def takes_schema(self, model: str) -> bool:
         return model in self.schema_models
 
+    def takes_file(self, model: str, kind: str) -> bool:
+        return False  # (what a scripted model is sent of files is described in text)
+
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         if self.record:
             self.requests.append(request)
@@ -156,6 +159,8 @@ class InMemoryTools:
                 value = await value
         except Exception as exc:
             return ToolResult(f"Tool {name} failed: {exc}", is_error=True)
+        if isinstance(value, ToolResult):  # (a tool that returns images, blobs: its media)
+            return value
         return ToolResult(value if isinstance(value, str) else json.dumps(value))
 
     async def close(self) -> None:

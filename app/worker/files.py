@@ -47,6 +47,26 @@ def parts(text: str | None, files: Sequence[Mapping[str, Any]]) -> list[Part]:
     return found
 
 
+# The first part of the message that shows the model what its tool calls returned beside text
+# (a tool message holds text only at OpenAI): dropped for a model that takes no image.
+TOOL_MEDIA = "The images and documents the tool calls above returned, in order:"
+
+
+def tool_media(files: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The user message that carries the images and PDFs of a round of tool results (right
+    after them: the form OpenAI takes, and Anthropic's, litellm merging it into the results'
+    turn); None when they returned none."""
+    shown = [file for file in files if _shown(file)]
+    if not shown:
+        return None
+    return {"role": "user", "content": parts(TOOL_MEDIA, shown)}
+
+
+def _shown(file: Mapping[str, Any]) -> bool:
+    media_type = str(file.get("media_type", ""))
+    return media_type in IMAGE_TYPES or media_type == PDF
+
+
 def tokens(files: Iterable[Mapping[str, Any]]) -> int:
     """The estimate of what the files add to a request."""
     total = 0
@@ -61,9 +81,10 @@ def tokens(files: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-def wanted(messages: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The ids of the files the messages name."""
-    return {reference[len(REFERENCE) :] for reference in _references(messages)}
+def wanted(messages: Iterable[Mapping[str, Any]], *, media: bool = True) -> set[str]:
+    """The ids of the files the messages name (without `media`: but the tools' media)."""
+    chosen = (m for m in messages if media or not _is_tool_media(m.get("content")))
+    return {reference[len(REFERENCE) :] for reference in _references(chosen)}
 
 
 def _references(messages: Iterable[Mapping[str, Any]]) -> Iterable[str]:
@@ -96,17 +117,27 @@ def inline(media_type: str, name: str | None, data: bytes) -> str:
     return f"[file {name or 'untitled'}]\n{data.decode('utf-8', errors='replace')}"
 
 
-def resolve(messages: list[dict[str, Any]], inlined: Mapping[str, str]) -> list[dict[str, Any]]:
+def resolve(
+    messages: list[dict[str, Any]], inlined: Mapping[str, str], *, media: bool = True
+) -> list[dict[str, Any]]:
     """`messages` with every file reference replaced by `inlined[id]`; a message with none is
-    the same dict (the transcript's are shared: those with files are copied)."""
+    the same dict (the transcript's are shared: those with files are copied). Without `media`
+    (a model that takes no image), the tools' media messages are left out: their results'
+    text describes them."""
     out = []
     for message in messages:
         content = message.get("content")
+        if not media and _is_tool_media(content):
+            continue
         if isinstance(content, list) and any(_reference(part) for part in content):
             out.append({**message, "content": [_resolved(part, inlined) for part in content]})
         else:
             out.append(message)
     return out
+
+
+def _is_tool_media(content: Any) -> bool:
+    return isinstance(content, list) and bool(content) and content[0].get("text") == TOOL_MEDIA
 
 
 def _resolved(part: Part, inlined: Mapping[str, str]) -> Part:
@@ -122,4 +153,13 @@ def _resolved(part: Part, inlined: Mapping[str, str]) -> Part:
     return {"type": "text", "text": value}
 
 
-__all__ = ["REFERENCE", "inline", "parts", "resolve", "tokens", "wanted"]
+__all__ = [
+    "REFERENCE",
+    "TOOL_MEDIA",
+    "inline",
+    "parts",
+    "resolve",
+    "tokens",
+    "tool_media",
+    "wanted",
+]

@@ -132,6 +132,10 @@ class ModelClient(Protocol):
         """Whether the model has a structured-output mode (a `response_format` JSON Schema)."""
         ...
 
+    def takes_file(self, model: str, kind: str) -> bool:
+        """Whether the model reads files of `kind` (`image`, `pdf`) in its input."""
+        ...
+
 
 # --- the tools --------------------------------------------------------------------------------
 
@@ -193,12 +197,23 @@ TOOL_OK, TOOL_ERROR, TOOL_TIMEOUT, TOOL_UNAVAILABLE = "ok", "error", "timeout", 
 
 
 @dataclass(frozen=True)
+class ToolMedia:
+    """A binary part of a tool's result (an MCP image, audio, an embedded blob resource),
+    kept whole as a file; `content` describes it in the text the model reads."""
+
+    media_type: str
+    data: bytes
+    name: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolResult:
     content: str
     is_error: bool = False
     # How the call went, for the metrics: ok, error (the tool said so, or raised), timeout, or
     # unavailable (unknown tool, server down or stopped during the call); default from is_error.
     outcome: str = field(default="", compare=False)
+    media: tuple[ToolMedia, ...] = field(default=(), compare=False)
 
     @property
     def kind(self) -> str:

@@ -23,6 +23,7 @@ def model_client(settings: Settings) -> ModelClient:
         api_key=key,
         stream=settings.llm_stream,
         max_retry_after=settings.llm_max_retry_after_seconds,
+        file_kinds=settings.model_file_kinds,
     )
 
 
@@ -33,6 +34,7 @@ def tool_provider(settings: Settings) -> ToolProvider:
         settings.mcp_servers,
         call_timeout=settings.tool_timeout_seconds,
         max_output_chars=settings.max_tool_output_chars,
+        max_media_bytes=settings.max_file_bytes,
     )
 
 

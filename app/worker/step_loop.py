@@ -343,9 +343,14 @@ class StepLoop:
 
     async def _with_files(self, request: ModelRequest) -> ModelRequest:
         """The request with the bytes of the files its user messages carry, read once a run."""
-        named = files.wanted(request.messages)
+        if not self.transcript.has_files:
+            return request  # (the common case: nothing to read, nothing to copy)
+        media = self.runner.model.takes_file(self.model, "image")
+        named = files.wanted(request.messages, media=media)
         if not named:
-            return request
+            if media:
+                return request
+            return replace(request, messages=files.resolve(request.messages, {}, media=False))
         missing = named - self._inlined.keys()
         if missing:
             found = await self.db.run(self.store.read_files, missing)
@@ -356,7 +361,8 @@ class StepLoop:
                     if stored is None
                     else files.inline(stored.media_type, stored.name, stored.data)
                 )
-        return replace(request, messages=files.resolve(request.messages, self._inlined))
+        messages = files.resolve(request.messages, self._inlined, media=media)
+        return replace(request, messages=messages)
 
     def _models(self) -> tuple[str, ...]:
         """The conversation's model, then the ones it falls back to, in order."""
@@ -524,13 +530,18 @@ class StepLoop:
         with the session cache on, the whole is kept beside it, in the same statement."""
         settings = self.runner.settings
         limit = settings.tool_context_chars
+        kept_files: list[dict[str, Any]] = []
+        if result.media:  # images, audio, blobs: kept whole, as files of the conversation
+            kept_files = await self.db.run(
+                self.store.keep_files, self.claim.conversation_id, result.media
+            )
         if not settings.session_cache:
             content = session_cache.truncate(result.content, limit)
-            await self._record_result(call, content, result.is_error)
+            await self._record_result(call, content, result.is_error, files=kept_files)
             return
         content = session_cache.compact(call.id, result.content, limit)
         kept = KeptOutput(arguments, result.content)
-        await self._record_result(call, content, result.is_error, kept)
+        await self._record_result(call, content, result.is_error, kept, files=kept_files)
 
     async def _read_cache(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """`session_cache_list` or `session_cache_get`, answered from the kept outputs."""
@@ -552,7 +563,13 @@ class StepLoop:
         return session_cache.page(request, found)
 
     async def _record_result(
-        self, call: ToolCall, content: str, is_error: bool, kept: KeptOutput | None = None
+        self,
+        call: ToolCall,
+        content: str,
+        is_error: bool,
+        kept: KeptOutput | None = None,
+        *,
+        files: Sequence[dict[str, Any]] = (),
     ) -> None:
         await self.commit(
             self.store.record_tool_result,
@@ -565,6 +582,7 @@ class StepLoop:
             is_error=is_error,
             ttl=self.runner.settings.lease_ttl_seconds,
             kept=kept,
+            files=files,
         )
 
     async def fail(self, error: str, usage: Usage | None = None) -> None:

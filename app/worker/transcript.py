@@ -39,6 +39,7 @@ from app.worker.context import (
 )
 from app.worker.files import parts as file_parts
 from app.worker.files import tokens as file_tokens
+from app.worker.files import tool_media
 from app.worker.plan import Entry, ToolCall
 from app.worker.structured import repair_prompt
 from app.worker.summary import REQUEST_TOKENS, line_tokens
@@ -81,6 +82,7 @@ class Transcript(Sequence[Entry]):
         self._prefix: list[int] = [0]  # tokens sent for entries[:i] (0 for summarised ones)
         self._savings: list[int] = [0]  # tokens an elision would save of entries[:i]
         self.call_ids: set[str] = set()  # every tool call id used so far
+        self.has_files = False  # a message carries files: requests name them (`files.resolve`)
         self.tools_tokens = 0  # the estimate of the tool definitions the requests carry
         # (the provider's prompt tokens, our estimate) of the last request sent
         self._measured: tuple[int, int] | None = None
@@ -100,6 +102,8 @@ class Transcript(Sequence[Entry]):
         self._seqs.append(entry.seq)
         if entry.role == "user":
             self._users.append(index)
+        if entry.files:
+            self.has_files = True
         if entry.tool_calls:
             self.call_ids.update(call.id for call in entry.tool_calls)
         elif entry.role == "tool" and not self.refers_to_cache:
@@ -181,6 +185,8 @@ class Transcript(Sequence[Entry]):
             if entry.tool_call_id in self._asked:
                 self._answers.setdefault(entry.tool_call_id or "", entry)
             tokens, saving = self._tool_tokens(entry)
+            if entry.files:
+                return tokens + file_tokens(entry.files) + 2 * MESSAGE_TOKENS, saving
             return tokens + MESSAGE_TOKENS, saving
         if self._asking is not None:
             self._settle()
@@ -241,13 +247,23 @@ class Transcript(Sequence[Entry]):
         if self._asking is None:
             return []
         answers = self._answers
-        return [
+        block = [
             _assistant_message(self._asking),
             *(
                 _result_message(call, self._answer_text(answers.get(call.id)))
                 for call in self._asking.tool_calls
             ),
         ]
+        # the images and PDFs the results returned (an elided result's are left out with it)
+        shown = [
+            file
+            for call in self._asking.tool_calls
+            if (result := answers.get(call.id)) is not None
+            and result.seq > self.compacted.elided_through
+            for file in result.files
+        ]
+        media = tool_media(shown) if shown else None
+        return block if media is None else [*block, media]
 
     def _answer_text(self, result: Entry | None) -> str:
         return INTERRUPTED_RESULT if result is None else self._tool_content(result)

@@ -26,6 +26,7 @@ from app.testing import fakes
 from app.testing.fake_llm import FakeLLMServer
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.llm import LiteLLMClient
+from app.worker.ports import ToolMedia, ToolResult
 from tests.integration.test_loop import CONFIG, World
 from tests.integration.test_user_in_the_loop import world_of
 
@@ -262,3 +263,84 @@ def _rest(world: World, conversation_id: uuid.UUID) -> None:
     view = world.client.get_conversation(conversation_id)
     if view.is_running:
         world.client.cancel(conversation_id)
+
+
+# --- what tools return beside text --------------------------------------------------------------
+
+
+def chart_tools() -> fakes.InMemoryTools:
+    """A tool that returns a chart (an image) and its report (a PDF), as an MCP server's would
+    (the MCP side of it: `tests/integration/test_mcp_provider.py`)."""
+
+    def render_chart(label: str = "sales") -> ToolResult:
+        return ToolResult(
+            f"The {label} chart and its report. [image image/png, 70 bytes]",
+            media=(ToolMedia("image/png", png(seed=5)), ToolMedia("application/pdf", PDF, "r.pdf")),
+        )
+
+    return fakes.InMemoryTools(
+        {"render_chart": render_chart}, annotations={"render_chart": {"readOnlyHint": True}}
+    )
+
+
+@pytest.fixture
+def chart_world(any_database_url: str) -> Iterator[World]:
+    yield from world_of(any_database_url, chart_tools())
+
+
+CHART_SCRIPT = [
+    {"tool_calls": [{"id": "call_chart", "name": "render_chart", "arguments": {"label": "q3"}}]},
+    {"text": "Sales rose in Q3."},
+]
+
+
+@pytest.mark.parametrize("provider", VISION)
+def test_a_tool_s_image_reaches_a_vision_model_in_the_results_turn(
+    chart_world: World, fake_llm: FakeLLMServer, provider: str
+) -> None:
+    world, model = chart_world, VISION[provider]
+    fake_llm.script(CHART_SCRIPT)
+    conversation_id = world.client.create_conversation(model=model, tools=["render_chart"])
+    world.client.submit_message(conversation_id, "Chart Q3 sales.")
+
+    assert run(world, fake_llm, conversation_id, model) is Outcome.IDLE
+
+    _, second = (r["body"] for r in fake_llm.requests())
+    image = base64.b64encode(png(seed=5)).decode()
+    if provider == "openai":
+        tool, media = second["messages"][-2:]
+        assert tool["role"] == "tool" and "chart and its report" in tool["content"]
+        assert media["role"] == "user"
+        assert media["content"][1] == {
+            "type": "image_url",
+            "image_url": {"url": f"data:image/png;base64,{image}"},
+        }
+        assert media["content"][2]["type"] == "file"
+    else:  # (litellm puts the results and the media in one user turn, as Anthropic wants)
+        turn = second["messages"][-1]
+        assert turn["role"] == "user"
+        kinds = [block["type"] for block in turn["content"]]
+        assert kinds[0] == "tool_result" and "image" in kinds and "document" in kinds
+        (picture,) = [b for b in turn["content"] if b["type"] == "image"]
+        assert picture["source"]["data"] == image
+    result = [
+        m for m in world.client.get_conversation(conversation_id).messages if m.role == "tool"
+    ]
+    assert [f["media_type"] for f in result[0].files] == ["image/png", "application/pdf"]
+    assert world.client.get_file(result[0].files[0]["id"]).data == png(seed=5)
+
+
+def test_a_model_that_takes_no_image_reads_the_tool_s_description(
+    chart_world: World, fake_llm: FakeLLMServer
+) -> None:
+    world, model = chart_world, "openai/fake-model"
+    fake_llm.script(CHART_SCRIPT)
+    conversation_id = world.client.create_conversation(model=model, tools=["render_chart"])
+    world.client.submit_message(conversation_id, "Chart Q3 sales.")
+
+    assert run(world, fake_llm, conversation_id, model) is Outcome.IDLE
+
+    _, second = (r["body"] for r in fake_llm.requests())
+    assert second["messages"][-1]["role"] == "tool"
+    assert "[image image/png, 70 bytes]" in second["messages"][-1]["content"]
+    assert "base64" not in str(second)

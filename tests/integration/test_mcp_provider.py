@@ -33,9 +33,11 @@ from app.config import McpServerConfig
 from app.worker.mcp import McpToolProvider, expose_tools
 from app.worker.ports import CallRef, ToolResult
 from tests.servers.mcp_server import (
+    CHART_PNG,
     EXTRA_TOOLS_ENV,
     LEDGER_ENV,
     REPO_ROOT,
+    REPORT_PDF,
     SERVER_MODULE,
     huge_text,
     read_ledger,
@@ -876,3 +878,31 @@ def test_a_tool_s_annotations_and_its_server_s_policy_decide_what_the_user_appro
     assert {
         name for name in ("erase_notes", "add", "write_note") if definitions[name].requires_approval
     } == needs_approval
+
+
+def test_a_tool_s_image_and_blob_are_kept_whole_and_described_in_its_text(tmp_path: Path) -> None:
+    """A real MCP server's image, embedded PDF and resource link (server-everything's shapes):
+    the image and the PDF come back whole as the result's media, and its text describes each
+    (no "[image/png content]"); a larger image than the limit is only described."""
+    ledger = tmp_path / "ledger"
+    server = stdio_server(
+        "tools", ledger, env={LEDGER_ENV: str(ledger), EXTRA_TOOLS_ENV: "render_chart"}
+    )
+
+    async def scenario(tools: McpToolProvider) -> ToolResult:
+        return await tools.execute("render_chart", {"label": "q3"})
+
+    result = with_provider([server], scenario)
+    assert not result.is_error
+    assert result.content.splitlines() == [
+        "The q3 chart, its report and its data.",
+        f"[image image/png, {len(CHART_PNG):,} bytes]",
+        f"[application/pdf resource report://q3/report.pdf, {len(REPORT_PDF):,} bytes]",
+        "[resource link: data://q3.csv (q3.csv)]",
+    ]
+    assert [(m.media_type, m.data, m.name) for m in result.media] == [
+        ("image/png", CHART_PNG, None),
+        ("application/pdf", REPORT_PDF, "report.pdf"),
+    ]
+    small = with_provider([server], scenario, max_media_bytes=len(REPORT_PDF) - 1)
+    assert [m.media_type for m in small.media] == ["image/png"]

@@ -172,6 +172,9 @@ class SlowModel:
     def takes_schema(self, model: str) -> bool:
         return False
 
+    def takes_file(self, model: str, kind: str) -> bool:
+        return False
+
     async def complete(self, request: ModelRequest, sink: object = None) -> ModelReply:
         self.running += 1
         self.most = max(self.most, self.running)

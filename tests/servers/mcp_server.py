@@ -7,6 +7,7 @@ Tests spawn it through `stdio_params()`; every call can be recorded in a JSON-li
 
 from __future__ import annotations
 
+import base64
 import functools
 import inspect
 import json
@@ -291,7 +292,34 @@ def erase_notes() -> str:
     return "All notes erased."
 
 
+CHART_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000002000000020800000000577ea4a0000000"
+    "0e49444154789c636060606060600000000c0004f2f8a5a10000000049454e44ae426082"
+)
+REPORT_PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+
+
+def render_chart(label: str = "sales") -> list[Any]:
+    """Render a chart of `label` as a PNG image, with its report as a PDF and a link to its
+    data (what server-everything's image tools return: content blocks beside the text)."""
+    from mcp.server.mcpserver.utilities.types import Image
+    from mcp.types import BlobResourceContents, EmbeddedResource, ResourceLink
+
+    report = BlobResourceContents(
+        uri=f"report://{label}/report.pdf",
+        mime_type="application/pdf",
+        blob=base64.b64encode(REPORT_PDF).decode(),
+    )
+    return [
+        f"The {label} chart, its report and its data.",
+        Image(data=CHART_PNG, format="png"),
+        EmbeddedResource(type="resource", resource=report),
+        ResourceLink(type="resource_link", uri=f"data://{label}.csv", name=f"{label}.csv"),
+    ]
+
+
 _OPT_IN_TOOLS: dict[str, Callable[..., Any]] = {
+    "render_chart": render_chart,
     "emit_invalid_utf8": emit_invalid_utf8,
     "echo_meta": echo_meta,
     "apply_once": apply_once,
@@ -302,6 +330,7 @@ _ANNOTATIONS = {
     "apply_once": ToolAnnotations(idempotent_hint=True),  # keyed on the call's idempotency key
     "echo_meta": READ_ONLY,
     "emit_invalid_utf8": READ_ONLY,
+    "render_chart": READ_ONLY,
 }
 
 
@@ -309,7 +338,9 @@ def _register_opt_in_tools(names: str) -> None:
     for name in filter(None, (part.strip() for part in names.split(","))):
         if name not in _OPT_IN_TOOLS:
             raise SystemExit(f"{EXTRA_TOOLS_ENV}: unknown tool {name!r}")
-        tool(annotations=_ANNOTATIONS.get(name))(_OPT_IN_TOOLS[name])
+        # (content blocks are the result: no structured copy of them)
+        structured = False if name == "render_chart" else None
+        tool(structured_output=structured, annotations=_ANNOTATIONS.get(name))(_OPT_IN_TOOLS[name])
 
 
 _register_opt_in_tools(os.environ.get(EXTRA_TOOLS_ENV, ""))

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -76,8 +77,10 @@ class LiteLLMClient:
         sleep: Sleep = asyncio.sleep,
         stream: bool = True,
         max_retry_after: float = MAX_RETRY_AFTER_SECONDS,
+        file_kinds: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.timeout = timeout
+        self.file_kinds = file_kinds or {}  # CHATWORKER_MODEL_FILE_KINDS, over litellm's map
         self.max_retry_after = max_retry_after
         self.api_base = api_base
         self.stream = stream
@@ -95,6 +98,11 @@ class LiteLLMClient:
 
     def takes_schema(self, model: str) -> bool:
         return takes_schema(model)
+
+    def takes_file(self, model: str, kind: str) -> bool:
+        if model in self.file_kinds:
+            return kind in self.file_kinds[model]
+        return takes_file(model, kind)
 
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         prepare_litellm()
@@ -217,6 +225,26 @@ def takes_schema(model: str) -> bool:
         except Exception:  # litellm: an unknown provider
             found = False
         _SCHEMAS[model] = found
+    return found
+
+
+_FILES: dict[tuple[str, str], bool] = {}
+_FILE_SUPPORT = {"image": "supports_vision", "pdf": "supports_pdf_input"}
+
+
+def takes_file(model: str, kind: str) -> bool:
+    """Whether litellm's model map says the model reads files of `kind` (`image`, `pdf`)."""
+    found = _FILES.get((model, kind))
+    if found is None:
+        prepare_litellm()
+        import litellm
+
+        try:
+            info = litellm.get_model_info(model)
+            found = bool(info.get(_FILE_SUPPORT[kind]))
+        except Exception:  # litellm: an unknown model
+            found = False
+        _FILES[model, kind] = found
     return found
 
 
@@ -386,5 +414,6 @@ __all__ = [
     "model_reply",
     "prepare_litellm",
     "price",
+    "takes_file",
     "takes_schema",
 ]

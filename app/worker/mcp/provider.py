@@ -21,7 +21,14 @@ from mcp.types import REQUEST_TIMEOUT, RequestParamsMeta
 from app.config import McpServerConfig
 from app.worker.mcp.connection import Connection, Unavailable, describe_target, list_all_tools
 from app.worker.mcp.names import expose_tools
-from app.worker.mcp.results import brief, capped_result, error_result, is_disconnect, render_result
+from app.worker.mcp.results import (
+    brief,
+    capped_result,
+    error_result,
+    is_disconnect,
+    media_of,
+    render_result,
+)
 from app.worker.mcp.server_process import ServerProcess
 from app.worker.ports import TOOL_TIMEOUT, TOOL_UNAVAILABLE, CallRef, ToolDefinition, ToolResult
 
@@ -55,6 +62,7 @@ class McpToolProvider:
         call_timeout: float,
         connect_timeout: float = 30.0,
         max_output_chars: int = 100_000,
+        max_media_bytes: int = 10_000_000,
     ) -> None:
         names = [config.name for config in servers]
         if len(set(names)) != len(names):
@@ -64,6 +72,7 @@ class McpToolProvider:
         self._call_timeout = call_timeout
         self._connect_timeout = connect_timeout
         self._max_output_chars = max_output_chars
+        self._max_media_bytes = max_media_bytes  # an image larger is described, not kept
         self._listing = asyncio.Lock()
         self._catalog: dict[str, ToolDefinition] = {}
         self._catalog_key: tuple[int | None, ...] = ()
@@ -136,7 +145,9 @@ class McpToolProvider:
         except Exception as exc:
             return self._call_failed(name, connection, exc)
         text = render_result(name, result)
-        return capped_result(text, result.is_error, self._max_output_chars)
+        found = capped_result(text, result.is_error, self._max_output_chars)
+        media = media_of(result, self._max_media_bytes)
+        return replace(found, media=media) if media else found
 
     async def close(self) -> None:
         """Stop every server (its owner task exits the client, which ends the subprocess)."""

@@ -4,20 +4,50 @@ an error message), and the failures worth telling apart (a disconnect) in brief.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 
 import anyio
 from mcp import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
+    AudioContent,
+    BlobResourceContents,
     CallToolResult,
     EmbeddedResource,
+    ImageContent,
     ResourceLink,
     TextContent,
     TextResourceContents,
 )
 
-from app.worker.ports import TOOL_ERROR, ToolResult
+from app.worker.ports import TOOL_ERROR, ToolMedia, ToolResult
+
+
+def media_of(result: CallToolResult, limit: int) -> tuple[ToolMedia, ...]:
+    """The binary parts of a result (images, audio, embedded blobs) up to `limit` bytes each,
+    kept whole; a larger or undecodable one is only described."""
+    found = []
+    for item in result.content:
+        media = _media(item)
+        if media is not None and len(media.data) <= limit:
+            found.append(media)
+    return tuple(found)
+
+
+def _media(item: object) -> ToolMedia | None:
+    try:
+        if isinstance(item, ImageContent | AudioContent):
+            return ToolMedia(item.mime_type, base64.b64decode(item.data, validate=True))
+        if isinstance(item, EmbeddedResource) and isinstance(item.resource, BlobResourceContents):
+            resource = item.resource
+            data = base64.b64decode(resource.blob, validate=True)
+            name = str(resource.uri).rstrip("/").rsplit("/", 1)[-1] or None
+            return ToolMedia(resource.mime_type or "application/octet-stream", data, name)
+    except (binascii.Error, ValueError):
+        return None
+    return None
 
 
 def render_result(name: str, result: CallToolResult) -> str:
@@ -68,8 +98,17 @@ def _describe_content(item: object) -> str:
         resource = item.resource
         if isinstance(resource, TextResourceContents):
             return resource.text
-        return f"[{resource.mime_type or 'binary'} resource {resource.uri}]"
+        size = _size(getattr(resource, "blob", ""))
+        return f"[{resource.mime_type or 'binary'} resource {resource.uri}{size}]"
     if isinstance(item, ResourceLink):
-        return f"[resource link: {item.uri}]"
-    mime_type = getattr(item, "mime_type", None)
-    return f"[{mime_type or getattr(item, 'type', 'unknown')} content]"
+        about = ", ".join(part for part in (item.name, item.mime_type, item.description) if part)
+        return f"[resource link: {item.uri}{f' ({about})' if about else ''}]"
+    if isinstance(item, ImageContent | AudioContent):
+        kind = "image" if isinstance(item, ImageContent) else "audio"
+        return f"[{kind} {item.mime_type}{_size(item.data)}]"
+    return f"[{getattr(item, 'type', 'unknown')} content]"
+
+
+def _size(data: str) -> str:
+    """`, N bytes` of base64 text's decoded size."""
+    return f", {len(data) * 3 // 4 - data[-2:].count('='):,} bytes" if data else ""

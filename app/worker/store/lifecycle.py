@@ -20,12 +20,13 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine
 
 from app.client.store import budgets
+from app.client.store import files as stored_files
 from app.errors import ChatWorkerError
 from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
 from app.worker.context import Compacted
 from app.worker.history import Histories
 from app.worker.plan import Entry, ToolCall
-from app.worker.ports import Usage
+from app.worker.ports import ToolMedia, Usage
 from app.worker.store import fence, files, journal, outputs
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import (
@@ -253,11 +254,19 @@ class TurnStore:
         is_error: bool,
         ttl: float,
         kept: KeptOutput | None = None,
+        files: Sequence[dict[str, Any]] = (),
     ) -> Committed:
         """One tool result, in its own transaction; with `kept`, the call's whole output goes
-        to the session tool cache (`tool_outputs`) in the same statement."""
+        to the session tool cache (`tool_outputs`) in the same statement; `files`: the images
+        and blobs it returned, kept (`keep_files`)."""
         entry = Entry(
-            seq, "tool", content, tool_call_id=call.id, tool_name=call.name, is_error=is_error
+            seq,
+            "tool",
+            content,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            is_error=is_error,
+            files=tuple(files),
         )
         if kept is None:
             return self._step(StepKind.TOOL_RESULT, claim, status, entry, parent, ttl=ttl)
@@ -282,6 +291,18 @@ class TurnStore:
         return outputs.read_output(
             self.engine, conversation_id, call_id, offset=offset, limit=limit
         )
+
+    def keep_files(
+        self, conversation_id: uuid.UUID, media: Sequence[ToolMedia]
+    ) -> list[dict[str, Any]]:
+        """A tool's images and blobs kept whole as the conversation's files (for its owner, by
+        content hash: a repeated one is one row), before the result that names them commits;
+        what its message keeps of them. (Written first, on its own: a crash before the
+        result leaves files the conversation uses, gone with it.)"""
+        checked = [files.checked(item.data, item.media_type, item.name) for item in media]
+        with self.engine.begin() as connection:
+            _, owner = stored_files.conversation_setup(connection, conversation_id)
+            return stored_files.keep(connection, owner, conversation_id, checked)
 
     def read_files(self, ids: Collection[str]) -> dict[str, FileBytes]:
         """The bytes of the files a request sends, by id."""
