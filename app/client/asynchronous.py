@@ -170,6 +170,12 @@ class AsyncChatClient:
             )
         )
 
+    async def check_files(
+        self, files: Sequence[Mapping[str, Any] | bytes] | None, model: str | None = None
+    ) -> None:
+        """`ChatClient.check_files`, in a worker thread."""
+        await asyncio.to_thread(lambda: self.sync.check_files(files, model))
+
     async def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
         """`ChatClient.get_file`, in a worker thread."""
         return await asyncio.to_thread(lambda: self.sync.get_file(file_id, owner=owner))

@@ -272,7 +272,7 @@ class ChatClient(ChatReader):
         them (`get_file` reads one back).
         """
         conversation_id = parse_conversation_id(conversation_id)
-        check_text(text, "message", self._limit)
+        check_text(text, "message", self._limit, allow_empty=bool(files))
         key = check_idempotency_key(idempotency_key)
         policy = check_busy_policy(on_busy)
         tags = check_metadata(metadata)
@@ -536,6 +536,15 @@ class ChatClient(ChatReader):
         model, file_owner = stored_files.conversation_setup(connection, conversation_id)
         attachments.check_taken(checked, model, self._file_limits)
         return stored_files.keep(connection, file_owner, conversation_id, checked)
+
+    def check_files(
+        self, files: Sequence[Mapping[str, Any] | bytes] | None, model: str | None = None
+    ) -> None:
+        """Check files as `submit_message` does (and, with `model`, that it takes them),
+        writing nothing: for a caller that creates a conversation before its first message."""
+        checked = attachments.check_files(files, self._file_limits)
+        if model is not None:
+            attachments.check_taken(checked, model, self._file_limits)
 
     def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
         """A message's file: its media type, name and bytes (`FileNotFound` for another

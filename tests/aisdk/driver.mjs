@@ -6,6 +6,7 @@
 //
 // Commands (each may carry an `id`, echoed in its reply):
 //   {"op": "send", "text": "..."}            sendMessage; replies "done" when the stream ends
+//   {"op": "send", ..., "files": [...]}      with FileUIParts ({type, mediaType, filename, url})
 //   {"op": "send", ..., "wait": false}        replies "started" at once, "done" later
 //   {"op": "send", ..., "dropAfter": "text-delta"}  the connection breaks (a TypeError
 //                                            "network error", as a browser's fetch gives) right
@@ -147,7 +148,10 @@ async function run(command) {
   switch (op) {
     case "send": {
       dropAfter = command.dropAfter ?? null;
-      const sent = chat.sendMessage({ text: command.text });
+      const message = command.files
+        ? { text: command.text, files: command.files }
+        : { text: command.text };
+      const sent = chat.sendMessage(message);
       if (command.wait === false) {
         report({ op: "started", id });
         sent.then(() => done(id));

@@ -5,6 +5,7 @@ input, each a clear 400 with nothing written."""
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Iterator
@@ -101,6 +102,32 @@ def test_a_message_streams_into_one_assistant_message(page: Page, fake_llm: Fake
     assert shown_text(assistant(again)) == "Twice."
     sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+
+
+def test_a_file_part_reaches_the_model_and_a_structured_answer_is_a_data_part(
+    page: Page, fake_llm: FakeLLMServer
+) -> None:
+    from tests.integration.test_files import png
+
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": '{"kind": "bug"}'}], match=token)
+    schema = {"name": "ticket", "schema": {"type": "object", "required": ["kind"]}}
+    chat = page.chat({"model": "openai/gpt-4o-mini", "outputSchema": schema})
+    url = "data:image/png;base64," + base64.b64encode(png(seed=4)).decode()
+    image = {"type": "file", "mediaType": "image/png", "filename": "shot.png", "url": url}
+    done = chat.call("send", text=f"classify {token}", files=[image])
+    assert done["status"] == "ready" and done["error"] is None, done
+    (sent,) = fake_llm.requests(match=token)
+    parts = sent["body"]["messages"][-1]["content"]
+    assert {"type": "image_url", "image_url": {"url": url}} in parts
+    assert sent["body"]["response_format"]["json_schema"]["name"] == "ticket"
+    message = assistant(done)
+    (data,) = [p for p in message["parts"] if p["type"] == "data-output"]
+    assert data["data"] == {"kind": "bug"}
+    with page.http() as http:
+        conversation = http.get(f"/v1/turns/{message['id']}").json()["conversation_id"]
+        (user, _) = http.get(f"/v1/conversations/{conversation}").json()["messages"]
+    assert [(f["name"], f["media_type"]) for f in user["files"]] == [("shot.png", "image/png")]
 
 
 def test_regenerate_and_an_edited_message_are_new_branches_of_the_conversation(
@@ -325,18 +352,38 @@ BAD_BODIES: list[tuple[str, Any, str]] = [
         "trigger must be 'submit-message' or 'regenerate-message'",
     ),
     (
-        "a file part",
+        "a file part at a URL",
         {
             "id": "c1",
             "messages": [
                 {
                     "id": "m1",
                     "role": "user",
-                    "parts": [{"type": "file", "mediaType": "image/png", "url": "data:,"}],
+                    "parts": [
+                        {"type": "text", "text": "look"},
+                        {"type": "file", "mediaType": "image/png", "url": "https://x.test/a.png"},
+                    ],
                 }
             ],
         },
-        "file parts are not supported yet",
+        "must be a data: URL",
+    ),
+    (
+        "a file part that is no base64",
+        {
+            "id": "c1",
+            "messages": [
+                {
+                    "id": "m1",
+                    "role": "user",
+                    "parts": [
+                        {"type": "text", "text": "look"},
+                        {"type": "file", "mediaType": "image/png", "url": "data:,"},
+                    ],
+                }
+            ],
+        },
+        "without ;base64",
     ),
     (
         "an empty message",

@@ -11,6 +11,7 @@ reports every case that fails, by its id.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -35,9 +36,18 @@ from tests.api.conftest import (
 pytestmark = pytest.mark.xdist_group("api-bad_inputs")
 
 MAX_MESSAGE_CHARS = 2000
-API_ENV = {"CHATWORKER_MAX_MESSAGE_CHARS": str(MAX_MESSAGE_CHARS)}
-# The body limit (app/api/app.py): six bytes a character of the largest message, plus 64 KiB.
-BODY_LIMIT = MAX_MESSAGE_CHARS * 6 + 64 * 1024
+MAX_FILE_BYTES = 1000
+API_ENV = {
+    "CHATWORKER_MAX_MESSAGE_CHARS": str(MAX_MESSAGE_CHARS),
+    "CHATWORKER_MAX_FILE_BYTES": str(MAX_FILE_BYTES),
+    "CHATWORKER_MAX_MESSAGE_FILE_BYTES": str(MAX_FILE_BYTES),
+    "CHATWORKER_MAX_MESSAGE_FILES": "1",
+}
+# The body limit (app/api/app.py): six bytes a character of the largest message, a message's
+# files in base64 with 1,000 bytes each around them, plus 64 KiB.
+BODY_LIMIT = MAX_MESSAGE_CHARS * 6 + MAX_FILE_BYTES * 4 // 3 + 1_000 + 64 * 1024
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40).decode()
+PDF = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
 USED_KEY = "the-key-of-the-first-message"
 
 
@@ -126,6 +136,18 @@ CASES = [
          content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON),
     Case("request too large chunked", "POST", MESSAGES, 413, "request_too_large",
          content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON, chunked=True),
+    Case("file larger than the cap", "POST", MESSAGES, 413, "file_too_large",
+         json={"text": "x", "files": [{"data": base64.b64encode(b"y" * 1001).decode()}]}),
+    Case("two files, one allowed", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"data": PDF}, {"data": PDF}]}),
+    Case("a media type the bytes belie", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"data": PDF, "media_type": "image/png"}]}),
+    Case("a file that is not base64", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"data": "%%%"}]}),
+    Case("an image to a text-only model", "POST", MESSAGES, 400, "file_not_taken",
+         json={"text": "x", "files": [{"data": PNG}]}),
+    Case("an output schema that is no schema", "POST", MESSAGES, 400, "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": {"type": "object", "required": 3}}}),
     Case("idempotency key reused", "POST", MESSAGES, 422, "idempotency_key_reused",
          json={"text": "another text"}, headers={"Idempotency-Key": USED_KEY}),
     Case("text/plain body", "POST", MESSAGES, 415, "unsupported_media_type",

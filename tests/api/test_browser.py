@@ -14,6 +14,8 @@ run (a script, an event handler, a `javascript:` link) never reaches the page.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import time
@@ -63,6 +65,8 @@ def harness(
             tmp / "ledger.jsonl", tmp / "notes.txt", extra_tools="erase_notes"
         ),
         "CHATWORKER_API_HEARTBEAT_SECONDS": "1",
+        # (the fake model reads images: the page attaches one)
+        "CHATWORKER_MODEL_FILE_KINDS": json.dumps({FAKE_MODEL: ["image"]}),
     }
     api = ApiProcess(env, tmp / "api.log", cwd=tmp)
     with ThreadPoolExecutor(1) as pool, sync_api.sync_playwright() as playwright:
@@ -475,3 +479,50 @@ def test_a_message_is_edited_an_answer_regenerated_and_the_versions_stepped_thro
     _assert_page_shows(page, _transcript(server, conversation_id))
     user.locator("[data-action=next-version]").click()  # forward: to its newest message
     expect(answer).to_have_text("Pear.", timeout=WAIT_MS)
+
+
+def test_an_image_attached_by_the_picker_and_one_dropped_are_sent_and_shown(
+    page: Any, server: ApiProcess, fake_llm: FakeLLMServer
+) -> None:
+    from tests.integration.test_files import png
+
+    picked, dropped = png(8, 8, seed=40), png(6, 6, seed=90)
+    fake_llm.script([{"text": "Two grey squares."}], match="What are these squares?")
+    page.set_input_files(
+        "#attach-input", files=[{"name": "picked.png", "mimeType": "image/png", "buffer": picked}]
+    )
+    page.evaluate(
+        """([name, bytes]) => {
+            const data = new DataTransfer();
+            data.items.add(new File([new Uint8Array(bytes)], name, {type: "image/png"}));
+            const composer = document.querySelector("#composer");
+            composer.dispatchEvent(new DragEvent("drop", {dataTransfer: data, bubbles: true}));
+        }""",
+        ["dropped.png", list(dropped)],
+    )
+    chips = page.locator("#attachments [data-role=attachment]")
+    expect(chips).to_have_count(2)
+    expect(chips.first).to_contain_text("picked.png")
+    conversation_id = _send(page, "What are these squares?")
+
+    expect(chips).to_have_count(0, timeout=WAIT_MS)  # sent: the list is empty again
+    images = page.locator("#transcript [data-role=user] img[data-role=file]")
+    expect(images).to_have_count(2, timeout=WAIT_MS)
+    # each shown from its bytes, read with the page's credentials (a blob: URL), decoded
+    page.wait_for_function(
+        """() => [...document.querySelectorAll("#transcript img[data-role=file]")]
+            .every(img => img.src.startsWith("blob:") && img.complete && img.naturalWidth > 0)""",
+        timeout=WAIT_MS,
+    )
+    assert images.evaluate_all("els => els.map(e => e.naturalWidth)") == [8, 6]
+    expect(page.locator("#transcript [data-role=assistant] > .text")).to_have_text(
+        "Two grey squares.", timeout=WAIT_MS
+    )
+    (sent,) = fake_llm.requests(match="What are these squares?")
+    parts = sent["body"]["messages"][-1]["content"]
+    urls = [part["image_url"]["url"] for part in parts if part["type"] == "image_url"]
+    assert urls == [
+        "data:image/png;base64," + base64.b64encode(image).decode() for image in (picked, dropped)
+    ]
+    (message,) = [m for m in _transcript(server, conversation_id) if m["role"] == "user"]
+    assert [f["name"] for f in message["files"]] == ["picked.png", "dropped.png"]

@@ -4,6 +4,7 @@ against the SDK's own types (it builds them without validation, so the test vali
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -137,6 +138,48 @@ def test_a_structured_answer_through_the_sdk_s_parse_is_checked_and_repaired(
     plain = create(sdk, input=f"x {other}", text={"format": {"type": "json_object"}})
     assert plain.output_text == '{"any": "object"}'
     assert plain.text is not None and plain.text.format.type == "json_object"
+
+
+def test_input_image_and_input_file_parts_are_the_message_s_files(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    from tests.integration.test_files import PDF, png
+
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "A square and an invoice."}], match=token)
+    image = "data:image/png;base64," + base64.b64encode(png(seed=2)).decode()
+    document = "data:application/pdf;base64," + base64.b64encode(PDF).decode()
+    raw = sdk.responses.with_raw_response.create(
+        model="openai/gpt-4o-mini",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": f"what are these? {token}"},
+                    {"type": "input_image", "image_url": image, "detail": "auto"},
+                    {"type": "input_file", "file_data": document, "filename": "invoice.pdf"},
+                ],
+            }
+        ],
+    )
+    response = strict(raw)
+    assert response.output_text == "A square and an invoice."
+    (sent,) = fake_llm.requests(match=token)
+    parts = sent["body"]["messages"][-1]["content"]
+    assert {"type": "image_url", "image_url": {"url": image}} in parts
+    assert [p["file"]["file_data"] for p in parts if p["type"] == "file"] == [document]
+    items = sdk.responses.input_items.list(response.id)
+    kinds = [part.type for part in items.data[0].content]  # type: ignore[union-attr]
+    assert kinds == ["input_text", "input_image", "input_file"]
+    ITEMS.validate_python([item.model_dump() for item in items.data])
+    # a URL to fetch, or a file id: refused naming the part, nothing written
+    for part in (
+        {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"},
+        {"type": "input_file", "file_id": "file-123"},
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(sdk, input=[{"role": "user", "content": [part]}])
+        assert refused.value.body["param"] == "input[0].content[0]"  # type: ignore[index]
 
 
 def test_previous_response_id_naming_an_earlier_response_continues_on_a_new_branch(

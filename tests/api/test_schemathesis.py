@@ -67,6 +67,7 @@ def test_the_error_code_table_is_read() -> None:
         "webhook_not_found",
         "response_not_found",
         "message_not_found",
+        "file_not_found",
         "not_found",
     }
     assert "unsupported_media_type" in CODES[415]

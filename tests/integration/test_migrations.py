@@ -21,6 +21,8 @@ EXPECTED_TABLES = {
     "compactions",
     "conversations",
     "events",
+    "file_uses",
+    "files",
     "messages",
     "tool_catalog",
     "tool_outputs",

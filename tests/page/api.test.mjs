@@ -103,6 +103,23 @@ test("a submit retried after a network failure sends the same Idempotency-Key", 
   assert.equal(keys[0], keys[1]);
 });
 
+test("a submit with files sends them; a file is read with the credentials as a blob URL", async () => {
+  const accepted = { turn: { id: "t1" }, repeated: false, enqueued: true, detail: null };
+  const image = new Response(new Uint8Array([137, 80, 78, 71]), {
+    status: 200,
+    headers: { "Content-Type": "image/png" },
+  });
+  const { api, sent } = fake([reply(202, accepted), image, reply(404, {})], "k1");
+  const file = { name: "a.png", media_type: "image/png", data: "data:image/png;base64,iVBORw==" };
+  await api.submit("c1", "Look", "reject", [file]);
+  assert.deepEqual(sent[0].body, { text: "Look", on_busy: "reject", files: [file] });
+  const url = await api.fileUrl("f 1");
+  assert.equal(sent[1].path, "/v1/files/f%201");
+  assert.equal(sent[1].headers.Authorization, "Bearer k1");
+  assert.match(String(url), /^blob:/);
+  assert.equal(await api.fileUrl("gone"), null); // a 404: nothing shown, nothing thrown
+});
+
 test("each submit has its own Idempotency-Key", async () => {
   const accepted = { turn: { id: "t1" }, repeated: false, enqueued: true, detail: null };
   const { api, sent } = fake([reply(202, accepted), reply(202, accepted)]);

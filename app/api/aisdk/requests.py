@@ -5,7 +5,8 @@ client's copy of the history is never trusted: the transcript is ours):
 
     the last message                      taken as
     ------------------------------------  ------------------------------------------------------
-    role user, text parts                 the user's message: a new turn
+    role user, text parts                 the user's message: a new turn; its `file` parts
+                                          (data: URLs) its files
     role assistant (the turn's message),  the answers to what its turn waits for: a client
     tool parts `output-available` /       tool's output (an error's text), the decision on an
     `output-error` / `approval-responded` approval (with its reason); parts of calls the turn
@@ -84,6 +85,7 @@ class ChatRequest:
     # An edit (of `text`) or a regenerate: of the k-th user message of the chat (from 1)
     branch: str | None = None  # "edit" | "regenerate"
     user_index: int = 0
+    files: tuple[dict[str, Any], ...] = ()  # a user's message's `file` parts
 
 
 def parse_chat(body: Any) -> ChatRequest:
@@ -115,10 +117,13 @@ def parse_chat(body: Any) -> ChatRequest:
             )
         return ChatRequest(chat_id, message_id, None, (), setup, "regenerate", asked)
     if role == "user":
-        text = _text(last["parts"])
+        files: list[dict[str, Any]] = []
+        text = _text(last["parts"], files)
         if edited is not None and edited == message_id:  # sendMessage({text, messageId})
+            if files:
+                raise InvalidRequest("an edited message carries no file parts (send text)")
             return ChatRequest(chat_id, message_id, text, (), setup, "edit", asked)
-        return ChatRequest(chat_id, message_id, text, (), setup)
+        return ChatRequest(chat_id, message_id, text, (), setup, files=tuple(files))
     if role == "assistant":
         parts = tuple(_answers(last["parts"]))
         if not parts:
@@ -146,7 +151,7 @@ def conversation_of(owner: str | None, chat_id: str) -> uuid.UUID:
         return uuid.uuid5(CHAT_CONVERSATIONS, f"{owner or ''}\x00{chat_id}")
 
 
-def _text(parts: list[Any]) -> str:
+def _text(parts: list[Any], files: list[dict[str, Any]]) -> str:
     texts: list[str] = []
     for part in parts:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -156,15 +161,32 @@ def _text(parts: list[Any]) -> str:
                 raise InvalidRequest("a text part's text must be a string")
             texts.append(text)
         elif kind == "file":
-            raise InvalidRequest("file parts are not supported yet (send text)")
+            files.append(_file(part))
         elif kind in ("step-start",) or (isinstance(kind, str) and kind.startswith("data-")):
             continue
         else:
             raise InvalidRequest(f"a user message's part of type {kind!r} is not supported")
     text = "\n\n".join(texts)
-    if not text.strip():
+    if not text.strip() and not files:
         raise InvalidRequest("the user's message has no text")
     return text
+
+
+def _file(part: dict[str, Any]) -> dict[str, Any]:
+    """A `file` part (`sendMessage({text, files})`: `url` a data: URL, `mediaType`, `filename`)
+    as one of the message's files; a URL elsewhere is refused (this server fetches nothing)."""
+    url, media_type, name = part.get("url"), part.get("mediaType"), part.get("filename")
+    if not isinstance(url, str) or not url.startswith("data:"):
+        raise InvalidRequest(
+            "a file part's url must be a data: URL holding the file (useChat's sendMessage "
+            "with files sends one; this server fetches nothing)"
+        )
+    found: dict[str, Any] = {"data": url}
+    if isinstance(media_type, str):
+        found["media_type"] = media_type
+    if isinstance(name, str):
+        found["name"] = name
+    return found
 
 
 def _answers(parts: list[Any]) -> list[ToolPart]:

@@ -130,6 +130,8 @@ def _open(
 def _send(api: ApiState, caller: Caller, request: ChatRequest) -> tuple[uuid.UUID, int]:
     """The turn to stream, and the event after which the client already holds it."""
     conversation_id = conversation_of(caller.owner, request.chat_id)
+    if request.files:  # (checked before the chat's conversation may be created)
+        api.client.check_files(list(request.files), request.setup.get("model"))
     _chat(api, caller, conversation_id, request)
     if request.branch is not None:
         return _branch(api, caller, conversation_id, request), 0
@@ -139,6 +141,7 @@ def _send(api: ApiState, caller: Caller, request: ChatRequest) -> tuple[uuid.UUI
             request.text,
             idempotency_key=f"{MESSAGE_KEY}{request.message_id}"[:200],
             owner=caller.owner,
+            files=list(request.files) or None,
         )
         assert submitted.turn_id is not None
         return submitted.turn_id, 0

@@ -16,10 +16,11 @@ import { withAnswer, withWaiting } from "./transcript.js";
  * @typedef {{input: HTMLTextAreaElement, onBusy: HTMLSelectElement,
  *   instructions: HTMLTextAreaElement, tools: HTMLElement, cancel: HTMLButtonElement}}
  *   ActionElements
+ * @typedef {import("./attachments.js").Attachments} Attachments
  * @typedef {{api: Api, els: ActionElements, view: () => View | null,
  *   create: (id: string) => View, setSending: (sending: boolean) => void,
  *   isSending: () => boolean, clearError: () => void, onError: (error: unknown) => void,
- *   render: () => void}} Page
+ *   render: () => void, attachments: Attachments}} Page
  */
 
 /**
@@ -52,8 +53,10 @@ export async function send(page) {
       await api.createConversation(body);
       view = page.create(id);
     }
-    const submitted = await api.submit(view.id, text, els.onBusy.value);
+    const files = await page.attachments.wire();
+    const submitted = await api.submit(view.id, text, els.onBusy.value, files);
     if (els.input.value === text) els.input.value = "";
+    page.attachments.clear();
     const turn = submitted.turn;
     /** @type {View} */ (view).update((t) => withWaiting(t, turn, text));
   } catch (error) {

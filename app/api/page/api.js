@@ -18,6 +18,7 @@ import { readProblem } from "./sse.js";
  * @typedef {{id: string, tools: string[], client_tools: ClientTool[],
  *   context: {title: string}, instructions?: string}} NewConversation
  * @typedef {{body?: unknown, headers?: Record<string, string>, retries?: number}} RequestOptions
+ * @typedef {import("./attachments.js").FileIn} FileIn
  */
 
 /** `?after_seq=` past any message: the conversation without its transcript. */
@@ -116,13 +117,25 @@ export function createApi({
     createConversation: (body) => request("POST", "/v1/conversations", { body, retries: 2 }),
     /** A retried submit runs nothing twice: its Idempotency-Key is chosen once, here.
      * @param {string} id @param {string} text @param {string} onBusy
+     * @param {FileIn[]} [files] what the message carries (data: URLs)
      * @returns {Promise<Submission>} */
-    submit: (id, text, onBusy) =>
+    submit: (id, text, onBusy, files = []) =>
       request("POST", `/v1/conversations/${at(id)}/messages`, {
-        body: { text, on_busy: onBusy },
+        body: files.length ? { text, on_busy: onBusy, files } : { text, on_busy: onBusy },
         headers: { "Idempotency-Key": newId() },
         retries: 2,
       }),
+    /** A message's file as a URL the page can show (read with the credentials: an `<img>`
+     * could not send them); null when it cannot be read.
+     * @param {string} id @returns {Promise<string | null>} */
+    fileUrl: async (id) => {
+      try {
+        const response = await send(`/v1/files/${at(id)}`, { headers: authHeaders() });
+        return response.ok ? URL.createObjectURL(await response.blob()) : null;
+      } catch {
+        return null;
+      }
+    },
     /** A new version of user message `seq`; a turn runs on it.
      * @param {string} id @param {number} seq @param {string} text @returns {Promise<Submission>} */
     edit: (id, seq, text) =>

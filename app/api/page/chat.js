@@ -9,6 +9,7 @@
 
 import { cancel, retry, send } from "./actions.js";
 import { ApiError, createApi } from "./api.js";
+import { acceptDrops, Attachments } from "./attachments.js";
 import { ConversationList, titleOf } from "./conversations.js";
 import { h } from "./dom.js";
 import { toolChoices } from "./tools.js";
@@ -56,6 +57,9 @@ const els = {
   input: byId("message-input", HTMLTextAreaElement),
   onBusy: byId("on-busy", HTMLSelectElement),
   send: byId("send", HTMLButtonElement),
+  attach: byId("attach", HTMLButtonElement),
+  attachInput: byId("attach-input", HTMLInputElement),
+  attachments: byId("attachments", HTMLUListElement),
 };
 
 const TOKEN_KEY = "chatworker.token";
@@ -220,6 +224,7 @@ const page = {
   clearError,
   onError: handleError,
   render,
+  attachments: new Attachments(els.attachments),
 };
 
 async function loadTools() {
@@ -281,6 +286,12 @@ function wire() {
     }
   });
   els.cancel.addEventListener("click", () => cancel(page));
+  els.attach.addEventListener("click", () => els.attachInput.click());
+  els.attachInput.addEventListener("change", () => {
+    if (els.attachInput.files) page.attachments.add(els.attachInput.files);
+    els.attachInput.value = "";
+  });
+  acceptDrops(page.attachments, els.composer, els.input);
   els.retry.addEventListener("click", () => retry(page));
   els.errorClose.addEventListener("click", () => {
     clearError();

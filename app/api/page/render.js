@@ -16,7 +16,9 @@ import { markdown } from "./markdown.js";
  * @typedef {import("./transcript.js").MessageItem} MessageItem
  * @typedef {{onAnswer: (item: ActionItem, answer: Answer, element: HTMLElement) => void,
  *   runsHere: (name: string) => boolean, onEdit?: (seq: number, text: string) => void,
- *   onRegenerate?: (seq: number) => void, onSwitch?: (seq: number) => void}} ActionHandlers
+ *   onRegenerate?: (seq: number) => void, onSwitch?: (seq: number) => void,
+ *   fileUrl?: (id: string) => Promise<string | null>}} ActionHandlers
+ * @typedef {import("./transcript.js").FileRef} FileRef
  */
 
 /** Words for a screen reader only. @param {string} text */
@@ -68,7 +70,7 @@ export function itemElement(item, handlers) {
  */
 function withVersions(item, handlers) {
   const { message, versions } = item;
-  const element = messageElement(message);
+  const element = messageElement(message, handlers);
   const controls = h("div", { class: "msg-controls" });
   if (versions && versions.length > 1 && handlers.onSwitch) {
     const onSwitch = handlers.onSwitch;
@@ -140,15 +142,19 @@ function button(attributes, onClick) {
   return made;
 }
 
-/** @param {Message} message @returns {HTMLElement} */
-function messageElement(message) {
+/** @param {Message} message @param {ActionHandlers} [handlers] @returns {HTMLElement} */
+function messageElement(message, handlers) {
   const seq = message.seq;
   if (message.role === "user") {
+    const files = message.files || [];
     return h(
       "div",
       { class: "msg user", "data-role": "user", "data-seq": seq },
       spoken("You: "),
       h("div", { class: "text", text: message.content || "" }),
+      files.length
+        ? h("div", { class: "files" }, ...files.map((file) => fileElement(file, handlers)))
+        : null,
     );
   }
   if (message.role === "assistant") {
@@ -191,6 +197,24 @@ function messageElement(message) {
     h("div", { class: "tool-head", text: "Instructions" }),
     h("div", { class: "text", text: message.content || "" }),
   );
+}
+
+/**
+ * A message's file: an image shown (read with the page's credentials), any other file named.
+ * @param {FileRef} file @param {ActionHandlers} [handlers] @returns {HTMLElement}
+ */
+function fileElement(file, handlers) {
+  const name = file.name || file.media_type;
+  if (!file.media_type.startsWith("image/")) {
+    return h("span", { class: "file-chip", "data-role": "file", text: `📎 ${name}` });
+  }
+  const image = /** @type {HTMLImageElement} */ (
+    h("img", { class: "file-image", "data-role": "file", alt: name, "data-file-id": file.id })
+  );
+  handlers?.fileUrl?.(file.id).then((url) => {
+    if (url) image.src = url;
+  });
+  return image;
 }
 
 /** @param {ToolCall} call */

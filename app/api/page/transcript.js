@@ -35,7 +35,8 @@
  *   function?: {name?: string, arguments?: unknown}}} ToolCall
  * @typedef {{seq: number, role: "system" | "user" | "assistant" | "tool", content: string | null,
  *   tool_calls?: ToolCall[], tool_call_id?: string | null, tool_name?: string | null,
- *   is_error?: boolean, parent_seq?: number | null}} Message
+ *   is_error?: boolean, parent_seq?: number | null, files?: FileRef[]}} Message
+ * @typedef {{id: string, media_type: string, name: string | null, size: number}} FileRef
  * @typedef {{call_id: string, kind: "clarification" | "client_tool" | "approval", name: string,
  *   arguments: Record<string, unknown>, answered: boolean | null,
  *   decision?: "approved" | "denied" | null, reason?: string | null}} Action

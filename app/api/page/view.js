@@ -95,6 +95,7 @@ export class View {
       onEdit: editMessage.bind(null, this),
       onRegenerate: regenerate.bind(null, this),
       onSwitch: switchVersion.bind(null, this),
+      fileUrl: (/** @type {string} */ id) => this.context.api.fileUrl(id),
     };
     reconcile(els.transcript, visible(t), (item) => itemElement(item, handlers));
     /** @type {(Partial | Waiting)[]} */

@@ -4,8 +4,9 @@ parameter              taken as
 ---------------------  -------------------------------------------------------------------
 model                  the conversation's model (a new conversation's; an existing one's
                        must be the same)
-input                  a string, or items: `message` (role user; text or `input_text`
-                       parts), `function_call_output`, `mcp_approval_response`
+input                  a string, or items: `message` (role user; text, `input_text`,
+                       `input_image` / `input_file` parts holding their bytes as data: URLs:
+                       the message's files), `function_call_output`, `mcp_approval_response`
 instructions           a new conversation's instructions (an existing one's: the same)
 previous_response_id   continue that response's conversation: answers continue its turn,
                        a message starts the next turn; naming an earlier response, the
@@ -100,6 +101,7 @@ class CreateResponse:
     stream: bool = False
     metadata: dict[str, str] | None = None  # (checked by the client: check_metadata)
     output_schema: dict[str, Any] | None = None  # `text.format` json_schema / json_object
+    files: tuple[dict[str, Any], ...] = ()  # input_image / input_file parts, in order
 
     @property
     def answers(self) -> bool:
@@ -126,7 +128,7 @@ def parse_create(body: Any) -> CreateResponse:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Unsupported("model is required (a string)", param="model")
-    text, outputs, approvals = _input(body.get("input"))
+    text, outputs, approvals, files = _input(body.get("input"))
     if text is not None and (outputs or approvals):
         raise Unsupported(
             "input holds a message and answers: send the answers (with previous_response_id) "
@@ -162,6 +164,7 @@ def parse_create(body: Any) -> CreateResponse:
         stream=_flag(body, "stream"),
         metadata=_metadata(body.get("metadata")),
         output_schema=_text_format(body.get("text")),
+        files=tuple(files),
     )
 
 
@@ -248,12 +251,15 @@ def _tool_choice(value: Any) -> str:
     )
 
 
-def _input(value: Any) -> tuple[str | None, dict[str, str], dict[str, Decision]]:
+def _input(
+    value: Any,
+) -> tuple[str | None, dict[str, str], dict[str, Decision], list[dict[str, Any]]]:
     if isinstance(value, str):
-        return value, {}, {}
+        return value, {}, {}, []
     if not isinstance(value, list) or not value:
         raise Unsupported("input must be a string or a non-empty list of items", param="input")
     texts: list[str] = []
+    files: list[dict[str, Any]] = []  # the messages' input_image and input_file parts
     outputs: dict[str, str] = {}
     approvals: dict[str, Decision] = {}
     for index, item in enumerate(value):
@@ -262,7 +268,7 @@ def _input(value: Any) -> tuple[str | None, dict[str, str], dict[str, Decision]]
             raise Unsupported(f"{where} must be an object", param=where)
         kind = item.get("type", "message" if "role" in item else None)
         if kind == "message":
-            texts.append(_user_text(item, where))
+            texts.append(_user_text(item, where, files))
         elif kind == "function_call_output":
             call_id, output = item.get("call_id"), item.get("output")
             if not isinstance(call_id, str) or not call_id:
@@ -289,7 +295,7 @@ def _input(value: Any) -> tuple[str | None, dict[str, str], dict[str, Decision]]
                 "function_call_output and mcp_approval_response items",
                 param=where,
             )
-    return ("\n\n".join(texts) if texts else None), outputs, approvals
+    return ("\n\n".join(texts) if texts else None), outputs, approvals, files
 
 
 def _once(
@@ -299,7 +305,7 @@ def _once(
         raise Unsupported(f"{where} answers call {call_id!r} a second time", param=where)
 
 
-def _user_text(item: dict[str, Any], where: str) -> str:
+def _user_text(item: dict[str, Any], where: str, files: list[dict[str, Any]]) -> str:
     if item.get("role") != "user":
         raise Unsupported(
             f"{where}: only user messages are taken (give a new conversation's instructions "
@@ -312,11 +318,15 @@ def _user_text(item: dict[str, Any], where: str) -> str:
     if not isinstance(content, list) or not content:
         raise Unsupported(f"{where}.content must be a string or a list of parts", param=where)
     parts = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") != "input_text":
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind in ("input_image", "input_file"):
+            files.append(_input_file(part, f"{where}.content[{index}]"))
+            continue
+        if kind != "input_text":
             raise Unsupported(
-                f"{where}.content holds a {kind!r} part: only input_text is supported yet",
+                f"{where}.content holds a {kind!r} part: input_text, input_image and "
+                "input_file are taken",
                 param=where,
             )
         text = part.get("text")
@@ -324,6 +334,29 @@ def _user_text(item: dict[str, Any], where: str) -> str:
             raise Unsupported(f"{where}.content's input_text needs a text string", param=where)
         parts.append(text)
     return "".join(parts)
+
+
+def _input_file(part: dict[str, Any], where: str) -> dict[str, Any]:
+    """An `input_image` (`image_url`) or `input_file` (`file_data`, `filename`) as one of the
+    message's files: its bytes in the request (a data: URL or base64); a URL or a `file_id` is
+    refused (this server fetches nothing)."""
+    image = part.get("type") == "input_image"
+    field = "image_url" if image else "file_data"
+    for elsewhere in ("file_id", "file_url"):
+        if part.get(elsewhere) is not None:
+            raise Unsupported(
+                f"{where}: {elsewhere} is not supported: send the bytes in {field} (a data: "
+                "URL); this server fetches nothing",
+                param=where,
+            )
+    data = part.get(field)
+    if not isinstance(data, str) or (image and not data.startswith("data:")):
+        raise Unsupported(
+            f"{where}.{field} must be a data: URL holding the file (this server fetches nothing)",
+            param=where,
+        )
+    name = part.get("filename")
+    return {"data": data} if name is None else {"data": data, "name": name}
 
 
 def _tools(value: Any) -> tuple[tuple[dict[str, Any], ...], tuple[McpTool, ...]]:

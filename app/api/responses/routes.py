@@ -270,6 +270,8 @@ def _create(api: ApiState, caller: Caller, request: CreateResponse, key: str | N
         return _submit(api, caller, request.conversation, request, key)
     if request.text is None:
         raise Unsupported("input needs a user message to start a response", param="input")
+    if request.files:  # (checked before the conversation is created)
+        api.client.check_files(list(request.files), request.model)
     tools, approval = _mcp_names(api, request.mcp)
     chosen = None
     if key is not None:
@@ -305,6 +307,7 @@ def _submit(
         metadata=request.metadata,
         after_seq=after,
         output_schema=request.output_schema,
+        files=list(request.files) or None,
     )
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)

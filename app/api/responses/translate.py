@@ -4,7 +4,9 @@ conversation and its events, and hand them here).
 
     what is committed                            what the response shows
     -------------------------------------------  ---------------------------------------------
-    the turn's user message                      input: a user `message` (input_text)
+    the turn's user message                      input: a user `message` (input_text, and
+                                                 input_image / input_file by `file_id`: the
+                                                 file's id here, GET /v1/files/{id})
     an assistant message's text                  output: a `message` (output_text)
     an answer the turn's JSON Schema refused     nothing: the model was asked again (its live
                                                  text was discarded)
@@ -245,8 +247,18 @@ def _user_message(turn_id: uuid.UUID, message: MessageView) -> dict[str, Any]:
         "type": "message",
         "role": "user",
         "status": "completed",
-        "content": [{"type": "input_text", "text": message.content or ""}],
+        "content": [
+            {"type": "input_text", "text": message.content or ""},
+            *(_input_file(file) for file in message.files),
+        ],
     }
+
+
+def _input_file(file: dict[str, Any]) -> dict[str, Any]:
+    """A message's file as OpenAI's input part, by its id here (`GET /v1/files/{id}`)."""
+    if str(file.get("media_type", "")).startswith("image/"):
+        return {"type": "input_image", "file_id": file["id"], "image_url": None, "detail": "auto"}
+    return {"type": "input_file", "file_id": file["id"], "filename": file.get("name")}
 
 
 def _reply(turn_id: uuid.UUID, message: MessageView) -> dict[str, Any]:
