@@ -30,6 +30,7 @@ from bench.capacity import measure_capacity
 from bench.context import context_notes, measure_context_cpu, measure_prompt_bytes
 from bench.dialects import measure_dialects
 from bench.fairness import measure_fairness
+from bench.files import measure_files
 from bench.followers import measure_followers
 from bench.footprint import measure_footprint
 from bench.history import measure_history
@@ -252,6 +253,11 @@ def dialects(ctx: Context) -> Measured:
         return measure_dialects(url, redis_db, workdir, count, idle_seconds=idle, rate=rate)
 
 
+def files(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_files(url, redis_db, workdir, ctx.pick(20, 5, 2), ctx.pick(100, 20, 3))
+
+
 def ttft(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
         return measure_ttft(url, redis_db, workdir, ctx.pick(30, 10, 2))
@@ -279,6 +285,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "sse": sse,
     "dialects": dialects,
     "ttft": ttft,
+    "files": files,
 }
 
 

@@ -1,4 +1,4 @@
-"""The new model steps across real kills: a worker SIGKILLed right after it moved a turn to a
+"""The new steps across real kills: a worker SIGKILLed right after it moved a turn to a
 fallback model (`fell_back`: `model.fallback` committed, the fallback not yet called), and right
 after it kept an answer that missed the turn's JSON Schema (`answer_refused`: the refused answer
 committed, no repair asked yet). A replacement worker continues from what is committed: on the
@@ -7,6 +7,7 @@ fallback model, never the failed one again; with the repair, never the first que
 
 from __future__ import annotations
 
+import base64
 import json
 
 from tests.deployment import Deployment
@@ -70,4 +71,31 @@ def test_a_worker_killed_after_a_refused_answer_is_continued_with_the_repair(
     assert "does not match the required JSON Schema" in json.dumps(second["messages"][-2])
     assert second["messages"][-3]["content"] == '{"kind": "feature"}'
     assert len(first["messages"]) + 2 == len(second["messages"])
+    assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def test_a_queued_message_s_image_survives_a_kill_after_the_claim_that_moved_it_in(
+    deployment: Deployment,
+) -> None:
+    """A message with an image waits behind a turn; the worker that claims it (moving it and
+    its files into the transcript, `after_claim:2`) is killed; its replacement sends the image."""
+    from tests.integration.test_files import png
+
+    image = png(seed=21)
+    deployment.llm.script([{"text": "First."}, {"text": "A grey square."}])
+    conversation_id = deployment.client.create_conversation(model=PRIMARY)
+    deployment.client.submit_message(conversation_id, "one")
+    deployment.client.submit_message(conversation_id, "two", on_busy="enqueue", files=[image])
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": "after_claim:2"})
+    assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
+    moved = deployment.client.get_conversation(conversation_id).messages[-1]
+    assert moved.content == "two" and len(moved.files) == 1  # in the transcript, with its file
+
+    replacement = deployment.start_worker("replacement")
+    view = deployment.wait(conversation_id, timeout=60)
+    assert view.status == "idle", f"{view.error}\n{replacement.log()}"
+    assert view.messages[-1].content == "A grey square."
+    sent = deployment.llm.requests()[-1]["body"]["messages"][-1]["content"]
+    url = "data:image/png;base64," + base64.b64encode(image).decode()
+    assert {"type": "image_url", "image_url": {"url": url}} in sent
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))

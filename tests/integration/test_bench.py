@@ -44,9 +44,14 @@ GROUPS = {
             "ttft:",
         ),
     ),
-    "owner fairness": (
-        ("fairness",),
-        ("fairness, no limit: bob alone", "fairness, owner limit 4: bob while alice floods"),
+    "owner fairness, files": (
+        ("fairness", "files"),
+        (
+            "fairness, no limit: bob alone",
+            "fairness, owner limit 4: bob while alice floods",
+            "submit, a 5 MB image: API CPU",
+            "worker memory per in-flight image turn",
+        ),
     ),
     "worker processes": (
         ("pickup", "capacity", "throughput"),

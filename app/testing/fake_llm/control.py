@@ -180,6 +180,11 @@ class FakeLLMServer:
         result: list[JSON] = self._call("GET", f"/_requests{query}")["requests"]
         return result
 
+    def request_count(self) -> int:
+        """How many requests it answered (without their bodies)."""
+        found: int = self._call("GET", "/_requests?count=1")["count"]
+        return found
+
     def reset(self) -> None:
         self._call("POST", "/_reset", {})
 

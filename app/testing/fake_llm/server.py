@@ -94,7 +94,7 @@ DIALECTS = {
 
 class FakeLLMHandler(BaseHTTPRequestHandler):
     """Routes: POST /v1/chat/completions (and /chat/completions), POST /v1/messages,
-    POST /_script, GET /_requests[?match=...], POST /_reset, GET /_health."""
+    POST /_script, GET /_requests[?match=...][&count=1], POST /_reset, GET /_health."""
 
     # HTTP/1.1 keeps connections alive, which matters with hundreds of concurrent clients.
     protocol_version = "HTTP/1.1"
@@ -108,8 +108,12 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
         if url.path == "/_health":
             self.send_json(200, {"ok": True})
         elif url.path == "/_requests":
-            match = parse_qs(url.query).get("match", [None])[0]
-            self.send_json(200, {"requests": self.server.state.recorded(match)})
+            query = parse_qs(url.query)
+            found = self.server.state.recorded(query.get("match", [None])[0])
+            if query.get("count"):  # (how many only: a benchmark's requests hold megabytes)
+                self.send_json(200, {"count": len(found)})
+            else:
+                self.send_json(200, {"requests": found})
         else:
             self.send_json(404, {"error": {"message": f"no route GET {url.path}"}})
 
