@@ -28,7 +28,7 @@ what can; nothing is written either way.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -77,7 +77,8 @@ def edit(
     text: str,
     submit: Submit,
 ) -> NewTurn:
-    """The user message `seq` edited: a new sibling with `text`, admitted like any message."""
+    """The user message `seq` edited: a new sibling with `text` (and the files of the message it
+    edits), admitted like any message."""
     found = branches.node(connection, conversation_id, seq)
     if found.role != USER:
         raise NotBranchable(
@@ -85,7 +86,8 @@ def edit(
             "a user message can be edited; regenerate an answer instead"
         )
     target = Target(FOR_MESSAGE, found.parent_seq or ROOT)
-    return submit.run(connection, conversation_id, text, target)
+    kept = branches.files_of(connection, conversation_id, seq)
+    return replace(submit, files=kept).run(connection, conversation_id, text, target)
 
 
 def reply_after(

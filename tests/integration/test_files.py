@@ -7,7 +7,6 @@ and gone with the last conversation that uses it.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import struct
 import uuid
@@ -24,10 +23,10 @@ from app.errors import FileNotFound, FileNotTaken, FileTooLarge, InvalidFile
 from app.models.tables import file_uses, files
 from app.testing import fakes
 from app.testing.fake_llm import FakeLLMServer
-from app.worker.lease_runner import Outcome, TurnRunner
-from app.worker.llm import LiteLLMClient
+from app.worker.lease_runner import Outcome
 from app.worker.ports import ToolMedia, ToolResult
-from tests.integration.test_loop import CONFIG, World
+from tests.integration.test_loop import World
+from tests.integration.test_structured_output import run
 from tests.integration.test_user_in_the_loop import world_of
 
 VISION = {"openai": "openai/gpt-4o-mini", "anthropic": "anthropic/claude-sonnet-4-5"}
@@ -56,18 +55,6 @@ PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>
 @pytest.fixture
 def world(any_database_url: str) -> Iterator[World]:
     yield from world_of(any_database_url, fakes.InMemoryTools({}))
-
-
-def run(world: World, llm: FakeLLMServer, conversation_id: uuid.UUID, model: str) -> Outcome:
-    base = llm.anthropic_base if model.startswith("anthropic/") else llm.api_base
-    worker = TurnRunner(
-        world.store,
-        model=LiteLLMClient(timeout=10, api_base=base, api_key="sk-test"),
-        tools=world.tools,
-        settings=CONFIG,
-        owner="worker-1",
-    )
-    return asyncio.run(worker.run(conversation_id))
 
 
 def user_content(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -344,3 +331,14 @@ def test_a_model_that_takes_no_image_reads_the_tool_s_description(
     assert second["messages"][-1]["role"] == "tool"
     assert "[image image/png, 70 bytes]" in second["messages"][-1]["content"]
     assert "base64" not in str(second)
+
+
+def test_an_edited_message_keeps_the_files_of_the_one_it_edits(world: World) -> None:
+    conversation_id = world.client.create_conversation(model=VISION["openai"])
+    world.client.submit_message(conversation_id, "What is this?", files=[png(seed=31)])
+    _rest(world, conversation_id)
+    edited = world.client.edit_message(conversation_id, 1, "What colour is this?")
+    assert edited.turn is not None
+    _rest(world, conversation_id)
+    first, second = world.client.get_conversation(conversation_id, all_versions=True).messages
+    assert second.content == "What colour is this?" and second.files == first.files

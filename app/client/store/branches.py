@@ -91,6 +91,16 @@ def text_of(connection: Connection, conversation_id: uuid.UUID, seq: int) -> str
     return str(found or "")
 
 
+def files_of(connection: Connection, conversation_id: uuid.UUID, seq: int) -> list[Any] | None:
+    """The files the message carries (None: none)."""
+    found = connection.execute(
+        select(messages.c.files).where(
+            messages.c.conversation_id == conversation_id, messages.c.seq == seq
+        )
+    ).scalar_one()
+    return list(found) if found else None
+
+
 def unanswered_calls(
     connection: Connection, conversation_id: uuid.UUID, path: list[Node], on_path: set[int]
 ) -> list[str]:
@@ -235,6 +245,7 @@ __all__ = [
     "Node",
     "copy_path",
     "cut_after",
+    "files_of",
     "has_versions",
     "move_to",
     "newest_under",
