@@ -22,20 +22,19 @@ import os
 import signal
 import socket
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 SOCKET_ENV = "CHATWORKER_TEST_ZYGOTE_SOCKET"
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def _line(connection: socket.socket) -> dict[str, Any] | None:
-    received = b""
-    while not received.endswith(b"\n"):
-        chunk = connection.recv(65536)
-        if not chunk:
-            return None
-        received += chunk
+def _line(reader: BinaryIO) -> dict[str, Any] | None:
+    """The zygote's next message, a JSON line; None when it hung up. (Buffered: its two
+    messages, the pid and the exit code, may come in one read when a program exits at once.)"""
+    received = reader.readline()
+    if not received.endswith(b"\n"):
+        return None
     message: dict[str, Any] = json.loads(received)
     return message
 
@@ -62,11 +61,12 @@ def main(args: list[str]) -> None:
     if args[:1] != ["-m"] or not path:
         _exec(argv)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    reader = connection.makefile("rb")
     try:
         connection.connect(path)
         request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
         socket.send_fds(connection, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
-        answer = _line(connection)
+        answer = _line(reader)
     except OSError:
         answer = None
     if answer is None or not isinstance(answer.get("pid"), int):
@@ -85,7 +85,10 @@ def main(args: list[str]) -> None:
     for sig in FORWARDED:
         signal.signal(sig, forward)
     _term_when_parent_dies(parent)
-    exited = _line(connection)
+    try:
+        exited = _line(reader)
+    except OSError:
+        exited = None
     if exited is None:  # the zygote died (it outlives every test): take the program down with it
         os.kill(pid, signal.SIGKILL)
         raise SystemExit(1)
