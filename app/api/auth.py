@@ -108,7 +108,8 @@ def _identify(
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
-            return Caller(api.client.admin.owner_of_key(presented)), caller_of_key(presented)
+            owner = api.keys.owner(presented, api.client.admin.owner_of_key)
+            return Caller(owner), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None
     if JWT_AUTH not in modes:

@@ -15,6 +15,7 @@ from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 
+from app.api.key_cache import KeyCache
 from app.api.problems import ApiProblem
 from app.api.rate import RateLimiter, make_limiter
 from app.client import ChatClient
@@ -37,8 +38,10 @@ class ApiState:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     limiter: RateLimiter | None = field(init=False)
     failures: RateLimiter | None = field(init=False)
+    keys: KeyCache = field(init=False)  # the owners of the API keys seen lately
 
     def __post_init__(self) -> None:
+        self.keys = KeyCache(self.settings.api_key_cache_seconds)
         self.limiter = make_limiter(self.settings)
         # Failed authentications, counted per client address (`caller` "fail:<address>").
         failures = self.settings.api_auth_failure_limit

@@ -53,6 +53,14 @@ class ApiSettings(Section):
         "it 429 `rate_limited` instead of 401, until the rate allows one again; unset: none); "
         "behind a proxy, the proxy's address unless uvicorn is told to trust its forwarded one",
     )
+    api_key_cache_seconds: float = Field(
+        5,
+        ge=0,
+        le=300,
+        description="how long an API process keeps the owner of an API key it accepted, "
+        "sparing each request a database round trip; a revoked key still works on a process "
+        "that saw it for up to this long (0: every request asks the database)",
+    )
     api_body_timeout_seconds: float = Field(
         30,
         gt=0,

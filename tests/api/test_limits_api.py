@@ -109,3 +109,26 @@ def test_the_redis_limit_is_shared_by_every_api_process(redis_url: str) -> None:
 def test_without_redis_a_request_is_let_through() -> None:
     down = RedisRateLimiter("1/hour", "redis://127.0.0.1:1/0")
     assert all(down.check("key:x").allowed for _ in range(3))
+
+
+@pytest.mark.parametrize("window", [0.0, 3.0])
+def test_a_revoked_key_is_refused_once_the_key_cache_s_window_has_passed(
+    sqlite_url: str, window: float
+) -> None:
+    """The stated revocation delay (`CHATWORKER_API_KEY_CACHE_SECONDS`): a key a process saw is
+    taken for up to that long after its revocation, then refused; 0: refused at once."""
+    upgrade(sqlite_url)
+    settings = load_settings(database_url=sqlite_url, api_key_cache_seconds=window)
+    client = ChatClient(settings, enqueue=lambda _cid: None)
+    with TestClient(create_app(settings)) as http:
+        view, key = client.admin.create_key("alice")
+        assert http.get("/v1/conversations", headers=bearer(key)).status_code == 200
+        client.admin.revoke_key(view.id)
+        revoked_at = time.monotonic()
+        answer = http.get("/v1/conversations", headers=bearer(key))
+        if window:
+            assert answer.status_code == 200  # still within the window
+            time.sleep(max(0.0, window + 0.1 - (time.monotonic() - revoked_at)))
+            answer = http.get("/v1/conversations", headers=bearer(key))
+        assert_problem(answer, 401, "api_key_revoked")
+    client.close()
