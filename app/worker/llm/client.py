@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from app.client import capabilities
 from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.telemetry import logs, metrics
 from app.worker.llm import windows
@@ -100,9 +101,8 @@ class LiteLLMClient:
         return takes_schema(model)
 
     def takes_file(self, model: str, kind: str) -> bool:
-        if model in self.file_kinds:
-            return kind in self.file_kinds[model]
-        return takes_file(model, kind)
+        # (the web side's own answer, from the same map and declarations: both sides agree)
+        return capabilities.takes(model, kind, self.file_kinds)
 
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         prepare_litellm()
@@ -225,26 +225,6 @@ def takes_schema(model: str) -> bool:
         except Exception:  # litellm: an unknown provider
             found = False
         _SCHEMAS[model] = found
-    return found
-
-
-_FILES: dict[tuple[str, str], bool] = {}
-_FILE_SUPPORT = {"image": "supports_vision", "pdf": "supports_pdf_input"}
-
-
-def takes_file(model: str, kind: str) -> bool:
-    """Whether litellm's model map says the model reads files of `kind` (`image`, `pdf`)."""
-    found = _FILES.get((model, kind))
-    if found is None:
-        prepare_litellm()
-        import litellm
-
-        try:
-            info = litellm.get_model_info(model)
-            found = bool(info.get(_FILE_SUPPORT[kind]))
-        except Exception:  # litellm: an unknown model
-            found = False
-        _FILES[model, kind] = found
     return found
 
 
@@ -414,6 +394,5 @@ __all__ = [
     "model_reply",
     "prepare_litellm",
     "price",
-    "takes_file",
     "takes_schema",
 ]
