@@ -216,11 +216,6 @@ def _described(media_type: str) -> str:
     return "text" if media_type == "text/plain" else media_type
 
 
-def text_of(data: bytes) -> str:
-    """A text file's content (checked as UTF-8 when it was stored)."""
-    return data.decode("utf-8")
-
-
 __all__ = [
     "IMAGE",
     "PDF",
@@ -231,5 +226,4 @@ __all__ = [
     "check_taken",
     "kind_of",
     "sniff",
-    "text_of",
 ]
