@@ -61,7 +61,8 @@ def violations(
     problems: list[str] = []
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
         conversations = conn.execute(
-            "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status"
+            "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status,"
+            " c.lease_token"
             " FROM conversations c LEFT JOIN turns t"
             " ON t.conversation_id = c.id AND t.number = c.turn_number"
         ).fetchall()
@@ -80,7 +81,7 @@ def violations(
     for row in rows:
         transcripts[row[0]].append(row[1:])
     now = datetime.now(UTC)
-    for conversation_id, status, error, lease_owner, heartbeat_at, turn in conversations:
+    for conversation_id, status, error, lease_owner, heartbeat_at, turn, token in conversations:
         where = f"conversation {conversation_id} ({status})"
         tree = transcripts.get(conversation_id, [])
         checked = tree_violations(tree)
@@ -100,6 +101,8 @@ def violations(
         problems += [f"{where}: {p}" for p in checked]
         if status in ("idle", "failed") and lease_owner is not None:
             problems.append(f"{where}: at rest but still leased to {lease_owner}")
+        if token is not None and lease_owner is None:  # (a release clears both)
+            problems.append(f"{where}: a liveness token ({token}) on no lease")
         if status == "failed" and not (error or "").strip():
             problems.append(f"{where}: failed without an error")
         if status in ("processing", "tool_loop") and at_rest:

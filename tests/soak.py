@@ -552,6 +552,10 @@ class World:
             # A `write_note` in flight at a kill is not run again: the model is told its outcome
             # is unknown (nobody here would answer the approval the default policy asks for).
             CHATWORKER_IN_FLIGHT_RECOVERY="error",
+            # The production lease: a killed worker's turns continue by its liveness token, a
+            # terminated token connection is taken again, a lost doorbell waits out the TTL.
+            CHATWORKER_LEASE_TTL_SECONDS="30", CHATWORKER_HEARTBEAT_SECONDS="10",
+            CHATWORKER_RECOVERY_INTERVAL_SECONDS="15", CHATWORKER_DEAD_WORKER_SWEEP_SECONDS="1",
         )  # fmt: skip
         self.workers = Workers(env, self.tmp, options.workers)
         stack.callback(quietly, self.workers.kill_all)  # after a graceful stop: nothing to do
@@ -1121,6 +1125,8 @@ def turn_check(
 # What the workers' logs say about recovery, counted over every worker that ran.
 LOG_SIGNS = {
     "sweep re-enqueues": re.compile(r"recovery sweep: re-enqueued (\d+)"),
+    "dead-worker re-enqueues": re.compile(r"dead worker sweep: re-enqueued (\d+)"),
+    "liveness tokens lost": re.compile(r"liveness token \d+ lost"),
     "leases lost": re.compile(r"lease lost"),
     "runs crashed": re.compile(r"run crashed"),
     "ran here (queue down)": re.compile(r"cannot enqueue .* running it here"),

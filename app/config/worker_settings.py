@@ -20,8 +20,8 @@ class WorkerSettings(Section):
     lease_ttl_seconds: float = Field(
         30,
         gt=0,
-        description="how long a worker's claim lasts without renewal; also how soon a dead "
-        "worker's turn is re-enqueued",
+        description="how long a worker's claim lasts without renewal: how soon a frozen or cut-off "
+        "worker's turn is re-enqueued (a dead one's is, within a second, by its liveness token)",
     )
     heartbeat_seconds: float = Field(
         10,
@@ -29,7 +29,22 @@ class WorkerSettings(Section):
         description="how often a running worker renews its claim (must be shorter than the lease)",
     )
     recovery_interval_seconds: float = Field(
-        15, gt=0, description="how often each worker sweeps for turns whose worker died"
+        15,
+        gt=0,
+        description="how often each worker sweeps for turns nobody touched for a lease's length "
+        "(a frozen or cut-off worker, a lost doorbell)",
+    )
+    liveness_token: bool = Field(
+        True,
+        description="each worker process holds a PostgreSQL session advisory lock on a connection "
+        "of its own, which the database drops when the process dies, so a dead worker's turns "
+        "continue within seconds; false behind a pooler in transaction mode (detected, too: the "
+        "leases then wait out their TTL)",
+    )
+    dead_worker_sweep_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="how often each worker looks for leases whose worker's liveness token is gone",
     )
     history_cache_mb: float = Field(
         256,

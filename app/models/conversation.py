@@ -49,7 +49,7 @@ TOOL_CHOICES = ("auto", "none", "required")
 OWNER_LOCK_SEED = 7
 
 RELEASED_LEASE: Mapping[str, None] = MappingProxyType(
-    {"lease_owner": None, "lease_expires_at": None}
+    {"lease_owner": None, "lease_expires_at": None, "lease_token": None}
 )
 
 
@@ -134,6 +134,10 @@ class Conversation(Base):
     taken_over: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The liveness token the lease holder's process held when it claimed (`worker/store/liveness`):
+    # once the database no longer shows it held, the holder is dead and the lease is free at once.
+    # None: the lease lasts until `lease_expires_at` (no token: a pooler, SQLite, turned off).
+    lease_token: Mapped[int | None] = mapped_column(Integer)
     # The last sign of life (submit, claim or heartbeat): what the janitor keys on.
     heartbeat_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")

@@ -33,7 +33,7 @@ from app.worker.history import Histories
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
-from app.worker.store import DeliveryStore, TurnStore, Upkeep
+from app.worker.store import DeliveryStore, LivenessToken, TurnStore, Upkeep
 from app.worker.threads import DatabaseThreads
 from app.worker.webhook_dispatcher import WebhookDispatcher
 
@@ -77,10 +77,17 @@ class WorkerHost:
         self.tools = tools
         self.db = DatabaseThreads(DB_THREADS)
         self.upkeep = Upkeep(database)
+        # Held while this process lives: a claim records it, so the database tells the others
+        # when this process is gone (`store/liveness.py`).
+        self.liveness = LivenessToken(database, enabled=settings.liveness_token)
         self.live = live
         self.broadcaster = Broadcaster(live, settings.live_flush_seconds)
         self.runner = TurnRunner(
-            TurnStore(database, histories=Histories(settings.history_cache_mb)),
+            TurnStore(
+                database,
+                histories=Histories(settings.history_cache_mb),
+                liveness=self.liveness,
+            ),
             model=model,
             tools=tools,
             settings=settings,
@@ -110,6 +117,7 @@ class WorkerHost:
         self._start_error: BaseException | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._beating: asyncio.Task[None] | None = None
+        self._watching: asyncio.Task[None] | None = None
         self._delivering: asyncio.Task[None] | None = None
 
     # --- thread-safe API -------------------------------------------------------------------------
@@ -152,6 +160,7 @@ class WorkerHost:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self.db.close()
+            self.liveness.close()  # (its leases are released: nobody needs to see it die)
             self.broadcaster.close()
             if self.live is not None:
                 self.live.close()
@@ -180,6 +189,7 @@ class WorkerHost:
     async def _boot(self) -> None:
         """Start the tools and publish them to the catalogue, then admit doorbells and sweep."""
         self._slots = asyncio.Semaphore(self.settings.max_in_flight)
+        await self.db.run(self.liveness.take)  # before the first claim, which records it
         await self.db.run(self.upkeep.publish_catalog, await self.tools.definitions())
         if self.live is not None:
             self._stop_listening = self.live.on_cancel(self.cancel)
@@ -187,6 +197,7 @@ class WorkerHost:
         loop = asyncio.get_running_loop()
         self._sweeper = loop.create_task(self._sweep_forever())
         self._beating = loop.create_task(self._beat_forever())
+        self._watching = loop.create_task(self._watch_workers_forever())
         if self.webhooks is not None:
             self._delivering = loop.create_task(self.webhooks.run_forever())
 
@@ -253,10 +264,27 @@ class WorkerHost:
                 log.exception("recovery sweep failed")
             await asyncio.sleep(self.settings.recovery_interval_seconds)
 
+    async def _watch_workers_forever(self) -> None:
+        """Every `dead_worker_sweep_seconds`: keep this process's liveness token (take another if
+        it was lost), and re-enqueue the turns of workers whose token is gone."""
+        while True:
+            try:
+                await self.sweep_dead()
+            except Exception:  # the database may be down; try again next time
+                log.exception("dead worker sweep failed")
+            await asyncio.sleep(self.settings.dead_worker_sweep_seconds)
+
+    async def sweep_dead(self) -> int:
+        """One round of `_watch_workers_forever`: how many turns it re-enqueued."""
+        await self.db.run(self.liveness.keep, self.runner.owner)
+        return self._resend(await self.db.run(self.upkeep.dead_leases), "dead worker")
+
     async def sweep(self) -> int:
         """Re-enqueue running conversations that nobody has touched for `orphan_after` seconds,
         each after `plan.recovery_delay` (a random spread that grows with its crashes)."""
-        orphans = await self.db.run(self.upkeep.orphans, self.orphan_after)
+        return self._resend(await self.db.run(self.upkeep.orphans, self.orphan_after), "recovery")
+
+    def _resend(self, orphans: list[tuple[uuid.UUID, int]], sweep: str) -> int:
         now = time.monotonic()
         resent = 0
         for conversation_id, attempts in orphans:
@@ -270,7 +298,7 @@ class WorkerHost:
             resent += 1
         self._resent = {k: until for k, until in self._resent.items() if until > now}
         if resent:
-            log.info("recovery sweep: re-enqueued %d conversation(s)", resent)
+            log.info("%s sweep: re-enqueued %d conversation(s)", sweep, resent)
         return resent
 
     def _requeue(self, conversation_id: uuid.UUID, delay: float = 0.0) -> None:
@@ -287,7 +315,7 @@ class WorkerHost:
         self._accepting = False
         if self._stop_listening is not None:
             self._stop_listening()
-        for chore in (self._sweeper, self._beating, self._delivering):
+        for chore in (self._sweeper, self._beating, self._watching, self._delivering):
             if chore is not None:
                 chore.cancel()
         pending = list(self._running.values())

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from sqlalchemy import text
+
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
 from tests.servers.mcp_server import read_ledger
@@ -34,9 +36,17 @@ def test_a_zombie_worker_s_writes_are_all_rejected(deployment: Deployment) -> No
     conversation_id = deployment.chat("Write a note", ["write_note"])
     wait_until(deployment.llm.requests, 20, "the zombie's LLM request")
     zombie.pause()  # frozen mid-LLM-call: no heartbeat, its lease runs out
+    frozen_at = time.monotonic()
+    epoch = _epoch(deployment, conversation_id)
     successor = deployment.start_worker("successor")
-    view = deployment.wait(conversation_id, timeout=60)
+    # A frozen process keeps its session, so its liveness token: the successor's dead-worker
+    # sweeps (every second) must not take the turn; only the 30 s lease running out may.
+    while time.monotonic() - frozen_at < 8:
+        assert _epoch(deployment, conversation_id) == epoch, "a frozen worker judged dead"
+        time.sleep(0.5)
+    view = deployment.wait(conversation_id, timeout=90)
     assert view.status == "idle"
+    assert time.monotonic() - frozen_at >= 30  # (the lease's TTL, the default)
     zombie.resume()  # its LLM answer is waiting in the socket: it will try to commit it
     wait_until(
         lambda: "lease" in zombie.log() and "lost" in zombie.log(), 20, "the zombie to notice"
@@ -52,6 +62,16 @@ def test_a_zombie_worker_s_writes_are_all_rejected(deployment: Deployment) -> No
     assert zombie.process is not None and zombie.process.poll() is None  # alive, just fenced out
     assert successor.process is not None and successor.process.poll() is None
     assert_invariants(deployment.database_url, mcp_marker=str(deployment.tmp_path))
+
+
+def _epoch(deployment: Deployment, conversation_id: object) -> int:
+    with deployment.engine.connect() as connection:
+        return int(
+            connection.execute(
+                text("SELECT lease_epoch FROM conversations WHERE id = :id"),
+                {"id": conversation_id},
+            ).scalar_one()
+        )
 
 
 def test_a_turn_that_kills_its_worker_every_time_fails_after_bounded_attempts(

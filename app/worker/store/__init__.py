@@ -1,7 +1,8 @@
 """All SQL of the worker, by concept: a turn's lifecycle (`TurnStore`), the fenced statements it
 runs (`fence`), the driver that runs them (`driver`: psycopg's fast path or SQLAlchemy Core, chosen
 once), the session tool cache's reads (`outputs`), webhook deliveries (`DeliveryStore`), and
-housekeeping (`Upkeep`: orphans, the janitor, retention, the tool catalogue)."""
+a worker process's liveness token (`liveness`), and
+housekeeping (`Upkeep`: orphans, dead leases, the janitor, retention, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.deliveries import DeliveryStore, DueDelivery
@@ -16,6 +17,7 @@ from app.worker.store.lifecycle import (
     Steering,
     TurnStore,
 )
+from app.worker.store.liveness import LivenessToken
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.store.upkeep import Pruned, StaleConversation, Upkeep
 
@@ -31,6 +33,7 @@ __all__ = [
     "KeptOutput",
     "LeaseLost",
     "ListedOutput",
+    "LivenessToken",
     "OutputPage",
     "Pruned",
     "Snapshot",

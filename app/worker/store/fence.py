@@ -61,6 +61,7 @@ from app.models import (
 )
 from app.models.tables import budgets as _budgets
 from app.models.tables import compactions, conversations, messages, turns
+from app.worker.store.liveness import TOKEN_GONE
 
 c = conversations.c
 
@@ -170,6 +171,10 @@ def _current(column: str) -> Any:
     return select(CURRENT_TURN.c[column]).scalar_subquery()
 
 
+# Nobody holds the lease: released, expired, or held by a process the database saw die (its
+# liveness token is gone, `liveness.TOKEN_GONE`: checked only when the first two fail).
+LEASE_FREE = or_(c.lease_owner.is_(None), c.lease_expires_at < NOW, TOKEN_GONE)
+
 CALL_ID_SEPARATOR = "\x1f"  # (the ASCII unit separator: no provider's call id holds it)
 
 
@@ -238,15 +243,17 @@ CLAIM = (
         c.id == bindparam("claim_id"),
         # Plain parameters, not an expanding IN: the text is compiled once, values never change.
         c.status.in_([literal(status) for status in RUNNING_STATUSES]),
-        (c.lease_owner.is_(None)) | (c.lease_expires_at < NOW),
+        LEASE_FREE,
         c.turn_number == _current("number"),
     )
     .values(
         lease_owner=bindparam("claim_owner", type_=String),
+        lease_token=bindparam("claim_token", type_=Integer),
         lease_epoch=c.lease_epoch + 1,
         lease_expires_at=_EXPIRES,
         attempts=c.attempts + 1,
-        taken_over=c.lease_owner.is_not(None),  # (the WHERE: its lease had expired)
+        taken_over=c.lease_owner.is_not(None),  # (the WHERE: its lease had expired, or its
+        # holder died)
         # turn.started or turn.resumed, after the promoted message's message.committed, after
         # the cut path's branch.switched
         event_seq=c.event_seq + 1 + case((_PROMOTES, 1), else_=0) + case((CUTS, 1), else_=0),
@@ -351,7 +358,7 @@ DEFERRED = (
     .where(
         c.id == bindparam("claim_id"),
         c.status.in_([literal(status) for status in RUNNING_STATUSES]),
-        (c.lease_owner.is_(None)) | (c.lease_expires_at < NOW),
+        LEASE_FREE,
     )
     .values(heartbeat_at=NOW)
     .returning(c.id)

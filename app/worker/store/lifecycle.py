@@ -39,6 +39,7 @@ from app.worker.store.driver import (
 )
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.files import FileBytes
+from app.worker.store.liveness import LivenessToken
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
 
@@ -99,11 +100,16 @@ class TurnStore:
     database threads."""
 
     def __init__(
-        self, engine: Engine, clock: Clock = utc_now, histories: Histories | None = None
+        self,
+        engine: Engine,
+        clock: Clock = utc_now,
+        histories: Histories | None = None,
+        liveness: LivenessToken | None = None,
     ) -> None:
         self.engine = engine
         self.clock = clock
         self.histories = histories  # the transcripts this process kept between turns
+        self.liveness = liveness  # this process's token: every claim records it on the lease
         self._driver = make_driver(engine)
 
     def claim(
@@ -124,6 +130,7 @@ class TurnStore:
         parameters: dict[str, Any] = {
             "claim_id": conversation_id,
             "claim_owner": owner,
+            "claim_token": self.liveness.token if self.liveness is not None else None,
             "now": now,
             "expires": now + timedelta(seconds=ttl),
         }

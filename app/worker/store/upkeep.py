@@ -40,6 +40,7 @@ from app.models import (
 )
 from app.models.tables import catalog, conversations, deliveries, file_uses, turns
 from app.worker.ports import ToolDefinition
+from app.worker.store import liveness
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Sequenced
 from app.worker.store.fence import Write, fence_parameters
@@ -181,6 +182,16 @@ class Upkeep:
                 .limit(limit)
             ).all()
         return [(row.id, row.attempts) for row in rows]
+
+    def dead_leases(self, limit: int = 500) -> list[tuple[uuid.UUID, int]]:
+        """Running conversations whose lease holder died (its liveness token is no longer held,
+        `liveness`), with their attempts. Empty while another worker's sweep holds the lock."""
+        if self.engine.dialect.name != "postgresql":
+            return []  # (no tokens)
+        with self.engine.begin() as connection:
+            if not take_sweep_lock(connection, self.lock_holder_idle_limit):
+                return []
+            return liveness.dead_leases(connection, limit)
 
     def stale(self, older_than: float, limit: int | None = None) -> list[StaleConversation]:
         """Running conversations whose heartbeat is older than `older_than` seconds."""
