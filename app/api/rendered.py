@@ -1,7 +1,8 @@
 """A turn's stream in another client's dialect: a follower of its conversation fed to that
-dialect's pure renderer (`responses/stream.py`, `aisdk/chunks.py`), one batch per hop to the
-followers' pool, until the renderer says the turn is over. A database that stops answering
-pauses the stream, keeping its place, as our own streams do (`streaming.py`)."""
+dialect's pure renderer (`responses/stream.py`, `aisdk/chunks.py`), waiting on the event loop
+(only its database reads go to the followers' pool), until the renderer says the turn is over.
+A database that stops answering pauses the stream, keeping its place, as our own streams do
+(`streaming.py`)."""
 
 from __future__ import annotations
 
@@ -68,20 +69,19 @@ class RenderedTurn:
         )
         return cls(api, following, renderer, finish, owner)
 
-    def step(self) -> list[Rendered]:
-        """The next events (waiting for them), and the last ones once the turn is over; empty
-        when the follower was closed."""
+    async def next_events(self) -> list[Rendered]:
+        """The next events (waiting for them on the event loop), and the last ones once the
+        turn is over; empty when the follower was closed. Only database reads take a thread."""
         out: list[Rendered] = []
         renderer = self.renderer
         while not out and not renderer.ended:
-            item = next(self.following, None)
-            if item is None:
+            items = await self.following.next_batch(self.api.follow_step)
+            if not items:
                 break
-            out += renderer.feed(item)
-            for more, _ in self.following.ready():
-                out += renderer.feed(more)
+            for item, _ in items:
+                out += renderer.feed(item)
         if renderer.ended:
-            out += self.finish()
+            out += await self.api.follow_step(self.finish)  # (it may read the turn's end)
             self.finished = True
         return out
 
@@ -95,7 +95,7 @@ class RenderedTurn:
                 if self.finished:
                     break
                 try:
-                    batch = await self.api.follow_step(self.step)
+                    batch = await self.next_events()
                 except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                     log.warning(
                         "stream of %s: database unavailable (%s)",

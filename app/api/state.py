@@ -46,8 +46,9 @@ class ApiState:
         # Failed authentications, counted per client address (`caller` "fail:<address>").
         failures = self.settings.api_auth_failure_limit
         self.failures = None if failures is None else make_limiter(self.settings, failures)
-        # Twice the streams: a closed stream's thread may still wait out its read (up to
-        # STREAM_WAKE_SECONDS) while its reader is already following again.
+        # The streams' database reads (short; a stream waits on the event loop) and the long
+        # polls, which wait here: twice the streams, as a closed long poll's thread may still wait
+        # out its read while its reader polls again.
         self.followers = ThreadPoolExecutor(
             2 * self.settings.api_max_streams + 16, thread_name_prefix="chatworker-follow"
         )

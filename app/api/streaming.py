@@ -56,22 +56,12 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
 async def sse_events(
     api: ApiState, following: Following, owner: str | None = None
 ) -> AsyncIterator[ServerSentEvent]:
-    """The stream's events until the following ends (its `until`) or the reader leaves."""
-
-    def step() -> list[tuple[EventView | Delta | Discarded, str]]:
-        """The next item (waiting for it), and those read with it: one thread hop per read,
-        not per item. Empty at the end."""
-        item = next(following, None)
-        if item is None:
-            return []
-        return [(item, str(following.cursor))] + [
-            (more, str(cursor)) for more, cursor in following.ready()
-        ]
-
+    """The stream's events until the following ends (its `until`) or the reader leaves. It
+    waits on the event loop; only its database reads go to the followers' pool."""
     try:
         while True:
             try:
-                items = await api.follow_step(step)
+                items = await following.next_batch(api.follow_step)
             except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                 log.warning(
                     "stream of %s: database unavailable (%s)", following.conversation_id, exc
@@ -81,7 +71,7 @@ async def sse_events(
             if not items:
                 break
             for item, cursor in items:
-                yield as_sse(item, cursor)
+                yield as_sse(item, str(cursor))
         yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
     finally:
         following.close()

@@ -4,8 +4,14 @@ channel's deltas and notices in between, merged by `merge.LiveMerge`.
 The live channel is only a preview and a doorbell: the committed log is read after every commit
 notice, and at least every `log_interval` seconds (jittered, so many readers do not read at
 once), so a lost notice costs latency, never an event; while the channel is down the log is read
-every `poll_interval`. `Following` is a blocking iterator; `AsyncFollowing` runs its
-steps in a worker thread.
+every `poll_interval`.
+
+What to read next is decided without doing any I/O: each step is a generator that yields the
+reads it needs (`ReadLive`, `ReadLog`, `Pause`) and is sent their results. `Following` performs
+them blocking (an iterator); `next_batch` performs them on the event loop, waiting for the live
+channel there (`aread`: no thread is held while a stream waits) and sending only the database
+reads to a thread (`offload`), so a process follows thousands of conversations on one loop.
+`AsyncFollowing` is the asyncio iterator over it.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.client.merge import Cursor, LiveMerge
 from app.client.store.journal import AT_REST
@@ -36,6 +44,38 @@ TURN_END = "turn_end"  # stop after the terminal event (or action.required) of t
 UNTIL = (REST, TURN_END, None)
 _TURN_STOPS = (*TERMINAL_EVENTS, ACTION_REQUIRED)
 PAGE = 500
+T = TypeVar("T")
+#: Runs a blocking database read off the event loop (`asyncio.to_thread`, an API's pool).
+Offload = Callable[[Callable[[], T]], Awaitable[T]]
+
+
+@dataclass(frozen=True)
+class ReadLive:
+    """The live channel's entries after `after` (the retained ones when None), waiting up to
+    `block` seconds: a `Batch`, or the channel's error."""
+
+    after: Position | None
+    block: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReadLog:
+    """A page of the committed log after the seq `after`: an `EventPage`."""
+
+    after: int
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+Io = ReadLive | ReadLog | Pause
+Steps = Generator[Io, Any, None]
+
+
+async def _to_thread(call: Callable[[], T]) -> T:
+    return await asyncio.to_thread(call)
 
 
 class Following(Iterator[FollowItem]):
@@ -91,16 +131,33 @@ class Following(Iterator[FollowItem]):
 
     def __next__(self) -> FollowItem:
         while not self._ready:
-            if self._done or self._closed:
+            if not self._open():
                 raise StopIteration
-            if self._deadline is not None and time.monotonic() > self._deadline:
-                raise TimeoutError(
-                    f"conversation {self.conversation_id} still {self._status or 'running'} "
-                    f"(resume from cursor {self._cursor})"
-                )
-            self._step()
+            self._drive(self._step())
         item, self._cursor = self._ready.popleft()
         return item
+
+    async def next_batch(
+        self, offload: Offload[Any] = _to_thread
+    ) -> list[tuple[FollowItem, Cursor]]:
+        """The next items on the event loop (waiting for the first), each with the cursor that
+        resumes after it; empty at the end. Only the database reads leave the loop (`offload`)."""
+        while not self._ready:
+            if not self._open():
+                return []
+            await self._adrive(self._step(), offload)
+        return self.ready()
+
+    def _open(self) -> bool:
+        """Whether there is more to follow; raises TimeoutError past the deadline."""
+        if self._done or self._closed:
+            return False
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise TimeoutError(
+                f"conversation {self.conversation_id} still {self._status or 'running'} "
+                f"(resume from cursor {self._cursor})"
+            )
+        return True
 
     def ready(self) -> list[tuple[FollowItem, Cursor]]:
         """The items already read and not yet returned (no waiting), each with the cursor that
@@ -111,22 +168,74 @@ class Following(Iterator[FollowItem]):
             self._cursor = handed[-1][1]
         return handed
 
-    # --- one step: read what is new, merge it --------------------------------------------------
+    # --- performing a step's reads: blocking, or on the event loop -----------------------------
 
-    def _step(self) -> None:
+    def _drive(self, steps: Steps) -> None:
+        sent: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                io = steps.send(sent) if error is None else steps.throw(error)
+            except StopIteration:
+                return
+            sent, error = None, None
+            try:
+                sent = self._perform(io)
+            except Exception as exc:  # (thrown into the step, which decides)
+                error = exc
+
+    async def _adrive(self, steps: Steps, offload: Offload[Any]) -> None:
+        sent: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                io = steps.send(sent) if error is None else steps.throw(error)
+            except StopIteration:
+                return
+            sent, error = None, None
+            try:
+                sent = await self._aperform(io, offload)
+            except Exception as exc:
+                error = exc
+
+    def _perform(self, io: Io) -> Any:
+        if isinstance(io, ReadLive):
+            return self._live().read(self.conversation_id, io.after, io.block)
+        if isinstance(io, ReadLog):
+            return self.client.events(self.conversation_id, after=io.after, limit=PAGE)
+        self._sleep(io.seconds)
+        return None
+
+    async def _aperform(self, io: Io, offload: Offload[Any]) -> Any:
+        if isinstance(io, ReadLive):
+            channel = self._live()
+            aread = getattr(channel, "aread", None)
+            if aread is not None:  # waits on the loop
+                return await aread(self.conversation_id, io.after, io.block)
+            return await offload(partial(channel.read, self.conversation_id, io.after, io.block))
+        if isinstance(io, ReadLog):
+            return await offload(
+                partial(self.client.events, self.conversation_id, after=io.after, limit=PAGE)
+            )
+        await asyncio.sleep(io.seconds)
+        return None
+
+    # --- one step: read what is new, merge it (no I/O here: the reads are yielded) -------------
+
+    def _step(self) -> Steps:
         if self._position is None:
-            self._start()
+            yield from self._start()
             return
         try:
-            batch = self._live().read(self.conversation_id, self._position, self.poll_interval)
+            batch = yield ReadLive(self._position, self.poll_interval)
         except Exception as exc:  # the channel is down: the committed log still has it all
             self._lost_live(exc)
-            self._read_log()
+            yield from self._read_log()
             return
         self._position = batch.position
         if not batch.entries:  # a quiet interval: ask the database, now and then
             if time.monotonic() >= self._next_log:
-                self._read_log()
+                yield from self._read_log()
             return
         # Each commit notice is answered where it stands, with the log as far as it announced:
         # a `turn.resumed` (or a turn's end) read after the deltas of a reply that began after
@@ -137,33 +246,33 @@ class Following(Iterator[FollowItem]):
             if news and not self._done:  # a commit: ask the database
                 notice = part[-1]
                 assert isinstance(notice, CommitNotice)
-                self._read_log(up_to=notice.seq or None)  # (0: a client's, of unknown seq)
+                yield from self._read_log(up_to=notice.seq or None)  # (0: a client's, unknown seq)
 
-    def _start(self) -> None:
+    def _start(self) -> Steps:
         """The channel's retained entries are read before the log (no notice falls between the
         two), and merged after it (deltas of messages the log has committed are dropped)."""
         retained = None
         try:
-            retained = self._live().read(self.conversation_id, None)
+            retained = yield ReadLive(None)
         except Exception as exc:
             self._lost_live(exc)
-        self._read_log()
+        yield from self._read_log()
         if retained is None:
             if not self._done and not self._ready:
-                self._sleep(self.poll_interval)
+                yield Pause(self.poll_interval)
             return
         self._position = retained.position
         self._live_failed = False
         self._hand_out(self._merge.live(retained.entries)[0])
 
-    def _read_log(self, up_to: int | None = None) -> None:
+    def _read_log(self, up_to: int | None = None) -> Steps:
         """Hand out the committed events after the last one handed out; with `up_to`, only
         those up to that seq (the later ones come after the live entries published before
         them, with their own notice or the next quiet interval)."""
         jitter = random.uniform(0.8, 1.2) if self.log_interval > self.poll_interval else 1.0
         self._next_log = time.monotonic() + self.log_interval * jitter
         while True:
-            page = self.client.events(self.conversation_id, after=self._merge.after, limit=PAGE)
+            page = yield ReadLog(self._merge.after)
             last = page.last_seq if up_to is None else min(up_to, page.last_seq)
             whole = last == page.last_seq
             events = page.events if whole else [event for event in page.events if event.seq <= last]
@@ -216,23 +325,39 @@ def _cut_after_notices(entries: list[LiveEntry]) -> list[list[LiveEntry]]:
 
 
 class AsyncFollowing(AsyncIterator[FollowItem]):
-    """`Following` for asyncio: each blocking step runs in a worker thread."""
+    """`Following` for asyncio: it waits on the event loop (`Following.next_batch`); only its
+    database reads run in a thread."""
 
     def __init__(self, following: Following) -> None:
         self.sync = following
+        self._batch: deque[tuple[FollowItem, Cursor]] = deque()
+        self._cursor = following.cursor
 
     @property
     def cursor(self) -> Cursor:
-        return self.sync.cursor
+        return self._cursor
 
     def __aiter__(self) -> AsyncFollowing:
         return self
 
     async def __anext__(self) -> FollowItem:
-        item = await asyncio.to_thread(next, self.sync, None)
-        if item is None:
-            raise StopAsyncIteration
+        if not self._batch:
+            self._batch.extend(await self.sync.next_batch())
+            if not self._batch:
+                raise StopAsyncIteration
+        item, self._cursor = self._batch.popleft()
         return item
 
 
-__all__ = ["REST", "TURN_END", "UNTIL", "AsyncFollowing", "FollowItem", "Following"]
+__all__ = [
+    "REST",
+    "TURN_END",
+    "UNTIL",
+    "AsyncFollowing",
+    "FollowItem",
+    "Following",
+    "Offload",
+    "Pause",
+    "ReadLive",
+    "ReadLog",
+]

@@ -43,6 +43,12 @@ class LiveChannel(Protocol):
         seconds for the first when there is none yet. Raises if the channel is down."""
         ...
 
+    async def aread(
+        self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0
+    ) -> Batch:
+        """`read` for an event loop: waiting holds no thread."""
+        ...
+
     def announce_cancel(self, conversation_id: uuid.UUID) -> None:
         """Tell every listening worker that this conversation's turn should stop."""
         ...

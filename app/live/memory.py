@@ -15,6 +15,7 @@ from functools import cache
 
 from app.live.channel import MAX_ENTRIES, START, TTL_SECONDS, Batch, Position
 from app.live.entries import LiveEntry
+from app.live.waiters import Waiters
 
 
 class MemoryChannel:
@@ -28,6 +29,7 @@ class MemoryChannel:
         self._positions = itertools.count(1)
         self._changed = threading.Condition()
         self._listeners: list[Callable[[uuid.UUID], None]] = []
+        self._waiting = Waiters()  # readers waiting on an event loop
 
     def publish(self, batch: Sequence[tuple[uuid.UUID, LiveEntry]]) -> None:
         now = time.monotonic()
@@ -40,20 +42,38 @@ class MemoryChannel:
                 self._touched[conversation_id] = now
             self._expire(now)
             self._changed.notify_all()
+            self._waiting.wake_all()
 
     def read(self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0) -> Batch:
         since = int(after or START)
         deadline = time.monotonic() + block
         with self._changed:
             while True:
-                log = self._logs.get(conversation_id, ())
-                found = [(position, entry) for position, entry in log if position > since]
+                found = self._after(conversation_id, since)
                 remaining = deadline - time.monotonic()
                 if found or remaining <= 0:
                     break
                 self._changed.wait(remaining)
-        position = str(found[-1][0]) if found else str(since)
-        return Batch(position, [entry for _, entry in found])
+        return _batch(found, since)
+
+    async def aread(
+        self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0
+    ) -> Batch:
+        """`read` on the event loop: waits without a thread."""
+        since = int(after or START)
+        deadline = time.monotonic() + block
+        while True:
+            with self._changed:
+                found = self._after(conversation_id, since)
+                remaining = deadline - time.monotonic()
+                if found or remaining <= 0:
+                    return _batch(found, since)
+                waiter = self._waiting.add()
+            await waiter.wait(remaining)
+
+    def _after(self, conversation_id: uuid.UUID, since: int) -> list[tuple[int, LiveEntry]]:
+        log = self._logs.get(conversation_id, ())
+        return [(position, entry) for position, entry in log if position > since]
 
     def announce_cancel(self, conversation_id: uuid.UUID) -> None:
         with self._changed:
@@ -82,6 +102,11 @@ class MemoryChannel:
         stale = [key for key, touched in self._touched.items() if now - touched > self.ttl]
         for key in stale:
             del self._logs[key], self._touched[key]
+
+
+def _batch(found: list[tuple[int, LiveEntry]], since: int) -> Batch:
+    position = str(found[-1][0]) if found else str(since)
+    return Batch(position, [entry for _, entry in found])
 
 
 @cache

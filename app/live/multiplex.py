@@ -9,6 +9,7 @@ woken only by its own conversation's entries.
     reader thread:  XREAD BLOCK 5000 STREAMS <wake> <k1> <k2> ... <cursor> <c1> <c2> ...
                       -> rows appended to each key's `_Feed`, its waiters woken
     a follower:     rows after its position from the feed, or wait on the feed's condition
+                    (a thread) or on a future the reader resolves (`aread`, an event loop)
 
 A follower that starts following a new key wakes the reader (an entry on the process's private
 wake stream) so the key joins the next `XREAD` at once. A feed keeps the last rows it read
@@ -20,6 +21,7 @@ the committed log) and the reader tries again every second.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import threading
@@ -30,6 +32,8 @@ from typing import Any
 
 import redis
 
+from app.live.waiters import Waiters
+
 log = logging.getLogger(__name__)
 
 BLOCK_MS = 5000  # under the connection's socket timeout (15 s)
@@ -37,6 +41,7 @@ KEEP = 256  # rows a feed keeps once every waiter has had them
 IDLE_SECONDS = 30.0  # a key nobody reads for this long leaves the XREAD
 READ_COUNT = 1000  # rows per key per XREAD
 _RETRY_S = 1.0
+_WAIT = object()  # (`_found`: nothing yet, time left)
 WAKE_PREFIX = "chatworker:live-wake:"
 
 Row = tuple[str, dict[str, str]]  # (entry id, fields), as redis-py returns them
@@ -57,6 +62,7 @@ class _Feed:
     rows: list[Row] = field(default_factory=list)
     touched: float = field(default_factory=time.monotonic)
     waiters: int = 0
+    waiting: Waiters = field(default_factory=Waiters)  # the followers waiting on an event loop
 
     def after(self, position: tuple[int, int]) -> list[Row]:
         return self.rows[bisect.bisect_right(self.ids, position) :]
@@ -93,6 +99,45 @@ class Multiplexer:
         while Redis is failing."""
         position = parse_id(after)
         deadline = time.monotonic() + block
+        feed, new = self._feed(key, after, position)
+        if new:
+            self._wake()  # the key joins the XREAD now, not after the current block
+        with self._lock:
+            while True:
+                found = self._found(feed, position, deadline)
+                if found is not _WAIT:
+                    return found  # type: ignore[return-value]
+                feed.waiters += 1
+                try:
+                    feed.condition.wait(deadline - time.monotonic())
+                finally:
+                    feed.waiters -= 1
+                    feed.touched = time.monotonic()
+
+    async def aread(self, key: str, after: str, block: float) -> list[Row] | None:
+        """`read` on the event loop: the follower waits on a future the reader thread resolves,
+        holding no thread (the wake of a new key is the one short hop to a thread)."""
+        position = parse_id(after)
+        deadline = time.monotonic() + block
+        feed, new = self._feed(key, after, position)
+        if new:
+            await asyncio.to_thread(self._wake)
+        while True:
+            with self._lock:
+                found = self._found(feed, position, deadline)
+                if found is not _WAIT:
+                    return found  # type: ignore[return-value]
+                waiter = feed.waiting.add()
+                feed.waiters += 1
+            try:
+                await waiter.wait(deadline - time.monotonic())
+            finally:
+                with self._lock:
+                    feed.waiters -= 1
+                    feed.touched = time.monotonic()
+
+    def _feed(self, key: str, after: str, position: tuple[int, int]) -> tuple[_Feed, bool]:
+        """The key's feed (made, and the reader started, on first use), and whether it is new."""
         with self._lock:
             self._start()
             feed = self._feeds.get(key)
@@ -100,28 +145,19 @@ class Multiplexer:
             if feed is None:
                 feed = self._feeds[key] = _Feed(after, position, threading.Condition(self._lock))
             feed.touched = time.monotonic()
-        if new:
-            self._wake()  # the key joins the XREAD now, not after the current block
-        with self._lock:
-            return self._wait(feed, position, deadline)
+            return feed, new
 
-    def _wait(self, feed: _Feed, position: tuple[int, int], deadline: float) -> list[Row] | None:
-        """(Under the lock.)"""
-        while True:
-            if self._error is not None:
-                raise redis.ConnectionError(f"live reader: {self._error}")
-            if position < feed.floor:
-                return None
-            rows = feed.after(position)
-            remaining = deadline - time.monotonic()
-            if rows or remaining <= 0:
-                return rows
-            feed.waiters += 1
-            try:
-                feed.condition.wait(remaining)
-            finally:
-                feed.waiters -= 1
-                feed.touched = time.monotonic()
+    def _found(self, feed: _Feed, position: tuple[int, int], deadline: float) -> object:
+        """(Under the lock.) The rows after `position`, None (read Redis directly), or `_WAIT`;
+        raises while Redis fails."""
+        if self._error is not None:
+            raise redis.ConnectionError(f"live reader: {self._error}")
+        if position < feed.floor:
+            return None
+        rows = feed.after(position)
+        if rows or deadline - time.monotonic() <= 0:
+            return rows
+        return _WAIT
 
     def close(self) -> None:
         self._stopped.set()
@@ -173,6 +209,7 @@ class Multiplexer:
                     if feed is not None and rows:
                         feed.add(rows)
                         feed.condition.notify_all()
+                        feed.waiting.wake_all()
 
     def _fail(self, exc: Exception) -> None:
         with self._lock:
@@ -181,6 +218,7 @@ class Multiplexer:
             self._error = exc
             for feed in self._feeds.values():
                 feed.condition.notify_all()
+                feed.waiting.wake_all()
 
     def _drop_idle(self) -> None:
         now = time.monotonic()

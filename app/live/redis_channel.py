@@ -12,6 +12,7 @@ a lost one is caught by that worker's next step or heartbeat, which read the com
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import uuid
@@ -32,6 +33,11 @@ READ_COUNT = 5000  # entries one read returns at most (a reader calls again for 
 MAX_CONNECTIONS = 10_000
 _RECONNECT_S = 1.0
 _LISTEN_POLL_S = 1.0  # how often a listener checks whether it was stopped
+
+
+def _batch(rows: Any, since: Position) -> Batch:
+    entries = [entry for _, fields in rows if (entry := decode(fields)) is not None]
+    return Batch(str(rows[-1][0]) if rows else since, entries)
 
 
 def stream_key(conversation_id: uuid.UUID) -> str:
@@ -80,13 +86,27 @@ class RedisChannel:
         elif block > 0:  # one XREAD for every follower of this process
             rows = self._multiplexer().read(key, since, block)
         if rows is None:
-            milliseconds = round(block * 1000)
-            found: Any = self.redis.xread(
-                {key: since}, count=READ_COUNT, block=milliseconds or None
-            )
-            rows = found[0][1] if found else []
-        entries = [entry for _, fields in rows if (entry := decode(fields)) is not None]
-        return Batch(str(rows[-1][0]) if rows else since, entries)
+            rows = self._read_directly(key, since, block)
+        return _batch(rows, since)
+
+    async def aread(
+        self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0
+    ) -> Batch:
+        """`read` on the event loop: a follower's wait is a future the process's one reader
+        resolves. The rare reads that go to Redis themselves (the retained entries, a position
+        the reader cannot vouch for) run in a thread."""
+        if after is None or block <= 0:
+            return await asyncio.to_thread(self.read, conversation_id, after, block)
+        key = stream_key(conversation_id)
+        rows = await self._multiplexer().aread(key, after, block)
+        if rows is None:
+            rows = await asyncio.to_thread(self._read_directly, key, after, block)
+        return _batch(rows, after)
+
+    def _read_directly(self, key: str, since: str, block: float) -> Any:
+        milliseconds = round(block * 1000)
+        found: Any = self.redis.xread({key: since}, count=READ_COUNT, block=milliseconds or None)
+        return found[0][1] if found else []
 
     def _multiplexer(self) -> Multiplexer:
         with self._lock:

@@ -72,6 +72,55 @@ def test_a_read_waits_for_the_next_entry_and_no_longer(channel: LiveChannel) -> 
     timer.join()
 
 
+def test_an_async_read_waits_on_the_loop_for_the_next_entry_and_no_longer(
+    channel: LiveChannel,
+) -> None:
+    conversation_id = uuid.uuid4()
+    start = channel.read(conversation_id, None).position
+
+    async def reads() -> None:
+        started = time.monotonic()
+        assert (await channel.aread(conversation_id, start, block=0.3)).entries == []
+        assert time.monotonic() - started >= 0.25
+        timer = threading.Timer(0.2, lambda: channel.publish([(conversation_id, CommitNotice(3))]))
+        timer.start()
+        assert (await channel.aread(conversation_id, start, block=5)).entries == [CommitNotice(3)]
+        timer.join()
+
+    asyncio.run(reads())
+
+
+def test_a_thousand_followers_wait_on_one_loop_without_a_thread_each(
+    channel: LiveChannel,
+) -> None:
+    """What an API process does for its event streams: every follower waits on the event loop;
+    the threads of the process do not grow with them."""
+    ids = [uuid.uuid4() for _ in range(1000)]
+    starts = {c: channel.read(c, None).position for c in ids}
+    threads_before = threading.active_count()
+    most_threads = 0
+
+    async def follow(conversation_id: uuid.UUID) -> list[object]:
+        batch = await channel.aread(conversation_id, starts[conversation_id], block=30)
+        return list(batch.entries)
+
+    async def everyone() -> list[list[object]]:
+        nonlocal most_threads
+        waiting = [asyncio.create_task(follow(c)) for c in ids]
+        await asyncio.sleep(1.0)  # all of them waiting now
+        most_threads = threading.active_count()
+        assert not any(task.done() for task in waiting)
+        await asyncio.to_thread(
+            channel.publish, [(c, CommitNotice(n + 1)) for n, c in enumerate(ids)]
+        )
+        return await asyncio.wait_for(asyncio.gather(*waiting), timeout=30)
+
+    got = asyncio.run(everyone())
+    assert got == [[CommitNotice(n + 1)] for n in range(len(ids))]
+    # (the one live reader, and the loop's few helper threads: never one per follower)
+    assert most_threads - threads_before <= 12, (threads_before, most_threads)
+
+
 def test_a_cancel_announced_reaches_every_listener_until_it_stops(channel: LiveChannel) -> None:
     heard: list[uuid.UUID] = []
     stop = channel.on_cancel(heard.append)
