@@ -8,7 +8,9 @@ is not found). Nothing here writes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import uuid
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -18,7 +20,7 @@ from app.client.checks import (
     parse_conversation_id,
     parse_turn_id,
 )
-from app.client.following import REST, TURN_END, UNTIL, Following
+from app.client.following import REST, TURN_END, UNTIL, Following, Offload
 from app.client.merge import Cursor
 from app.client.store import conversations, reads
 from app.client.views import (
@@ -192,15 +194,7 @@ class ChatReader:
         page = self.events(conversation_id, after, limit, owner=owner)
         if page.events or wait <= 0:
             return page
-        poll = min(1.0, wait)
-        following = self.follow(
-            conversation_id,
-            after,
-            until=None,
-            timeout=wait,
-            poll_interval=poll,
-            log_interval=None if log_interval is None else max(log_interval, poll),
-        )
+        following = self._long_poll(conversation_id, after, wait, log_interval)
         try:
             if not any(isinstance(item, EventView) for item in following):
                 return page  # pragma: no cover (until=None: it ends by timing out)
@@ -209,6 +203,20 @@ class ChatReader:
         finally:
             following.close()
         return self.events(conversation_id, after, limit, owner=owner)
+
+    def _long_poll(
+        self, conversation_id: uuid.UUID | str, after: int, wait: float, log_interval: float | None
+    ) -> Following:
+        """What a long poll follows: the log after `after`, until `wait` runs out."""
+        poll = min(1.0, wait)
+        return self.follow(
+            conversation_id,
+            after,
+            until=None,
+            timeout=wait,
+            poll_interval=poll,
+            log_interval=None if log_interval is None else max(log_interval, poll),
+        )
 
     def get_conversation(
         self,
@@ -229,4 +237,39 @@ class ChatReader:
             )
 
 
-__all__ = ["ChatReader"]
+async def await_events(
+    client: ChatReader,
+    conversation_id: uuid.UUID | str,
+    after: int = 0,
+    limit: int = 100,
+    *,
+    wait: float = 0.0,
+    log_interval: float | None = None,
+    owner: str | None = None,
+    offload: Offload[Any],
+) -> EventPage:
+    """`client.wait_for_events` on an event loop: the wait holds no thread, the database reads
+    go to `offload` (the API's followers' pool)."""
+    page: EventPage = await offload(
+        functools.partial(client.events, conversation_id, after, limit, owner=owner)
+    )
+    if page.events or wait <= 0:
+        return page
+    following = client._long_poll(conversation_id, after, wait, log_interval)
+    try:
+        while items := await following.next_batch(offload):
+            if any(isinstance(item, EventView) for item, _ in items):
+                break
+        else:  # pragma: no cover (until=None: it ends by timing out)
+            return page
+    except TimeoutError:
+        return page
+    finally:
+        following.close()
+    found: EventPage = await offload(
+        functools.partial(client.events, conversation_id, after, limit, owner=owner)
+    )
+    return found
+
+
+__all__ = ["ChatReader", "await_events"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import uuid
 from typing import Annotated, Literal
 
@@ -16,12 +15,13 @@ from app.api.state import Api
 from app.api.streaming import sse_events
 from app.client import Cursor
 from app.client.following import REST, TURN_END
+from app.client.reader import await_events
 
 router = APIRouter(prefix="/conversations", tags=["events"])
 
-# A stream's thread waits this long on the live channel before it looks around (the stream was
-# closed, the log is due): each wake costs the GIL, and a process may serve thousands of streams.
-# A closed stream's thread is free again within it; while Redis is down, the log is read this often.
+# A stream waits this long on the live channel before it looks around (the log is due): each wake
+# costs the loop a turn, and a process may serve thousands of streams. While Redis is down, the
+# log is read this often.
 STREAM_WAKE_SECONDS = 5.0
 
 
@@ -49,18 +49,26 @@ async def list_events(
 ) -> EventList:
     """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
     wait = min(wait, api.settings.api_max_wait_seconds)
-    # A long poll (wait > 0) is counted with the streams, for the process and the owner.
-    run = api.follow_step if wait == 0 else functools.partial(api.held, caller.owner)
-    page = await run(
-        lambda: api.client.wait_for_events(
-            conversation_id,
-            after,
-            limit,
-            wait=wait,
-            log_interval=api.settings.api_log_poll_seconds,
-            owner=caller.owner,
-        )
+    # A long poll (wait > 0) is counted with the streams, for the process and the owner; it
+    # waits on the event loop, its database reads in the followers' pool.
+    reading = await_events(
+        api.client,
+        conversation_id,
+        after,
+        limit,
+        wait=wait,
+        log_interval=api.settings.api_log_poll_seconds,
+        owner=caller.owner,
+        offload=api.follow_step,
     )
+    if wait == 0:
+        page = await reading
+    else:
+        api.open_stream(caller.owner)
+        try:
+            page = await reading
+        finally:
+            api.close_stream(caller.owner)
     return EventList(
         conversation_id=page.conversation_id,
         data=[Event.model_validate(view) for view in page.events],
