@@ -23,6 +23,7 @@ from typing import Annotated
 import jwt
 from fastapi import Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from app.api.problems import ApiProblem
 from app.api.rate import caller_of_key
@@ -46,7 +47,7 @@ def refused(code: str, detail: str) -> ApiProblem:
     return ApiProblem(401, code, detail, dict(_CHALLENGE))
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     response: Response,
     api: Api,
@@ -55,13 +56,16 @@ def authenticate(
 ) -> Caller:
     """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`; a
     client address past its rate of failed authentications
-    (`CHATWORKER_API_AUTH_FAILURE_LIMIT`), 429 `rate_limited` instead of 401."""
+    (`CHATWORKER_API_AUTH_FAILURE_LIMIT`), 429 `rate_limited` instead of 401.
+
+    On the event loop: only what may block goes to a thread (a key's lookup when the cache has
+    not kept it, a rate shared through Redis), so a known key costs no thread hop."""
     try:
-        caller, identity = _identify(request, api, bearer, key_header)
+        caller, identity = await _identify(request, api, bearer, key_header)
     except ApiProblem as problem:
         if problem.status == 401 and api.failures is not None:
             address = request.client.host if request.client else "unknown"
-            verdict = api.failures.check("fail:" + address)
+            verdict = await run_in_threadpool(api.failures.check, "fail:" + address)
             if not verdict.allowed:
                 raise ApiProblem(
                     429,
@@ -73,7 +77,7 @@ def authenticate(
                 ) from None
         raise
     if api.limiter is not None and identity is not None:
-        verdict = api.limiter.check(identity)
+        verdict = await run_in_threadpool(api.limiter.check, identity)
         if not verdict.allowed:
             raise ApiProblem(
                 429,
@@ -86,7 +90,7 @@ def authenticate(
     return caller
 
 
-def _identify(
+async def _identify(
     request: Request,
     api: Api,
     bearer: HTTPAuthorizationCredentials | None,
@@ -108,7 +112,11 @@ def _identify(
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
-            owner = api.keys.owner(presented, api.client.admin.owner_of_key)
+            owner = api.keys.kept(presented)
+            if owner is None:  # (the database: in a thread)
+                owner = await run_in_threadpool(
+                    api.keys.owner, presented, api.client.admin.owner_of_key
+                )
             return Caller(owner), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None

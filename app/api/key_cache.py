@@ -28,6 +28,15 @@ class KeyCache:
         self._kept: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
         self._lock = threading.Lock()  # (the routes' threads share it)
 
+    def kept(self, presented: str) -> str | None:
+        """The key's owner if it is kept and fresh (no lookup, nothing blocks)."""
+        if self.seconds <= 0:
+            return None
+        digest = hashlib.sha256(presented.encode()).digest()
+        with self._lock:
+            found = self._kept.get(digest)
+        return found[0] if found is not None and found[1] > self._clock() else None
+
     def owner(self, presented: str, lookup: Callable[[str], str]) -> str:
         """The key's owner: kept, or `lookup(presented)` (which raises for a refused key)."""
         if self.seconds <= 0:

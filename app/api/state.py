@@ -114,7 +114,7 @@ class ApiState:
             self.client.close()
 
 
-def get_state(request: Request) -> ApiState:
+async def get_state(request: Request) -> ApiState:  # (async: no thread hop to read it)
     api: ApiState = request.app.state.chatworker
     return api
 

@@ -63,3 +63,16 @@ def test_the_oldest_keys_go_past_the_size() -> None:
     cache.owner("cwk_0", lookup)  # dropped: asked again
     cache.owner("cwk_2", lookup)  # kept
     assert lookup.asked == ["cwk_0", "cwk_1", "cwk_2", "cwk_0"]
+
+
+def test_kept_answers_without_a_lookup_only_within_the_window() -> None:
+    """What the API's event loop asks first: a kept owner costs no thread hop; anything else
+    (unknown, expired, the cache off) is None, and the route looks the key up in a thread."""
+    clock, lookup = Clock(), Lookups({"cwk_a": "alice"})
+    cache = KeyCache(5, clock=clock)
+    assert cache.kept("cwk_a") is None
+    cache.owner("cwk_a", lookup)
+    assert cache.kept("cwk_a") == "alice" and lookup.asked == ["cwk_a"]
+    clock.now += 5.1
+    assert cache.kept("cwk_a") is None
+    assert KeyCache(0, clock=clock).kept("cwk_a") is None
