@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.exc import OperationalError
 
 from app.client import ChatClient
 from app.config import load_settings
@@ -167,6 +168,29 @@ def test_a_lost_token_is_taken_again_and_the_process_s_leases_follow_it(
     assert lease_token(engine, conversation_id) == token.token  # this owner's: moved along
     assert lease_token(engine, other_id) == old  # not this owner's: left as it was
     assert Upkeep(engine).dead_leases() == [(other_id, 1)]
+
+
+def test_a_token_that_could_not_be_taken_again_is_taken_at_the_next_round(
+    engine: Engine, client: ChatClient, token: LivenessToken
+) -> None:
+    conversation_id = running(client)
+    assert TurnStore(engine, liveness=token).claim(conversation_id, "alive", ttl=30)
+    kill_session(engine, token)
+    reachable, unreachable = (
+        token.engine,
+        make_engine("postgresql+psycopg://postgres@127.0.0.1:1/x"),
+    )
+    token.engine = unreachable  # (the database is unreachable for a moment)
+    try:
+        with pytest.raises((OperationalError, psycopg.OperationalError)):
+            token.keep("alive")
+    finally:
+        token.engine = reachable
+        unreachable.dispose()
+    assert token.token is None
+    assert token.keep("alive") is Check.LOST  # the next round takes one
+    assert token.check() is Check.HELD
+    assert lease_token(engine, conversation_id) == token.token
 
 
 def test_a_connection_that_hops_between_server_sessions_gives_the_token_up(

@@ -105,14 +105,16 @@ _CHECK = (
 )
 
 
-def _remarked(old: int, new: int | None) -> Any:
-    """This process's leases move from its old token to its new one (None: to their TTL). By
-    owner and token, not by epoch: a lease another worker took meanwhile is not this owner's."""
-    return (
-        update(conversations)
-        .where(c.lease_owner == bindparam("lease_holder"), c.lease_token == old)
-        .values(lease_token=new)
+# This process's leases move to the token it holds now (None: to their TTL). By owner, which
+# names one process, not by epoch: a lease another worker took meanwhile is not this owner's.
+_REMARK = (
+    update(conversations)
+    .where(
+        c.lease_owner == bindparam("lease_holder"),
+        c.lease_token.is_distinct_from(bindparam("held_token", type_=Integer)),
     )
+    .values(lease_token=bindparam("held_token", type_=Integer))
+)
 
 
 class Check(enum.Enum):
@@ -123,7 +125,7 @@ class Check(enum.Enum):
 
 
 class LivenessToken:
-    """The token one worker process holds while it lives (`take`, then `check` every second).
+    """The token one worker process holds while it lives (`take`, then `keep` every second).
     Not thread-safe: the host calls it from one chore at a time."""
 
     def __init__(
@@ -167,8 +169,10 @@ class LivenessToken:
 
     def check(self) -> Check:
         """Whether the token is still held by the session that took it (one round trip)."""
-        if self._connection is None or self.token is None:
+        if not self.enabled:
             return Check.OFF
+        if self._connection is None or self.token is None:
+            return Check.LOST  # (a take that failed: take again)
         try:
             pid, held = self._connection.execute(
                 _CHECK, {"namespace": NAMESPACE, "token": self.token}
@@ -187,7 +191,6 @@ class LivenessToken:
         found = self.check()
         if found in (Check.HELD, Check.OFF):
             return found
-        old = self.token
         if found is Check.MOVED:
             log.warning(
                 "the liveness token's connection ran on another server session (a pooler in"
@@ -197,10 +200,9 @@ class LivenessToken:
             self.enabled = False
             self.close()
         else:
-            self.take()
-        if old is not None:
-            with self.engine.begin() as connection:
-                connection.execute(_remarked(old, self.token), {"lease_holder": owner})
+            self.take()  # (if the database is down too, this raises: the next round tries again)
+        with self.engine.begin() as connection:
+            connection.execute(_REMARK, {"lease_holder": owner, "held_token": self.token})
         return found
 
     def close(self) -> None:
