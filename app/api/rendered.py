@@ -1,6 +1,6 @@
 """A turn's stream in another client's dialect: a follower of its conversation fed to that
 dialect's pure renderer (`responses/stream.py`, `aisdk/chunks.py`), waiting on the event loop
-(only its database reads go to the followers' pool), until the renderer says the turn is over.
+(only its database reads go to the readers' pool), until the renderer says the turn is over.
 A database that stops answering pauses the stream, keeping its place, as our own streams do
 (`streaming.py`)."""
 
@@ -75,13 +75,13 @@ class RenderedTurn:
         out: list[Rendered] = []
         renderer = self.renderer
         while not out and not renderer.ended:
-            items = await self.following.next_batch(self.api.follow_step)
+            items = await self.following.next_batch(self.api.read_step)
             if not items:
                 break
             for item, _ in items:
                 out += renderer.feed(item)
         if renderer.ended:
-            out += await self.api.follow_step(self.finish)  # (it may read the turn's end)
+            out += await self.api.read_step(self.finish)  # (it may read the turn's end)
             self.finished = True
         return out
 

@@ -23,6 +23,8 @@ from app.config import Settings
 from app.telemetry import metrics
 
 T = TypeVar("T")
+#: Threads for the streams' database reads (the API engine's pool: 10 connections + 20 overflow).
+READ_THREADS = 32
 
 
 @dataclass
@@ -33,6 +35,7 @@ class ApiState:
     # A following thread blocks on the live channel between items: streams and waits get their
     # own pool, so they never starve the short requests of the shared threadpool.
     followers: ThreadPoolExecutor = field(init=False)
+    readers: ThreadPoolExecutor = field(init=False)
     _streams: int = 0
     _owners: dict[str | None, int] = field(default_factory=dict)  # streams held by each owner
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -46,16 +49,23 @@ class ApiState:
         # Failed authentications, counted per client address (`caller` "fail:<address>").
         failures = self.settings.api_auth_failure_limit
         self.failures = None if failures is None else make_limiter(self.settings, failures)
-        # The streams' database reads (short; a stream waits on the event loop) and the long
-        # polls, which wait here: twice the streams, as a closed long poll's thread may still wait
-        # out its read while its reader polls again.
+        # What still waits in a thread (a `?wait=true` submit, the Responses API's long poll):
+        # twice the streams, as a closed wait's thread may still wait out its read while its
+        # reader waits again.
         self.followers = ThreadPoolExecutor(
             2 * self.settings.api_max_streams + 16, thread_name_prefix="chatworker-follow"
         )
+        # The streams' database reads: short, and as many at once as the engine's pool has
+        # connections (10,000 streams queue here instead of holding a thread each).
+        self.readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="chatworker-read")
 
     async def follow_step(self, step: Callable[[], T]) -> T:
         """Run a blocking step of a follower in the followers' pool."""
         return await asyncio.get_running_loop().run_in_executor(self.followers, step)
+
+    async def read_step(self, step: Callable[[], T]) -> T:
+        """Run a stream's short database read in the readers' pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.readers, step)
 
     def open_stream(self, owner: str | None = None) -> None:
         """Count a stream (or a long poll) in, for the process and for its owner: 503
@@ -110,6 +120,7 @@ class ApiState:
 
     def close(self) -> None:
         self.followers.shutdown(wait=False, cancel_futures=True)
+        self.readers.shutdown(wait=False, cancel_futures=True)
         if self.owns_client:
             self.client.close()
 

@@ -57,11 +57,11 @@ async def sse_events(
     api: ApiState, following: Following, owner: str | None = None
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until the following ends (its `until`) or the reader leaves. It
-    waits on the event loop; only its database reads go to the followers' pool."""
+    waits on the event loop; only its database reads go to the readers' pool."""
     try:
         while True:
             try:
-                items = await following.next_batch(api.follow_step)
+                items = await following.next_batch(api.read_step)
             except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
                 log.warning(
                     "stream of %s: database unavailable (%s)", following.conversation_id, exc

@@ -92,7 +92,7 @@ async def _stream(
 ) -> EventSourceResponse:
     api.open_stream(caller.owner)
     try:
-        opened, first = await api.follow_step(lambda: _open(api, caller, turn_id, continues_after))
+        opened, first = await api.read_step(lambda: _open(api, caller, turn_id, continues_after))
     except BaseException:
         api.close_stream(caller.owner)
         raise

@@ -164,7 +164,7 @@ async def _stream(
     `starting_after` written."""
     api.open_stream(caller.owner)
     try:
-        opened, first = await api.follow_step(lambda: _open(api, caller, response))
+        opened, first = await api.read_step(lambda: _open(api, caller, response))
     except BaseException:
         api.close_stream(caller.owner)
         raise

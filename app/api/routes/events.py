@@ -50,7 +50,7 @@ async def list_events(
     """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
     wait = min(wait, api.settings.api_max_wait_seconds)
     # A long poll (wait > 0) is counted with the streams, for the process and the owner; it
-    # waits on the event loop, its database reads in the followers' pool.
+    # waits on the event loop, its database reads in the readers' pool.
     reading = await_events(
         api.client,
         conversation_id,
@@ -59,7 +59,7 @@ async def list_events(
         wait=wait,
         log_interval=api.settings.api_log_poll_seconds,
         owner=caller.owner,
-        offload=api.follow_step,
+        offload=api.read_step,
     )
     if wait == 0:
         page = await reading
@@ -119,7 +119,7 @@ async def stream_events(
     ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
     api.open_stream(caller.owner)
     try:
-        following = await api.follow_step(
+        following = await api.read_step(
             lambda: api.client.follow(
                 conversation_id,
                 cursor,
