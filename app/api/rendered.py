@@ -64,7 +64,7 @@ class RenderedTurn:
             record.events[0].seq - 1 if record.events else 0,
             until=None,
             poll_interval=STREAM_WAKE_SECONDS,
-            log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+            log_interval=api.safety_read_interval(STREAM_WAKE_SECONDS),
             owner=owner,
         )
         return cls(api, following, renderer, finish, owner)

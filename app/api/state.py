@@ -25,6 +25,8 @@ from app.telemetry import metrics
 T = TypeVar("T")
 #: Threads for the streams' database reads (the API engine's pool: 10 connections + 20 overflow).
 READ_THREADS = 32
+#: The log reads per second the process's quiet streams make together, at most (their safety net).
+SAFETY_READS_PER_SECOND = 100.0
 
 
 @dataclass
@@ -32,8 +34,8 @@ class ApiState:
     settings: Settings
     client: ChatClient
     owns_client: bool = True
-    # A following thread blocks on the live channel between items: streams and waits get their
-    # own pool, so they never starve the short requests of the shared threadpool.
+    # What waits in a thread, and the streams' reads, get their own pools, so they never starve
+    # the short requests of the shared threadpool.
     followers: ThreadPoolExecutor = field(init=False)
     readers: ThreadPoolExecutor = field(init=False)
     _streams: int = 0
@@ -117,6 +119,16 @@ class ApiState:
     @property
     def streams(self) -> int:
         return self._streams
+
+    def safety_read_interval(self, floor: float) -> float:
+        """How often a new stream reads the log when no notice came (the safety net for a lost
+        one): the settings' `api_log_poll_seconds` (at least `floor`), stretched so that the
+        process's streams together read it at most `SAFETY_READS_PER_SECOND` times a second
+        (10,000 streams: every 100 s, 100 reads/s, instead of 1,000 reads/s; the notices still
+        bring every commit at once)."""
+        return max(
+            floor, self.settings.api_log_poll_seconds, self._streams / SAFETY_READS_PER_SECOND
+        )
 
     def close(self) -> None:
         self.followers.shutdown(wait=False, cancel_futures=True)

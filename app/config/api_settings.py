@@ -113,7 +113,8 @@ class ApiSettings(Section):
         ge=1,
         le=300,
         description="a stream or long poll with no commit notice reads the database this often "
-        "(a safety net: every commit wakes its readers through the live channel)",
+        "(a safety net: every commit wakes its readers through the live channel); stretched so "
+        "one process's streams make at most 100 such reads a second",
     )
     max_message_chars: int = Field(100_000, ge=1, description="the largest user message accepted")
     max_file_bytes: int = Field(

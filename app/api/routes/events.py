@@ -125,7 +125,7 @@ async def stream_events(
                 cursor,
                 until=ends,
                 poll_interval=STREAM_WAKE_SECONDS,
-                log_interval=max(STREAM_WAKE_SECONDS, api.settings.api_log_poll_seconds),
+                log_interval=api.safety_read_interval(STREAM_WAKE_SECONDS),
                 owner=caller.owner,
             )
         )
