@@ -1,7 +1,8 @@
 """`python -m bench [--quick | --smoke] [--only NAME[,NAME]] [--json PATH]`: measure, print a
 table, write JSON. `--quick` takes few samples; `--smoke` the fewest that still run every part of
 each measure (the test suite's: it proves each measure runs and reports, its figures mean
-nothing).
+nothing). `--peers` runs only our loop beside DBOS and LangGraph (bench/peers.py), which need the
+`peers` extra.
 
 Needs the same PostgreSQL and Redis as the tests (TEST_DATABASE_URL / TEST_REDIS_URL, or the
 local defaults); it works in throwaway databases and drops them afterwards.
@@ -28,11 +29,13 @@ from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
 from bench.capacity import measure_capacity
 from bench.context import context_notes, measure_context_cpu, measure_prompt_bytes
+from bench.dbcost import dbcost_notes, measure_dbcost
 from bench.dialects import measure_dialects
 from bench.fairness import measure_fairness
 from bench.files import measure_files
 from bench.followers import measure_followers
 from bench.footprint import measure_footprint
+from bench.goals import goal_lines
 from bench.history import measure_history
 from bench.janitor import measure_janitor
 from bench.llmcpu import measure_llm_cpu
@@ -47,6 +50,7 @@ from bench.overhead import (
     measure_loop,
     measure_loops,
 )
+from bench.peers import INSTALL, measure_peers, missing_packages, peers_notes
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
 from bench.retention import measure_retention
@@ -207,8 +211,8 @@ def capacity(ctx: Context) -> Measured:
 
 def recovery(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
-        trials = ctx.pick(10, 1, 1)
-        return measure_recovery(url, redis_db, workdir, trials, production_trial=not ctx.quick)
+        trials = ctx.pick(10, 3, 1)
+        return measure_recovery(url, redis_db, workdir, trials, frozen_trial=not ctx.quick)
 
 
 def footprint(ctx: Context) -> Measured:
@@ -239,7 +243,7 @@ def api(ctx: Context) -> Measured:
 
 
 def sse(ctx: Context) -> Measured:
-    steps, idle = ctx.pick(((100, 300, 1000), 5.0), ((100,), 1.0), ((20,), 0.3))
+    steps, idle = ctx.pick(((100, 1000, 10_000), 5.0), ((100,), 1.0), ((20,), 0.3))
     with ctx.processes() as (url, redis_db, workdir):
         return measure_sse(
             url, redis_db, workdir, steps, rate=50 if ctx.quick else 40, idle_seconds=idle
@@ -258,9 +262,30 @@ def files(ctx: Context) -> Measured:
         return measure_files(url, redis_db, workdir, ctx.pick(20, 5, 2), ctx.pick(100, 20, 3))
 
 
+def dbcost(ctx: Context) -> Measured:
+    with ctx.processes() as (url, redis_db, workdir):
+        return measure_dbcost(
+            ctx.postgres,
+            url,
+            redis_db,
+            workdir,
+            turns=ctx.pick(400, 60, 6),
+            process_counts=ctx.pick((2, 4), (2, 4), (2,)),
+            idle_seconds=ctx.pick(15.0, 6.0, 0.5),
+            settle_seconds=ctx.pick(11.0, 11.0, 1.0),
+        )
+
+
 def ttft(ctx: Context) -> Measured:
     with ctx.processes() as (url, redis_db, workdir):
         return measure_ttft(url, redis_db, workdir, ctx.pick(30, 10, 2))
+
+
+def peers(ctx: Context) -> Measured:
+    """Our loop, the floors, DBOS and LangGraph in one run (`--peers`: not in MEASURES, as it
+    needs the `peers` extra)."""
+    with ctx.database() as url:
+        return measure_peers(url, ctx.postgres, ctx.pick(100, 15, 2), warm_up=ctx.pick(10, 5, 1))
 
 
 MEASURES: dict[str, Callable[[Context], Measured]] = {
@@ -286,6 +311,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "dialects": dialects,
     "ttft": ttft,
     "files": files,
+    "dbcost": dbcost,
 }
 
 
@@ -304,7 +330,15 @@ def main(argv: list[str] | None = None) -> int:
     sizes.add_argument("--smoke", action="store_true", help="the fewest: proves each runs")
     parser.add_argument("--only", type=_names, default=list(MEASURES), metavar="NAME[,NAME]")
     parser.add_argument("--json", type=Path, default=Path("bench-results.json"))
+    parser.add_argument("--peers", action="store_true", help="only ours beside DBOS and LangGraph")
     args = parser.parse_args(argv)
+    if args.peers:
+        if args.only != list(MEASURES):
+            parser.error("--peers runs its own set; it takes no --only")
+        if missing := missing_packages():
+            print(f"--peers needs {', '.join(missing)}: install the peers extra with\n  {INSTALL}")
+            return 2
+        args.only = ["peers"]
 
     size = "smoke" if args.smoke else "quick" if args.quick else "full"
     ctx = Context(size, services.provide_postgres().url, services.provide_redis().url)
@@ -313,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {}
     for name in args.only:
         started = time.perf_counter()
-        measured_rows, extra = MEASURES[name](ctx)
+        measured_rows, extra = (peers if name == "peers" else MEASURES[name])(ctx)
         seconds[name] = time.perf_counter() - started
         rows += measured_rows
         extras[name] = extra
@@ -323,6 +357,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, med, high, unit in rows:
         print(f"{name:56} {med:10.3f} {high:10.3f}  {unit}")
     _notes(extras)
+    for line in peers_notes(extras):  # (here: _notes has all the branches it may)
+        print(line)
+    for line in goal_lines(rows, extras):
+        print(line)
     print("seconds per measure: " + ", ".join(f"{n} {s:.1f}" for n, s in seconds.items()))
     report: dict[str, Any] = {
         "quick": ctx.quick,
@@ -406,13 +444,16 @@ def _notes(extras: dict[str, Any]) -> None:
         )
     if "recovery" in extras:
         r = extras["recovery"]
-        production = r["production_lease_seconds"]
-        also = f", 30 s lease {production[0]:.1f} s" if production else ""
+        resumed = r["to_resumed_seconds"]
+        frozen = r["frozen_seconds"]
+        also = f"; a frozen worker's turn {frozen:.1f} s (its lease's TTL)" if frozen else ""
         print(
-            f"recovery: worst {r['max_to_request_seconds']:.1f} s with a 3 s lease{also}"
-            f" (goal <= 60 s every trial: {'met' if r['meets_goal'] else 'MISSED'})"
+            f"recovery at the defaults: SIGKILL -> turn.resumed p50 {median(resumed):.2f} s,"
+            f" p95 {p95(resumed):.2f} s over {len(resumed)} kills (goal p95 <= 3 s: "
+            f"{'met' if r['meets_goal'] else 'MISSED'}){also}"
         )
-    for line in [*context_notes(extras), *tree_notes(extras), *api_notes(extras)]:
+    notes = [*context_notes(extras), *tree_notes(extras), *api_notes(extras)]
+    for line in [*notes, *dbcost_notes(extras)]:
         print(line)
 
 

@@ -420,7 +420,12 @@ def measure_sse(
     """For each count in `steps` (growing): that many streams open, one per conversation
     (`until=never`); `idle_seconds` of quiet; then one turn in each conversation, submitted at
     `rate` per second, until every stream has seen its turn end (or a grace period)."""
-    with deployment(database_url, redis_url, workdir, SSE_ANSWER, worker=True) as d:
+    # (the stream caps, of the process and of the one owner, set past the largest step)
+    cap = str(max(2000, max(steps) + 100))
+    extra = {"CHATWORKER_API_MAX_STREAMS": cap, "CHATWORKER_API_MAX_STREAMS_PER_OWNER": cap}
+    with deployment(
+        database_url, redis_url, workdir, SSE_ANSWER, worker=True, extra_env=extra
+    ) as d:
         found = loadgen.run(FanoutBench(d, redis_url, rate, idle_seconds).run(steps))
         found["setup_seconds"] = d.setup_seconds
         found["api_log_warnings"] = log_warnings(d.api.log_path)

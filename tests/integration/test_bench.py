@@ -54,8 +54,8 @@ GROUPS = {
         ),
     ),
     "worker processes": (
-        ("pickup", "capacity", "throughput"),
-        ("idle pickup", "busy pickup", "capacity:", "throughput:"),
+        ("pickup", "capacity", "throughput", "dbcost"),
+        ("idle pickup", "busy pickup", "capacity:", "throughput:", "dbcost"),
     ),
     "kills, footprint, SSE fan-out": (
         ("recovery", "footprint", "sse", "dialects"),
