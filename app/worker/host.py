@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import Engine
 
@@ -195,9 +195,16 @@ class WorkerHost:
             self._stop_listening = self.live.on_cancel(self.cancel)
         self._accepting = True
         loop = asyncio.get_running_loop()
-        self._sweeper = loop.create_task(self._sweep_forever())
+        self._sweeper = loop.create_task(
+            self._every(self.settings.recovery_interval_seconds, self.sweep, "recovery sweep")
+        )
         self._beating = loop.create_task(self._beat_forever())
-        self._watching = loop.create_task(self._watch_workers_forever())
+        # Every second: keep this process's liveness token, re-ring the dead workers' turns.
+        self._watching = loop.create_task(
+            self._every(
+                self.settings.dead_worker_sweep_seconds, self.sweep_dead, "dead worker sweep"
+            )
+        )
         if self.webhooks is not None:
             self._delivering = loop.create_task(self.webhooks.run_forever())
 
@@ -256,26 +263,19 @@ class WorkerHost:
             metrics.beat()
             await asyncio.sleep(interval)
 
-    async def _sweep_forever(self) -> None:
+    async def _every(self, seconds: float, chore: Callable[[], Awaitable[int]], what: str) -> None:
+        """Run `chore` every `seconds` while the host runs; a failure (the database may be down)
+        is logged and the next round tries again."""
         while True:
             try:
-                await self.sweep()
-            except Exception:  # the database may be down; try again next time
-                log.exception("recovery sweep failed")
-            await asyncio.sleep(self.settings.recovery_interval_seconds)
-
-    async def _watch_workers_forever(self) -> None:
-        """Every `dead_worker_sweep_seconds`: keep this process's liveness token (take another if
-        it was lost), and re-enqueue the turns of workers whose token is gone."""
-        while True:
-            try:
-                await self.sweep_dead()
-            except Exception:  # the database may be down; try again next time
-                log.exception("dead worker sweep failed")
-            await asyncio.sleep(self.settings.dead_worker_sweep_seconds)
+                await chore()
+            except Exception:
+                log.exception("%s failed", what)
+            await asyncio.sleep(seconds)
 
     async def sweep_dead(self) -> int:
-        """One round of `_watch_workers_forever`: how many turns it re-enqueued."""
+        """Keep this process's liveness token (take another if it was lost), and re-enqueue the
+        turns of workers whose token is gone; how many."""
         await self.db.run(self.liveness.keep, self.runner.owner)
         return self._resend(await self.db.run(self.upkeep.dead_leases), "dead worker")
 
