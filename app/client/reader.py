@@ -249,7 +249,7 @@ async def await_events(
     offload: Offload[Any],
 ) -> EventPage:
     """`client.wait_for_events` on an event loop: the wait holds no thread, the database reads
-    go to `offload` (the API's followers' pool)."""
+    go to `offload` (the API's readers' pool)."""
     page: EventPage = await offload(
         functools.partial(client.events, conversation_id, after, limit, owner=owner)
     )
