@@ -21,12 +21,13 @@ _broker: dramatiq.Broker | None = None
 
 
 def make_broker(settings: Settings) -> dramatiq.Broker:
-    """Redis when `REDIS_URL` is set, else an in-process broker (a worker in this process)."""
+    """Redis when `REDIS_URL` is set (its idle consumers woken by each doorbell,
+    `app/woken_broker.py`), else an in-process broker (a worker in this process)."""
     broker: dramatiq.Broker
     if settings.redis_url:
-        from dramatiq.brokers.redis import RedisBroker
+        from app.woken_broker import WokenRedisBroker
 
-        broker = RedisBroker(  # type: ignore[no-untyped-call]
+        broker = WokenRedisBroker(
             url=settings.redis_url, socket_timeout=5, socket_connect_timeout=5
         )
     else:
