@@ -48,7 +48,11 @@ def build_host(
     """A ready-to-start host for this process (it publishes its tools to the catalogue)."""
     return WorkerHost(
         settings,
-        make_engine(settings.database_url, pool_size=DB_THREADS, max_overflow=2),
+        # LIFO: an idle worker's next claim takes the connection used last, whose statements are
+        # prepared and planned (`TurnStore.warm`), not one idle since the boot.
+        make_engine(
+            settings.database_url, pool_size=DB_THREADS, max_overflow=2, pool_use_lifo=True
+        ),
         model=model or model_client(settings),
         tools=tools or tool_provider(settings),
         requeue=requeue,

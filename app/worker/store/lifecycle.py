@@ -36,6 +36,7 @@ from app.worker.store.driver import (
     Row,
     StepConflict,
     make_driver,
+    reads,
 )
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.files import FileBytes
@@ -107,10 +108,29 @@ class TurnStore:
         liveness: LivenessToken | None = None,
     ) -> None:
         self.engine = engine
+        self.reads = reads(engine)  # (reads that leave the prepared statements alone)
         self.clock = clock
         self.histories = histories  # the transcripts this process kept between turns
         self.liveness = liveness  # this process's token: every claim records it on the lease
         self._driver = make_driver(engine)
+
+    def warm(self, owner_limited: bool = False, connections: int = 1) -> None:
+        """Plan the claim's statements on `connections` of the pool's connections before the
+        first doorbell (`Driver.warm`): nothing is claimed, read or written."""
+        now = self.clock()
+        nobody = uuid.UUID(int=0)
+        claim = {  # (the values of a real claim's types: psycopg prepares a statement per types)
+            "claim_id": nobody,
+            "claim_owner": "warm-up",
+            "claim_token": self.liveness.token if self.liveness is not None else None,
+            "now": now,
+            "expires": now,
+            "owner_limit": 1,
+        }
+        if not owner_limited:
+            del claim["owner_limit"]
+        reading = {"transcript_id": nobody, "transcript_after": 0}
+        self._driver.warm(claim, reading, owner_limited, connections)
 
     def claim(
         self,
@@ -282,22 +302,20 @@ class TurnStore:
 
     def budget_used_up(self, conversation_id: uuid.UUID) -> str | None:
         """The error naming a used-up budget of the conversation or its owner, else None."""
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             return budgets.check(connection, conversation_id, self.clock())
 
     def cached_outputs(
         self, conversation_id: uuid.UUID, *, tool: str | None = None, limit: int = 50
     ) -> tuple[list[ListedOutput], int]:
         """The conversation's kept tool outputs (the latest `limit`), and how many it has."""
-        return outputs.list_outputs(self.engine, conversation_id, tool=tool, limit=limit)
+        return outputs.list_outputs(self.reads, conversation_id, tool=tool, limit=limit)
 
     def cached_output(
         self, conversation_id: uuid.UUID, call_id: str, *, offset: int, limit: int
     ) -> OutputPage | None:
         """A page of the output kept for `call_id`, or None when there is none."""
-        return outputs.read_output(
-            self.engine, conversation_id, call_id, offset=offset, limit=limit
-        )
+        return outputs.read_output(self.reads, conversation_id, call_id, offset=offset, limit=limit)
 
     def keep_files(
         self, conversation_id: uuid.UUID, media: Sequence[ToolMedia]
@@ -313,7 +331,7 @@ class TurnStore:
 
     def read_files(self, ids: Collection[str]) -> dict[str, FileBytes]:
         """The bytes of the files a request sends, by id."""
-        return files.read_files(self.engine, ids)
+        return files.read_files(self.reads, ids)
 
     def record_answer(
         self,
@@ -417,7 +435,7 @@ class TurnStore:
     def next_steer(self, conversation_id: uuid.UUID) -> Steering | None:
         """The turn right behind the current one when it is a steer message still waiting (its
         id and text), else None (plan row 26)."""
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             found = connection.execute(
                 fence.NEXT_STEER, {"steer_conversation": conversation_id}
             ).one_or_none()

@@ -42,7 +42,7 @@ from app.models.tables import catalog, conversations, deliveries, file_uses, tur
 from app.worker.ports import ToolDefinition
 from app.worker.store import liveness
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.driver import Sequenced
+from app.worker.store.driver import Sequenced, reads
 from app.worker.store.fence import Write, fence_parameters
 from app.worker.store.journal import COMPOSITES, usage_parameters
 
@@ -73,6 +73,7 @@ class Upkeep:
 
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
+        self.reads = reads(engine)  # (reads that leave the prepared statements alone)
         self.clock = clock
         self.lock_holder_idle_limit = LOCK_HOLDER_IDLE_LIMIT_S
 
@@ -85,7 +86,7 @@ class Upkeep:
         resting = _resting_before(before)
         finished = and_(deliveries.c.status != PENDING, deliveries.c.created_at < before)
         if dry_run:
-            with self.engine.connect() as connection:
+            with self.reads.connect() as connection:
                 found = connection.execute(
                     select(func.count()).select_from(conversations).where(resting)
                 ).scalar_one()
@@ -136,7 +137,7 @@ class Upkeep:
             .where(conversations.c.id == conversation_id)
             .scalar_subquery()
         )
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             rows = connection.execute(
                 select(conversations.c.id)
                 .where(
@@ -202,7 +203,7 @@ class Upkeep:
             .order_by(conversations.c.heartbeat_at)
             .limit(limit)
         )
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             return [StaleConversation(*row) for row in connection.execute(statement)]
 
     def fail_stale(self, older_than: float, error: str) -> list[StaleConversation]:
