@@ -37,6 +37,7 @@ class Rig:
     client: ChatClient
     env: dict[str, str]
     workdir: Path
+    rung: dict[uuid.UUID, float]  # each conversation's last doorbell: the wall clock as it went
 
     def worker(self, name: str = "worker", **extra: str) -> WorkerProcess:
         """A worker process (not started) logging to its own file."""
@@ -80,9 +81,15 @@ def rig(database_url: str, redis_url: str, workdir: Path, default: dict[str, Any
         settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
         broker = make_broker(settings)
         engine = make_engine(database_url)
-        client = ChatClient(settings, engine=engine, enqueue=lambda cid: ring(cid, broker))
+        rung: dict[uuid.UUID, float] = {}
+
+        def enqueue(conversation_id: uuid.UUID) -> None:
+            rung[conversation_id] = time.time()
+            ring(conversation_id, broker)
+
+        client = ChatClient(settings, engine=engine, enqueue=enqueue)
         try:
-            yield Rig(llm, client, env, workdir)
+            yield Rig(llm, client, env, workdir, rung)
         finally:
             engine.dispose()
 

@@ -60,6 +60,25 @@ def tool_calls_as_dicts(message: Any) -> list[dict[str, str]]:
 # ---------------------------------------------------------------- answers
 
 
+def test_a_wait_for_a_request_returns_when_it_arrives_and_empty_when_none_does(
+    server: FakeLLMServer,
+) -> None:
+    """`requests(match, wait=)`: the benchmark's probe waits on the server, not by polling."""
+    assert server.requests("[never sent]", wait=0.3) == []  # waited, nothing came
+    found: list[list[Any]] = []
+    waiting = threading.Thread(target=lambda: found.append(server.requests("[awaited]", wait=20)))
+    waiting.start()
+    time.sleep(0.2)
+    complete(server, [{"role": "user", "content": "unrelated"}])  # wakes it; not a match
+    time.sleep(0.2)
+    assert waiting.is_alive()
+    started = time.monotonic()
+    complete(server, [{"role": "user", "content": "[awaited] hi"}])
+    waiting.join(20)
+    assert time.monotonic() - started < 10  # (far under the 20 s it would otherwise wait)
+    assert [r["body"]["messages"][0]["content"] for r in found[0]] == ["[awaited] hi"]
+
+
 def test_with_no_script_every_request_gets_ok(server: FakeLLMServer) -> None:
     assert complete(server).choices[0].message.content == "ok"
 

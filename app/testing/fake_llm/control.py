@@ -175,9 +175,15 @@ class FakeLLMServer:
             payload["model"] = model
         self._call("POST", "/_script", payload)
 
-    def requests(self, match: str | None = None) -> list[JSON]:
-        query = "" if match is None else "?" + urlencode({"match": match})
-        result: list[JSON] = self._call("GET", f"/_requests{query}")["requests"]
+    def requests(self, match: str | None = None, wait: float = 0.0) -> list[JSON]:
+        """The requests received (whose messages hold `match`); with `wait`, the server waits
+        up to that many seconds for the first to arrive (no polling)."""
+        parameters = {} if match is None else {"match": match}
+        if wait:
+            parameters["wait"] = str(wait)
+        query = "?" + urlencode(parameters) if parameters else ""
+        timeout = 10 + wait
+        result: list[JSON] = self._call("GET", f"/_requests{query}", timeout=timeout)["requests"]
         return result
 
     def request_count(self) -> int:
@@ -191,7 +197,7 @@ class FakeLLMServer:
     def health(self) -> bool:
         return bool(self._call("GET", "/_health").get("ok"))
 
-    def _call(self, method: str, path: str, payload: Any = None) -> JSON:
+    def _call(self, method: str, path: str, payload: Any = None, timeout: float = 10) -> JSON:
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(
             self.base_url + path,
@@ -200,7 +206,7 @@ class FakeLLMServer:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 result: JSON = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"fake LLM {method} {path}: {exc.code} {exc.read()!r}") from exc

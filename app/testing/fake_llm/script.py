@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +114,9 @@ class ServerState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     cache: PromptCache = field(default_factory=PromptCache)
 
+    def __post_init__(self) -> None:
+        self.arrived = threading.Condition(self.lock)  # notified by each request recorded
+
     def install(self, script: Script) -> None:
         with self.lock:
             for i, existing in enumerate(self.scripts):
@@ -171,13 +175,26 @@ class ServerState:
     def record(self, entry: JSON) -> None:
         with self.lock:
             self.requests.append(entry)
+            self.arrived.notify_all()
 
-    def recorded(self, match: str | None) -> list[JSON]:
-        with self.lock:
-            entries = list(self.requests)
-        if match is None:
-            return entries
-        return [e for e in entries if match in messages_text(e["body"])]
+    def recorded(self, match: str | None, wait: float = 0.0) -> list[JSON]:
+        """The requests recorded (those whose messages hold `match`); with `wait`, waits up to
+        that many seconds for the first (a benchmark's probe, without polling the server)."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self.lock:
+                entries = list(self.requests)
+            found = (
+                entries
+                if match is None
+                else [e for e in entries if match in messages_text(e["body"])]
+            )
+            left = deadline - time.monotonic()
+            if found or left <= 0:
+                return found
+            with self.lock:
+                if len(self.requests) == len(entries):  # (none arrived since the look)
+                    self.arrived.wait(left)
 
 
 def parse_json_object(raw: bytes) -> JSON | None:

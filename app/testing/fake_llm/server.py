@@ -84,6 +84,7 @@ ANTHROPIC = Dialect(
     overflow=anthropic.overflow_step,
 )
 # Step options that only make sense in a stream, so they stream whatever the request asked.
+MAX_WAIT_S = 30.0  # the longest a GET /_requests?wait= waits for a request
 STREAM_ENDINGS = frozenset({"stream_error", "stream_cut"})
 DIALECTS = {
     "/v1/chat/completions": OPENAI,
@@ -94,7 +95,8 @@ DIALECTS = {
 
 class FakeLLMHandler(BaseHTTPRequestHandler):
     """Routes: POST /v1/chat/completions (and /chat/completions), POST /v1/messages,
-    POST /_script, GET /_requests[?match=...][&count=1], POST /_reset, GET /_health."""
+    POST /_script, GET /_requests[?match=...][&count=1][&wait=SECONDS], POST /_reset,
+    GET /_health."""
 
     # HTTP/1.1 keeps connections alive, which matters with hundreds of concurrent clients.
     protocol_version = "HTTP/1.1"
@@ -109,7 +111,8 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
             self.send_json(200, {"ok": True})
         elif url.path == "/_requests":
             query = parse_qs(url.query)
-            found = self.server.state.recorded(query.get("match", [None])[0])
+            wait = min(float(query.get("wait", ["0"])[0]), MAX_WAIT_S)
+            found = self.server.state.recorded(query.get("match", [None])[0], wait)
             if query.get("count"):  # (how many only: a benchmark's requests hold megabytes)
                 self.send_json(200, {"count": len(found)})
             else:
