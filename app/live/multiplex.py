@@ -1,28 +1,40 @@
-"""One blocking reader per process for the live channel on Redis, however many readers follow.
+"""One reader per process for the live channel on Redis, however many readers follow.
 
 Without it each follower blocks in its own `XREAD` on its own connection: a process that serves
 1,000 event streams holds 1,000 Redis connections and makes 1,000 round trips every block
-interval. With it one thread (`chatworker-live-reader`) blocks in a single `XREAD` over every
-followed conversation's stream at once and hands what it reads to the waiting followers, each
-woken only by its own conversation's entries.
+interval. With it one thread (`chatworker-live-reader`) waits for every followed conversation at
+once and hands what it reads to the waiting followers, each woken only by its own conversation's
+entries.
 
-    reader thread:  XREAD BLOCK 5000 STREAMS <wake> <k1> <k2> ... <cursor> <c1> <c2> ...
-                      -> rows appended to each key's `_Feed`, its waiters woken
+What it waits on is a doorbell, not the streams: every publisher rings the conversation's pub/sub
+channel (`chatworker:live-rung:<id>`) in the pipeline that appends its entries, and the reader is
+subscribed to the channels of the conversations it follows. A ring names one conversation, so the
+reader reads only the streams that changed, each from where it left off (`XRANGE (cursor +`, one
+pipeline for all the rings it has): its work grows with what is published, not with how many
+conversations it follows. (An `XREAD` over every followed key, the first design, built and parsed
+a 20,000-argument command per read at 10,000 followed conversations: a whole core.)
+
+    reader thread:  SUBSCRIBE <wake> rung:<c1> rung:<c2> ...   (once per key, as followers come)
+                    a ring for c1 -> XRANGE live:<c1> (<cursor> + -> rows appended to c1's `_Feed`,
+                    its waiters woken
     a follower:     rows after its position from the feed, or wait on the feed's condition
                     (a thread) or on a future the reader resolves (`aread`, an event loop)
 
-A follower that starts following a new key wakes the reader (an entry on the process's private
-wake stream) so the key joins the next `XREAD` at once. A feed keeps the last rows it read
-(`KEEP`); a follower whose position is older than what the feed can vouch for (it joined later,
-or the rows were trimmed) gets None and reads Redis directly, once. A key nobody read for
-`IDLE_SECONDS` is dropped. When Redis fails, every waiter gets the error (followers fall back to
-the committed log) and the reader tries again every second.
+A follower that starts following a new key wakes the reader (a message on the process's private
+wake channel) so it subscribes at once, then reads the key from the follower's position: what was
+published before the subscription is not lost. A ring that is lost (the reader reconnecting) is
+made up for when it subscribes again: it then reads every followed key. A feed keeps the last
+rows it read (`KEEP`); a follower whose position is older than what the feed can vouch for (it
+joined later, or the rows were trimmed) gets None and reads Redis directly, once. A key nobody
+read for `IDLE_SECONDS` is dropped (and unsubscribed). When Redis fails, every waiter gets the
+error (followers fall back to the committed log) and the reader tries again every second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import threading
 import time
@@ -38,13 +50,21 @@ log = logging.getLogger(__name__)
 
 BLOCK_MS = 5000  # under the connection's socket timeout (15 s)
 KEEP = 256  # rows a feed keeps once every waiter has had them
-IDLE_SECONDS = 30.0  # a key nobody reads for this long leaves the XREAD
-READ_COUNT = 1000  # rows per key per XREAD
+IDLE_SECONDS = 30.0  # a key nobody reads for this long is dropped (and unsubscribed)
+READ_COUNT = 1000  # rows per key per XRANGE (a key that had more is read again at once)
+RINGS_PER_ROUND = 5000  # rings taken in before the streams they name are read
+SUBSCRIBE_CHUNK = 1000  # channels per SUBSCRIBE / UNSUBSCRIBE command
 _RETRY_S = 1.0
 _WAIT = object()  # (`_found`: nothing yet, time left)
 WAKE_PREFIX = "chatworker:live-wake:"
+RUNG_PREFIX = "chatworker:live-rung:"
 
 Row = tuple[str, dict[str, str]]  # (entry id, fields), as redis-py returns them
+
+
+def rung(key: str) -> str:
+    """The pub/sub channel a publisher rings when it appends to the stream `key`."""
+    return RUNG_PREFIX + key
 
 
 def parse_id(value: str) -> tuple[int, int]:
@@ -79,19 +99,20 @@ class _Feed:
 
 
 class Multiplexer:
-    """Blocking reads of many stream keys through one `XREAD` (see the module's docstring)."""
+    """Blocking reads of many stream keys through one reader (see the module's docstring)."""
 
     def __init__(self, client: redis.Redis, *, block_ms: int = BLOCK_MS) -> None:
         self.redis = client
         self.block_ms = block_ms
-        self.wake_key = f"{WAKE_PREFIX}{uuid.uuid4()}"
-        self._wake_cursor = "0"
+        self.wake_channel = f"{WAKE_PREFIX}{uuid.uuid4()}"
         self._lock = threading.Lock()
         self._feeds: dict[str, _Feed] = {}
         self._error: Exception | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        self.reads = 0  # XREAD calls made (for tests and benchmarks)
+        self.reads = 0  # rounds that read streams (for tests and benchmarks)
+        self.keys_read = 0  # streams read, summed over the rounds
+        self.listening = 0  # keys subscribed to and read once (a follower's ring now reaches it)
 
     def read(self, key: str, after: str, block: float) -> list[Row] | None:
         """The rows of `key` after `after`, waiting up to `block` seconds for the first; None
@@ -101,7 +122,7 @@ class Multiplexer:
         deadline = time.monotonic() + block
         feed, new = self._feed(key, after, position)
         if new:
-            self._wake()  # the key joins the XREAD now, not after the current block
+            self._wake()  # the reader subscribes to it now, not after the current block
         with self._lock:
             while True:
                 found = self._found(feed, position, deadline)
@@ -177,39 +198,82 @@ class Multiplexer:
 
     def _wake(self) -> None:
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xadd(self.wake_key, {"w": "1"}, maxlen=16, approximate=False)
-            pipe.expire(self.wake_key, 60)
-            pipe.execute()
+            self.redis.publish(self.wake_channel, "1")
         except Exception:  # the reader is failing too, and will tell the waiters
             log.debug("live reader: could not wake it", exc_info=True)
 
     def _read_forever(self) -> None:
         while not self._stopped.is_set():
-            with self._lock:
-                self._drop_idle()
-                streams = {self.wake_key: self._wake_cursor}
-                streams.update((key, feed.cursor) for key, feed in self._feeds.items())
+            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             try:
-                found: Any = self.redis.xread(streams, count=READ_COUNT, block=self.block_ms)  # type: ignore[arg-type]
+                self._listen(pubsub)
             except Exception as exc:
                 self._fail(exc)
                 self._stopped.wait(_RETRY_S)
-                continue
+            finally:
+                with contextlib.suppress(Exception):
+                    pubsub.close()
+
+    def _listen(self, pubsub: Any) -> None:
+        """Subscribe to the followed keys' rings as they come and go, and read what they ring."""
+        pubsub.subscribe(self.wake_channel)
+        subscribed: set[str] = set()
+        while not self._stopped.is_set():
+            with self._lock:
+                self._drop_idle()
+                followed = set(self._feeds)
+            new, gone = followed - subscribed, subscribed - followed
+            for chunk in _chunks([rung(key) for key in gone]):
+                pubsub.unsubscribe(*chunk)
+            for chunk in _chunks([rung(key) for key in new]):
+                pubsub.subscribe(*chunk)
+            subscribed = followed
+            # Keys just subscribed are read once: what was published before their subscription
+            # (a follower's position may be older), or while the reader was away.
+            due = new or self._rings(pubsub)
+            if due:
+                self._read_keys(due)
+            self.listening = len(subscribed)
+
+    def _rings(self, pubsub: Any) -> set[str]:
+        """The keys rung: waits up to the block for the first ring, then takes what is there."""
+        due: set[str] = set()
+        message = pubsub.get_message(timeout=self.block_ms / 1000)
+        while message is not None and len(due) < RINGS_PER_ROUND:
+            name = message.get("channel")
+            if isinstance(name, bytes):
+                name = name.decode()
+            if isinstance(name, str) and name.startswith(RUNG_PREFIX):
+                due.add(name[len(RUNG_PREFIX) :])
+            message = pubsub.get_message(timeout=0)
+        return due
+
+    def _read_keys(self, keys: set[str]) -> None:
+        """Each key's new entries (one pipeline), into its feed; a key that had `READ_COUNT`
+        rows is read again at once."""
+        while keys:
+            with self._lock:
+                cursors = [(key, self._feeds[key].cursor) for key in keys if key in self._feeds]
+            pipe = self.redis.pipeline(transaction=False)
+            for key, cursor in cursors:
+                pipe.xrange(key, min=f"({cursor}", count=READ_COUNT)
+            found = pipe.execute()
             self.reads += 1
+            self.keys_read += len(cursors)
+            keys = set()
             with self._lock:
                 if self._error is not None:
                     log.info("live reader: Redis answers again")
                     self._error = None
-                for key, rows in found or []:
-                    if key == self.wake_key:
-                        self._wake_cursor = rows[-1][0]
-                        continue
+                for (key, _), rows in zip(cursors, found, strict=True):
                     feed = self._feeds.get(key)
-                    if feed is not None and rows:
-                        feed.add(rows)
-                        feed.condition.notify_all()
-                        feed.waiting.wake_all()
+                    if feed is None or not rows:
+                        continue
+                    feed.add(rows)
+                    feed.condition.notify_all()
+                    feed.waiting.wake_all()
+                    if len(rows) >= READ_COUNT:
+                        keys.add(key)
 
     def _fail(self, exc: Exception) -> None:
         with self._lock:
@@ -231,9 +295,13 @@ class Multiplexer:
 
     @property
     def keys(self) -> int:
-        """Keys in the XREAD now."""
+        """Keys followed now."""
         with self._lock:
             return len(self._feeds)
 
 
-__all__ = ["Multiplexer", "parse_id"]
+def _chunks(names: list[str]) -> list[list[str]]:
+    return [names[i : i + SUBSCRIBE_CHUNK] for i in range(0, len(names), SUBSCRIBE_CHUNK)]
+
+
+__all__ = ["RUNG_PREFIX", "Multiplexer", "parse_id", "rung"]

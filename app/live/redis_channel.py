@@ -5,7 +5,9 @@ Why a Stream and not pub/sub for the entries: a reader that connects (or reconne
 middle of a reply must get the part already sent, and pub/sub keeps nothing; a Stream keeps the
 last `MAX_ENTRIES` entries, lets each reader read from its own position (`XREAD` blocks until
 there is more), and expires with the conversation's silence (`EXPIRE`, renewed by every write).
-A process's blocking reads share one `XREAD` over all the keys it follows (`multiplex.py`).
+Each append also rings the conversation's pub/sub channel, `chatworker:live-rung:<stream key>`:
+a process's blocking reads share one reader subscribed to the channels of the keys it follows,
+which reads only the streams rung (`multiplex.py`).
 Cancel requests are pub/sub: they only matter to the worker holding the turn at that moment, and
 a lost one is caught by that worker's next step or heartbeat, which read the committed request.
 """
@@ -23,7 +25,7 @@ import redis
 
 from app.live.channel import MAX_ENTRIES, START, TTL_SECONDS, Batch, Position
 from app.live.entries import LiveEntry, decode, encode
-from app.live.multiplex import Multiplexer
+from app.live.multiplex import Multiplexer, rung
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,7 @@ class RedisChannel:
             pipe.xadd(key, encode(entry), maxlen=self.max_entries, approximate=True)  # type: ignore[arg-type]
         for key in keys:
             pipe.expire(key, int(self.ttl))
+            pipe.publish(rung(key), "")  # the readers following it read it now (`multiplex.py`)
         pipe.execute()
 
     def read(self, conversation_id: uuid.UUID, after: Position | None, block: float = 0.0) -> Batch:
@@ -83,7 +86,7 @@ class RedisChannel:
         rows: Any = None
         if after is None:
             rows = self.redis.xrange(key, count=READ_COUNT)
-        elif block > 0:  # one XREAD for every follower of this process
+        elif block > 0:  # one reader for every follower of this process
             rows = self._multiplexer().read(key, since, block)
         if rows is None:
             rows = self._read_directly(key, since, block)

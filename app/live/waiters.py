@@ -1,5 +1,5 @@
-"""Readers that wait on an event loop for what another thread produces (the live reader's
-`XREAD`, a publisher): each wait is a future on its reader's own loop, woken thread-safely, so a
+"""Readers that wait on an event loop for what another thread produces (the live reader, a
+publisher): each wait is a future on its reader's own loop, woken thread-safely, so a
 process follows thousands of conversations without a thread apiece.
 
 The producer and the readers share a lock of their own (the channel's): a reader checks for new

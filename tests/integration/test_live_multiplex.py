@@ -1,7 +1,8 @@
-"""Many followers, one XREAD: `app/live/multiplex.py` on a real Redis (and one that dies)."""
+"""Many followers, one reader: `app/live/multiplex.py` on a real Redis (and one that dies)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -65,10 +66,52 @@ def test_a_hundred_followers_share_one_reader_and_each_gets_its_own_entries_in_o
         thread.join(30)
     assert all(got[c] == [CommitNotice(n) for n in range(5)] for c in ids)
     assert reader.keys == 100
-    # A hundred blocked followers hold no connection each: one XREAD waits for them all.
+    # A hundred blocked followers hold no connection each: one reader waits for them all.
     assert in_use_while_waiting <= 2
-    # 500 entries reached 100 followers in a few XREADs: one per burst or so, not per follower.
+    # 500 entries reached 100 followers in a few rounds: one per burst or so, not per follower.
     assert reader.reads - reads_before < 30
+
+
+def test_the_reader_reads_only_the_streams_rung_however_many_it_follows(
+    channel: RedisChannel,
+) -> None:
+    """1,000 conversations followed, entries published to one: the reader reads that stream and
+    no other (an XREAD over every followed key read all 1,000 on every round)."""
+    quiet = [uuid.uuid4() for _ in range(1000)]
+    busy = uuid.uuid4()
+    got: list[LiveEntry] = []
+
+    async def follow_all() -> None:
+        async def wait_quietly(conversation_id: uuid.UUID) -> None:
+            await channel.aread(conversation_id, "0", 30.0)
+
+        waiting = [asyncio.create_task(wait_quietly(c)) for c in quiet]
+        position = "0"
+        while len(got) < 20:
+            batch = await channel.aread(busy, position, 30.0)
+            got.extend(batch.entries)
+            position = batch.position
+        for task in waiting:
+            task.cancel()
+
+    def publish() -> None:
+        deadline = time.monotonic() + 60
+        while (reader := channel._reader) is None or reader.listening < len(quiet) + 1:
+            assert time.monotonic() < deadline, "the followers never all joined"
+            time.sleep(0.01)
+        reader.keys_read = 0
+        for n in range(20):
+            channel.publish([(busy, CommitNotice(n))])
+            time.sleep(0.01)
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    asyncio.run(follow_all())
+    publisher.join(60)
+    reader = channel._reader
+    assert reader is not None
+    assert got == [CommitNotice(n) for n in range(20)]
+    assert reader.keys_read <= 20  # one stream per ring at most: the one rung
 
 
 def test_a_new_follower_is_not_kept_waiting_by_the_block_of_the_others(
