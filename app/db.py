@@ -35,6 +35,17 @@ def make_engine(url: str, **options: Any) -> Engine:
     return engine
 
 
+def autocommit_reads(engine: Engine) -> Engine:
+    """`engine` for reads, in autocommit: no transaction to roll back. psycopg forgets every
+    statement it prepared on a connection (and has the server deallocate them: a round trip) when
+    a transaction on it rolls back, and SQLAlchemy rolls back each `connect()` block it closes: a
+    read in one cost the next statements on that connection their prepared plans, and a read of
+    the event log a ROLLBACK and a re-preparation apiece. Under READ COMMITTED, PostgreSQL's
+    default, each statement takes its own snapshot either way: autocommit changes nothing a
+    read sees."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def shown(url: str) -> str:
     """A database URL fit to print: the password hidden."""
     return make_url(url).render_as_string(hide_password=True)

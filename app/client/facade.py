@@ -60,7 +60,7 @@ from app.client.views import (
     TurnView,
 )
 from app.config import Settings, get_settings
-from app.db import make_engine
+from app.db import autocommit_reads, make_engine
 from app.errors import InvalidRequest
 from app.live import CommitNotice, LiveChannel
 from app.telemetry import tracing
@@ -86,6 +86,7 @@ class ChatClient(ChatReader):
     ) -> None:
         self.settings = settings or get_settings()
         self.engine = engine or make_engine(self.settings.database_url)
+        self.reads = autocommit_reads(self.engine)  # (reads that leave prepared statements be)
         self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)
         self._live = live
         self._live_warned = False

@@ -42,6 +42,7 @@ class ChatReader:
 
     settings: Settings
     engine: Engine
+    reads: Engine  # the engine in autocommit, for reads (`app.db.autocommit_reads`)
     _live: LiveChannel | None
 
     @property
@@ -58,7 +59,7 @@ class ChatReader:
         `before` is the previous page's `next_before`."""
         limit = check_page_size(limit)
         mark = None if before is None else parse_conversation_id(before)
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             found = reads.list_conversations(connection, owner, limit + 1, mark)
         more = len(found) > limit
         return ConversationPage(found[:limit], found[limit - 1].id if more else None)
@@ -109,7 +110,7 @@ class ChatReader:
     def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
         """A turn's status, error, usage and times; `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             reads.conversation_of_turn(connection, turn_id, owner)
             return reads.read_turn(connection, turn_id)
 
@@ -136,7 +137,7 @@ class ChatReader:
             with contextlib.suppress(TimeoutError):
                 for _ in following:
                     pass
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             turn = reads.read_turn(connection, turn.id)
             return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
 
@@ -155,7 +156,7 @@ class ChatReader:
     ) -> TurnView | None:
         """The conversation's current (or last) turn; None before the first message."""
         conversation_id = parse_conversation_id(conversation_id)
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             reads.check_owner(connection, conversation_id, owner)
             turn = reads.current_turn(connection, conversation_id)
             if turn is None:
@@ -174,9 +175,8 @@ class ChatReader:
         for a negative cursor or one beyond the last event."""
         conversation_id = parse_conversation_id(conversation_id)
         after, limit = check_cursor(after, limit)
-        with self.engine.connect() as connection:
-            reads.check_owner(connection, conversation_id, owner)
-            return reads.read_events(connection, conversation_id, after, limit)
+        with self.reads.connect() as connection:
+            return reads.read_events(connection, conversation_id, after, limit, owner)
 
     def wait_for_events(
         self,
@@ -230,7 +230,7 @@ class ChatReader:
         after_seq` (all if None), each with its versions (`siblings`); with `all_versions`,
         every branch's messages (`active` says which are on the path)."""
         conversation_id = parse_conversation_id(conversation_id)
-        with self.engine.connect() as connection:
+        with self.reads.connect() as connection:
             reads.check_owner(connection, conversation_id, owner)
             return reads.read_conversation(
                 connection, conversation_id, after_seq, all_versions=all_versions

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, cast
 
-from sqlalchemy import Connection, Select, func, select, text
+from sqlalchemy import Connection, Select, bindparam, func, select, text
 
 from app.client.store import branches
 from app.client.views import (
@@ -203,36 +203,30 @@ _MESSAGE_COLUMNS = [column.label(f"msg_{column.key}") for column in messages.c]
 
 
 def read_events(
-    connection: Connection, conversation_id: uuid.UUID, after: int, limit: int
+    connection: Connection,
+    conversation_id: uuid.UUID,
+    after: int,
+    limit: int,
+    owner: str | None = None,
 ) -> EventPage:
     """Up to `limit` committed events with `seq > after`, with the rows they name.
 
-    `InvalidCursor` for a cursor beyond the last event; `ConversationNotFound`."""
-    last_message = (
-        select(func.coalesce(func.max(messages.c.seq), 0))
-        .where(messages.c.conversation_id == conversation_id)
-        .scalar_subquery()
-    )
-    head = connection.execute(
-        select(conversations.c.event_seq, conversations.c.status, last_message).where(
-            conversations.c.id == conversation_id
-        )
-    ).one_or_none()
-    if head is None:
+    `InvalidCursor` for a cursor beyond the last event; `ConversationNotFound` (also when
+    `owner` may not see it, as `check_owner`). The hottest read of the API (every stream, every
+    long poll): two statements built once, the owner checked by the first."""
+    head = connection.execute(_EVENTS_HEAD, {"conversation_id": conversation_id}).one_or_none()
+    if head is None or (owner is not None and head.owner != owner):
         raise ConversationNotFound(f"no conversation {conversation_id}")
     if after > head.event_seq:
         raise InvalidCursor(
             f"cursor {after} is beyond the last event of conversation {conversation_id} "
             f"({head.event_seq})"
         )
-    query = (
-        _events_with_rows()
-        .where(events.c.conversation_id == conversation_id, events.c.seq > after)
-        .order_by(events.c.seq)
-        .limit(limit)
+    rows = connection.execute(
+        _EVENTS_AFTER, {"conversation_id": conversation_id, "after": after, "limit": limit}
     )
-    found = [_event_view(row._mapping) for row in connection.execute(query)]
-    return EventPage(conversation_id, found, head.event_seq, head.status, head[2])
+    found = [_event_view(row._mapping) for row in rows]
+    return EventPage(conversation_id, found, head.event_seq, head.status, head.last_message)
 
 
 def turn_events(connection: Connection, turn_id: uuid.UUID) -> list[EventView]:
@@ -252,6 +246,26 @@ def _events_with_rows() -> Select[Any]:
             & (messages.c.seq == events.c.message_seq),
         )
     )
+
+
+_EVENTS_HEAD = select(
+    conversations.c.event_seq,
+    conversations.c.status,
+    conversations.c.owner,
+    select(func.coalesce(func.max(messages.c.seq), 0))
+    .where(messages.c.conversation_id == conversations.c.id)
+    .scalar_subquery()
+    .label("last_message"),
+).where(conversations.c.id == bindparam("conversation_id"))
+_EVENTS_AFTER = (
+    _events_with_rows()
+    .where(
+        events.c.conversation_id == bindparam("conversation_id"),
+        events.c.seq > bindparam("after"),
+    )
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
 
 
 def read_catalogue(connection: Connection) -> list[ToolInfo]:

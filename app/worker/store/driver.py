@@ -175,14 +175,6 @@ class PsycopgDriver:
             return self._transcript.rows(connection, transcript)
 
 
-def reads(engine: Engine) -> Engine:
-    """`engine` for reads, in autocommit: no transaction to roll back. psycopg forgets every
-    statement it prepared on a connection (and has the server deallocate them) when a
-    transaction on it rolls back, and SQLAlchemy rolls back each `connect()` block it closes: a
-    read in one would cost the next claim and steps on that connection their prepared plans."""
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
-
-
 @contextlib.contextmanager
 def autocommit_connection(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
     """A pooled connection in autocommit; a connection that broke is never pooled again."""
@@ -313,5 +305,4 @@ __all__ = [
     "StepConflict",
     "autocommit_connection",
     "make_driver",
-    "reads",
 ]

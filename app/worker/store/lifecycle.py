@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 
 from app.client.store import budgets
 from app.client.store import files as stored_files
+from app.db import autocommit_reads
 from app.errors import ChatWorkerError
 from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
 from app.worker.context import Compacted
@@ -36,7 +37,6 @@ from app.worker.store.driver import (
     Row,
     StepConflict,
     make_driver,
-    reads,
 )
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.files import FileBytes
@@ -108,7 +108,7 @@ class TurnStore:
         liveness: LivenessToken | None = None,
     ) -> None:
         self.engine = engine
-        self.reads = reads(engine)  # (reads that leave the prepared statements alone)
+        self.reads = autocommit_reads(engine)  # (reads that leave prepared statements be)
         self.clock = clock
         self.histories = histories  # the transcripts this process kept between turns
         self.liveness = liveness  # this process's token: every claim records it on the lease

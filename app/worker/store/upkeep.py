@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 
 from app.client.store import files as stored_files
+from app.db import autocommit_reads
 from app.models import (
     FAILED,
     IDLE,
@@ -42,7 +43,7 @@ from app.models.tables import catalog, conversations, deliveries, file_uses, tur
 from app.worker.ports import ToolDefinition
 from app.worker.store import liveness
 from app.worker.store.clock import Clock, utc_now
-from app.worker.store.driver import Sequenced, reads
+from app.worker.store.driver import Sequenced
 from app.worker.store.fence import Write, fence_parameters
 from app.worker.store.journal import COMPOSITES, usage_parameters
 
@@ -73,7 +74,7 @@ class Upkeep:
 
     def __init__(self, engine: Engine, clock: Clock = utc_now) -> None:
         self.engine = engine
-        self.reads = reads(engine)  # (reads that leave the prepared statements alone)
+        self.reads = autocommit_reads(engine)  # (reads that leave prepared statements be)
         self.clock = clock
         self.lock_holder_idle_limit = LOCK_HOLDER_IDLE_LIMIT_S
 
