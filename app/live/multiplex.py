@@ -112,6 +112,8 @@ class Multiplexer:
         self._thread: threading.Thread | None = None
         self.reads = 0  # rounds that read streams (for tests and benchmarks)
         self.keys_read = 0  # streams read, summed over the rounds
+        self._joining: set[str] = set()  # keys followed since the reader last subscribed
+        self._dropped_at = 0.0
         self.listening = 0  # keys subscribed to and read once (a follower's ring now reaches it)
 
     def read(self, key: str, after: str, block: float) -> list[Row] | None:
@@ -165,6 +167,7 @@ class Multiplexer:
             new = feed is None
             if feed is None:
                 feed = self._feeds[key] = _Feed(after, position, threading.Condition(self._lock))
+                self._joining.add(key)
             feed.touched = time.monotonic()
             return feed, new
 
@@ -217,23 +220,25 @@ class Multiplexer:
     def _listen(self, pubsub: Any) -> None:
         """Subscribe to the followed keys' rings as they come and go, and read what they ring."""
         pubsub.subscribe(self.wake_channel)
-        subscribed: set[str] = set()
+        with self._lock:  # (a new connection: every key followed is subscribed to and read)
+            self._joining = set(self._feeds)
+        subscribed = 0
         while not self._stopped.is_set():
+            # Only what changed: a round's work must not grow with the keys followed.
             with self._lock:
-                self._drop_idle()
-                followed = set(self._feeds)
-            new, gone = followed - subscribed, subscribed - followed
+                new, self._joining = self._joining, set()
+                gone = self._drop_idle() if time.monotonic() - self._dropped_at > 1.0 else []
             for chunk in _chunks([rung(key) for key in gone]):
                 pubsub.unsubscribe(*chunk)
             for chunk in _chunks([rung(key) for key in new]):
                 pubsub.subscribe(*chunk)
-            subscribed = followed
+            subscribed += len(new) - len(gone)
             # Keys just subscribed are read once: what was published before their subscription
             # (a follower's position may be older), or while the reader was away.
             due = new or self._rings(pubsub)
             if due:
                 self._read_keys(due)
-            self.listening = len(subscribed)
+            self.listening = subscribed
 
     def _rings(self, pubsub: Any) -> set[str]:
         """The keys rung: waits up to the block for the first ring, then takes what is there."""
@@ -284,14 +289,18 @@ class Multiplexer:
                 feed.condition.notify_all()
                 feed.waiting.wake_all()
 
-    def _drop_idle(self) -> None:
-        now = time.monotonic()
-        for key in [
+    def _drop_idle(self) -> list[str]:
+        """(Under the lock, at most once a second.) Forget the keys nobody read for
+        `IDLE_SECONDS`; which."""
+        now = self._dropped_at = time.monotonic()
+        idle = [
             key
             for key, feed in self._feeds.items()
             if feed.waiters == 0 and now - feed.touched > IDLE_SECONDS
-        ]:
+        ]
+        for key in idle:
             del self._feeds[key]
+        return idle
 
     @property
     def keys(self) -> int:
