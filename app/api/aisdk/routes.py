@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 from fastapi.concurrency import run_in_threadpool
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from app.api.aisdk.chunks import UiMessageChunks
 from app.api.aisdk.requests import (
@@ -32,6 +32,7 @@ from app.api.aisdk.requests import (
     parse_chat,
 )
 from app.api.auth import Authenticated, Caller
+from app.api.event_stream import EventStream
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
 from app.api.responses.routes import NO_MESSAGES
@@ -55,7 +56,7 @@ MESSAGE_KEY = "ai-sdk:"
 @router.post("", responses=documented(400, 401, 404, 409, 413, 422, 429, 503))
 async def send_messages(
     caller: Authenticated, api: Api, body: Annotated[Any, Body()]
-) -> EventSourceResponse:
+) -> EventStream:
     """The turn the chat's last message starts (a user's message) or continues (the answers
     to its pause), as a UI message stream."""
     request = parse_chat(body)
@@ -89,7 +90,7 @@ def stop(chat_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
 
 async def _stream(
     api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
-) -> EventSourceResponse:
+) -> EventStream:
     api.open_stream(caller.owner)
     try:
         opened, first = await api.read_step(lambda: _open(api, caller, turn_id, continues_after))
@@ -102,9 +103,7 @@ async def _stream(
             yield ServerSentEvent(data=json.dumps(chunk))
         yield ServerSentEvent(data="[DONE]")
 
-    return EventSourceResponse(
-        written(), ping=api.settings.api_heartbeat_seconds, headers=dict(HEADERS)
-    )
+    return EventStream(written(), ping=api.settings.api_heartbeat_seconds, headers=dict(HEADERS))
 
 
 def _open(

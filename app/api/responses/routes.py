@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
 from fastapi.concurrency import run_in_threadpool
-from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette import ServerSentEvent
 
 from app.api.auth import Authenticated, Caller
+from app.api.event_stream import EventStream
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
 from app.api.responses.errors import ResponseNotFound, Unsupported
@@ -158,7 +159,7 @@ def list_input_items(
 
 async def _stream(
     api: ApiState, caller: Caller, response: ResponseId, starting_after: int | None
-) -> EventSourceResponse:
+) -> EventStream:
     """The response's events as server-sent events: a follower of its conversation from just
     before its turn's first event, rendered by `stream.ResponseEvents`, those after
     `starting_after` written."""
@@ -175,7 +176,7 @@ async def _stream(
             if event["sequence_number"] > after:
                 yield ServerSentEvent(data=json.dumps(event), event=event["type"])
 
-    return EventSourceResponse(
+    return EventStream(
         written(),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

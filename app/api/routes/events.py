@@ -6,9 +6,9 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query
-from sse_starlette import EventSourceResponse
 
 from app.api.auth import Authenticated
+from app.api.event_stream import EventStream
 from app.api.problems import documented
 from app.api.schemas import Event, EventList
 from app.api.state import Api
@@ -80,7 +80,7 @@ async def list_events(
 
 @router.get(
     "/{conversation_id}/stream",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses=documented(
         400,
         401,
@@ -112,7 +112,7 @@ async def stream_events(
     last_event_id: Annotated[
         str | None, Header(alias="Last-Event-ID", description="resume after this SSE id")
     ] = None,
-) -> EventSourceResponse:
+) -> EventStream:
     """Replays the committed events after `Last-Event-ID` (or `?after=`, else from the start),
     then continues live: the reply's words as `message.delta`, every event as it commits."""
     cursor = Cursor.parse(last_event_id if last_event_id is not None else (after or 0))
@@ -132,7 +132,7 @@ async def stream_events(
     except BaseException:
         api.close_stream(caller.owner)
         raise
-    return EventSourceResponse(
+    return EventStream(
         sse_events(api, following, caller.owner),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

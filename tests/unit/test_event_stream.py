@@ -1,0 +1,97 @@
+"""`app/api/event_stream.py`: the SSE response without a task group: its events, its pings, the
+client's leaving and the server's stop each end or feed it, and the generator is always closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from sse_starlette import ServerSentEvent
+from sse_starlette.sse import AppStatus
+
+from app.api import event_stream
+from app.api.event_stream import EventStream
+
+
+class Closed:
+    def __init__(self) -> None:
+        self.closed = False
+
+
+def source(closed: Closed, *items: str, then_wait: bool = False) -> AsyncIterator[ServerSentEvent]:
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        try:
+            for item in items:
+                yield ServerSentEvent(data=item)
+            if then_wait:
+                await asyncio.Event().wait()  # a quiet stream: nothing more, ever
+        finally:
+            closed.closed = True
+
+    return events()
+
+
+async def run(
+    response: EventStream, *, method: str = "GET", leave_after: float | None = None
+) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if leave_after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(leave_after or 0)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": method}
+    await asyncio.wait_for(response(scope, receive, send), 10)  # type: ignore[arg-type]
+    return sent
+
+
+def bodies(sent: list[dict[str, Any]]) -> list[bytes]:
+    return [m["body"] for m in sent if m["type"] == "http.response.body"]
+
+
+def test_the_events_then_the_end_of_the_body_and_the_generator_closed() -> None:
+    closed = Closed()
+    sent = asyncio.run(run(EventStream(source(closed, "a", "b"), ping=60)))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    assert (b"content-type", b"text/event-stream; charset=utf-8") in sent[0]["headers"]
+    assert bodies(sent) == [b"data: a\r\n\r\n", b"data: b\r\n\r\n", b""]
+    assert sent[-1]["more_body"] is False and closed.closed
+
+
+def test_a_quiet_stream_is_pinged_and_a_client_that_leaves_ends_it() -> None:
+    closed = Closed()
+    stream = EventStream(source(closed, "a", then_wait=True), ping=0.05)
+    sent = asyncio.run(run(stream, leave_after=0.4))
+    chunks = bodies(sent)
+    assert chunks[0] == b"data: a\r\n\r\n"
+    assert len(chunks) >= 3 and all(c.startswith(b": ping - ") for c in chunks[1:])
+    assert closed.closed  # (its `finally` ran: the follower closed, the stream uncounted)
+
+
+def test_head_sends_the_headers_only_and_never_runs_the_stream() -> None:
+    closed = Closed()
+    sent = asyncio.run(run(EventStream(source(closed, "a"), ping=60), method="HEAD"))
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert bodies(sent) == [b""]
+
+
+def test_the_server_stopping_ends_every_open_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_stream, "SHUTDOWN_POLL_SECONDS", 0.01)
+    closed = Closed()
+
+    async def main() -> list[dict[str, Any]]:
+        running = asyncio.ensure_future(run(EventStream(source(closed, then_wait=True), ping=60)))
+        await asyncio.sleep(0.2)
+        assert not running.done()
+        monkeypatch.setattr(AppStatus, "should_exit", True)
+        return await running
+
+    sent = asyncio.run(main())
+    assert bodies(sent) == [b""] and closed.closed
