@@ -64,7 +64,7 @@ class RenderedTurn:
             record.events[0].seq - 1 if record.events else 0,
             until=None,
             poll_interval=STREAM_WAKE_SECONDS,
-            log_interval=api.safety_read_interval(STREAM_WAKE_SECONDS),
+            log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
             owner=owner,
         )
         return cls(api, following, renderer, finish, owner)

@@ -16,7 +16,7 @@ from app.client.admission import REJECT
 from app.client.asynchronous_admin import AsyncAdminClient
 from app.client.doorbell import Enqueue
 from app.client.facade import ChatClient
-from app.client.following import REST, AsyncFollowing
+from app.client.following import REST, AsyncFollowing, LogInterval
 from app.client.merge import Cursor
 from app.client.views import (
     ConversationPage,
@@ -287,7 +287,7 @@ class AsyncChatClient:
         turn_id: uuid.UUID | str | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
-        log_interval: float | None = None,
+        log_interval: LogInterval | None = None,
         owner: str | None = None,
     ) -> AsyncFollowing:
         """`ChatClient.follow`, in a worker thread."""

@@ -20,7 +20,7 @@ from app.client.checks import (
     parse_conversation_id,
     parse_turn_id,
 )
-from app.client.following import REST, TURN_END, UNTIL, Following, Offload
+from app.client.following import REST, TURN_END, UNTIL, Following, LogInterval, Offload
 from app.client.merge import Cursor
 from app.client.store import conversations, reads
 from app.client.views import (
@@ -73,7 +73,7 @@ class ChatReader:
         turn_id: uuid.UUID | str | None = None,
         timeout: float | None = None,
         poll_interval: float = 1.0,
-        log_interval: float | None = None,
+        log_interval: LogInterval | None = None,
         owner: str | None = None,
     ) -> Following:
         """The conversation's committed events after the cursor `after`, then live as they
@@ -81,8 +81,9 @@ class ChatReader:
         `cursor` after any item. Stops when the conversation rests (`until='rest'`), after the
         followed turn's terminal event (`'turn_end'`: `turn_id`, or the next turn to end), or
         never (None). The channel is read `poll_interval` seconds at a time, and, while it is
-        quiet, the committed log every `log_interval` (default: `poll_interval`) in case a
-        commit notice was lost. `InvalidCursor` for a cursor that is malformed, negative or
+        quiet, the committed log every `log_interval` (default: `poll_interval`; a function: asked
+        at each read, so a server can stretch it as its streams grow) in case a commit notice
+        was lost. `InvalidCursor` for a cursor that is malformed, negative or
         beyond the last event; `ConversationNotFound`."""
         conversation_id = parse_conversation_id(conversation_id)
         cursor = Cursor.parse(after)
@@ -90,7 +91,11 @@ class ChatReader:
             raise InvalidRequest(f"until must be 'rest', 'turn_end' or None, not {until!r}")
         if not poll_interval > 0:
             raise InvalidRequest(f"poll_interval must be > 0 seconds, not {poll_interval!r}")
-        if log_interval is not None and not log_interval >= poll_interval:
+        if (
+            log_interval is not None
+            and not callable(log_interval)
+            and not log_interval >= poll_interval
+        ):
             raise InvalidRequest(
                 f"log_interval must be >= poll_interval ({poll_interval}), not {log_interval!r}"
             )

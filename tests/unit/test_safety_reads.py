@@ -4,9 +4,14 @@ second, however many streams the process serves."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any
 
 from app.api.state import SAFETY_READS_PER_SECOND, ApiState
+from app.client.following import Following
+from app.client.merge import Cursor
+from app.client.views import EventPage
 from app.config import load_settings
 
 
@@ -27,3 +32,38 @@ def test_the_safety_read_interval_grows_with_the_streams_past_a_hundred_reads_a_
         assert api.streams / interval <= SAFETY_READS_PER_SECOND
     finally:
         api.close()
+
+
+def test_a_follower_asks_its_interval_at_each_read_so_the_early_streams_stretch_too() -> None:
+    """A stream opened when the process had few keeps asking: with 10,000 open later, its
+    next safety read is 100 s away, not the 10 s it got at its opening."""
+
+    class Reader:
+        def events(self, conversation_id: Any, after: int = 0, limit: int = 100) -> EventPage:
+            return EventPage(conversation_id, [], 0, "idle", 0)
+
+    intervals = iter([10.0, 100.0])
+    asked: list[float] = []
+
+    def interval() -> float:
+        asked.append(next(intervals))
+        return asked[-1]
+
+    following = Following(
+        Reader(),  # type: ignore[arg-type]
+        uuid.uuid4(),
+        Cursor.parse(0),
+        until=None,
+        poll_interval=1.0,
+        log_interval=interval,
+    )
+    for expected in (10.0, 100.0):
+        steps = following._read_log()
+        page = next(steps)
+        try:
+            steps.send(Reader().events(following.conversation_id, page.after))
+        except StopIteration:
+            pass
+        assert asked[-1] == expected
+        wait = following._next_log - time.monotonic()
+        assert 0.8 * expected - 1 <= wait <= 1.2 * expected  # (jittered by +-20 %)

@@ -125,7 +125,7 @@ async def stream_events(
                 cursor,
                 until=ends,
                 poll_interval=STREAM_WAKE_SECONDS,
-                log_interval=api.safety_read_interval(STREAM_WAKE_SECONDS),
+                log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
                 owner=caller.owner,
             )
         )
