@@ -105,10 +105,12 @@ def _ping() -> bytes:
 
 
 async def _client_left(receive: Receive, ended: asyncio.Future[str]) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    if not ended.done():
-        ended.set_result("left")
+    try:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+    finally:  # (a `receive` that failed: the connection is gone all the same)
+        if not ended.done():
+            ended.set_result("left")
 
 
 async def _close(events: AsyncIterator[ServerSentEvent]) -> None:

@@ -95,3 +95,19 @@ def test_the_server_stopping_ends_every_open_stream(monkeypatch: pytest.MonkeyPa
 
     sent = asyncio.run(main())
     assert bodies(sent) == [b""] and closed.closed
+
+
+def test_a_receive_that_fails_ends_the_stream_as_a_client_that_left() -> None:
+    closed = Closed()
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.1)
+        raise OSError("connection reset")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    stream = EventStream(source(closed, "a", then_wait=True), ping=60)
+    asyncio.run(asyncio.wait_for(stream({"type": "http"}, receive, send), 10))  # type: ignore[arg-type]
+    assert bodies(sent)[0] == b"data: a\r\n\r\n" and closed.closed
