@@ -32,8 +32,10 @@ def test_a_worker_killed_taking_a_steer_message_in_is_continued_by_another(
     deployment: Deployment, failpoint: str
 ) -> None:
     deployment.llm.script([{"text": ANSWER}])
-    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": failpoint})
+    # Both submitted before any worker runs: a running worker picks a doorbell up within
+    # milliseconds, so it could start the first turn (and ask the model) before the steer came.
     conversation_id, first, steer = steered_before_pickup(deployment)
+    doomed = deployment.start_worker("doomed", {"CHATWORKER_FAILPOINT": failpoint})
     assert doomed.wait_exit(timeout=30) is not None, f"the failpoint never fired\n{doomed.log()}"
     assert f"failpoint {failpoint} reached: SIGKILL" in doomed.log()
     committed = [m.content for m in deployment.client.get_conversation(conversation_id).messages]
