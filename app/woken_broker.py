@@ -19,8 +19,10 @@ delayed doorbell is not announced: dramatiq moves it to the queue at its time, t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import uuid
 from typing import Any
 
 import redis
@@ -32,6 +34,7 @@ log = logging.getLogger(__name__)
 CHANNEL_PREFIX = "chatworker:rung:"
 _LISTEN_POLL_S = 1.0  # how often the listener takes in new queues and checks it was stopped
 _RETRY_S = 1.0
+_CLOSE_WAIT_S = 5.0  # how long `close` waits for the listener (woken by its own notice)
 
 
 def channel(namespace: str, queue_name: str) -> str:
@@ -48,6 +51,9 @@ class Bells:
         self._bells: dict[str, list[threading.Event]] = {}  # channel -> its consumers' bells
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # A channel of this listener's own: `close` publishes on it so the listener stops now
+        # instead of at the end of its poll (a worker's exit waited up to a second for it).
+        self._wake = channel(namespace, f"_closing:{uuid.uuid4().hex}")
         self.heard = 0  # notices received (for tests)
 
     def bell(self, queue_name: str) -> threading.Event:
@@ -64,13 +70,17 @@ class Bells:
 
     def close(self) -> None:
         self._stopped.set()
-        if self._thread is not None:
-            self._thread.join(_LISTEN_POLL_S + 1)
+        if self._thread is None:
+            return
+        with contextlib.suppress(redis.RedisError):  # else it stops at the end of its poll
+            self.redis.publish(self._wake, "1")
+        self._thread.join(_CLOSE_WAIT_S)
 
     def _listen(self) -> None:
         while not self._stopped.is_set():
             try:
                 with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
+                    pubsub.subscribe(self._wake)
                     subscribed: set[str] = set()
                     while not self._stopped.is_set():
                         with self._lock:

@@ -107,7 +107,9 @@ def test_the_benchmark_prints_its_table_and_writes_json(
     assert set(report["seconds"]) == set(measures)
     for prefix in prefixes:
         assert any(name.startswith(prefix) for name in names), prefix
-    assert all(row["median"] >= 0 for row in report["rows"])
+    # Only a difference of two readings may be negative (memory per image turn *over* a text
+    # turn is noise around zero when the worker holds no copy of the image).
+    assert all(row["median"] >= 0 for row in report["rows"] if "(over " not in row["name"])
     if "overhead" in measures:
         assert "durable loop / fastest floor" in stdout
         assert "floor: raw psycopg one statement" in names

@@ -14,6 +14,7 @@ import dramatiq
 import pytest
 import redis
 
+from app import woken_broker
 from app.woken_broker import WokenConsumer, WokenRedisBroker, channel
 from tests.api.private_services import PrivateRedis
 
@@ -126,3 +127,18 @@ def test_after_redis_restarts_the_listener_subscribes_again_and_the_bell_still_w
             if broker is not None:
                 broker.close()
         server.kill()
+
+
+def test_close_wakes_the_listener_instead_of_waiting_for_the_end_of_its_poll(
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's exit stops its listener at once: with a 60 s poll, `close` (which waits 5 s at
+    most) still finds the listener thread ended."""
+    monkeypatch.setattr(woken_broker, "_LISTEN_POLL_S", 60.0)
+    broker = make(redis_url, namespace)
+    broker.consume("chat", prefetch=1, timeout=IDLE_WAIT_MS)
+    wait_subscribed(redis_url, namespace)
+    thread = broker.bells._thread
+    assert thread is not None and thread.is_alive()
+    broker.close()
+    assert not thread.is_alive()
