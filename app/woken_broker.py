@@ -15,6 +15,16 @@ the queue before it is published, a consumer clears its bell before fetching (a 
 between the fetch and the wait ends the wait at once), and a notice that is lost (the listener
 reconnecting, a publish that failed) costs what it costs without this broker, the back-off. A
 delayed doorbell is not announced: dramatiq moves it to the queue at its time, the poll finds it.
+
+A doorbell taken by a worker killed before it acknowledged it (the actor acknowledges as soon as
+the host has the id) is in that worker's acknowledgement set, which dramatiq's queue maintenance
+puts back on the queue once the worker's heartbeat is older than `heartbeat_timeout`. dramatiq's
+defaults (60 s, maintenance on 0.1 % of the commands) left such a doorbell to the TTL sweep
+(30-45 s); here a worker is dead after 5 s without a heartbeat and 5 % of the commands look. A
+live worker's heartbeat is every fetch and acknowledgement, and its idle consumers fetch at least
+every fifth of that timeout; a worker judged dead while alive (frozen, starved) only has its
+doorbells rung again elsewhere: a doorbell is a wake-up, the claim decides (a second one is a
+claim that finds nothing to do).
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ CHANNEL_PREFIX = "chatworker:rung:"
 _LISTEN_POLL_S = 1.0  # how often the listener takes in new queues and checks it was stopped
 _RETRY_S = 1.0
 _CLOSE_WAIT_S = 5.0  # how long `close` waits for the listener (woken by its own notice)
+HEARTBEAT_TIMEOUT_MS = 5_000  # dramatiq's: 60,000
+MAINTENANCE_CHANCE = 50_000  # per million dispatch commands (dramatiq's: 1,000)
 
 
 def channel(namespace: str, queue_name: str) -> str:
@@ -117,6 +129,8 @@ class WokenRedisBroker(RedisBroker):
     announcement (see the module's docstring)."""
 
     def __init__(self, **options: Any) -> None:
+        options.setdefault("heartbeat_timeout", HEARTBEAT_TIMEOUT_MS)
+        options.setdefault("maintenance_chance", MAINTENANCE_CHANCE)
         super().__init__(**options)  # type: ignore[no-untyped-call]
         self.bells = Bells(self.client, self.namespace)
 
@@ -145,7 +159,8 @@ class WokenConsumer(_RedisConsumer):
         self, broker: WokenRedisBroker, queue_name: str, prefetch: int, timeout: int
     ) -> None:
         super().__init__(broker, queue_name, prefetch, 0)  # type: ignore[no-untyped-call]
-        self.wait_seconds = timeout / 1000  # the back-off's cap: the most a lost notice costs
+        # The back-off's cap (the most a lost notice costs), short enough for the heartbeat.
+        self.wait_seconds = min(timeout, broker.heartbeat_timeout / 5) / 1000
         self.bell = broker.bells.bell(queue_name)
 
     def __next__(self) -> Any:
@@ -156,4 +171,12 @@ class WokenConsumer(_RedisConsumer):
         return message
 
 
-__all__ = ["CHANNEL_PREFIX", "Bells", "WokenConsumer", "WokenRedisBroker", "channel"]
+__all__ = [
+    "CHANNEL_PREFIX",
+    "HEARTBEAT_TIMEOUT_MS",
+    "MAINTENANCE_CHANCE",
+    "Bells",
+    "WokenConsumer",
+    "WokenRedisBroker",
+    "channel",
+]

@@ -40,8 +40,13 @@ class HttpError(RuntimeError):
         self.body = body
 
 
+# uvicorn closes a keep-alive connection idle for 5 s (its `timeout_keep_alive`): a request sent
+# on one idle longer may meet that close (an empty response). Such a connection is opened anew.
+IDLE_REOPEN_S = 4.0
+
+
 class Connection:
-    """One keep-alive HTTP/1.1 connection."""
+    """One keep-alive HTTP/1.1 connection (opened again before a request after 4 s idle)."""
 
     def __init__(self, host: str, port: int, headers: dict[str, str]) -> None:
         self.host = host
@@ -49,6 +54,7 @@ class Connection:
         self.head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": host, **headers}.items())
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.used = 0.0  # time.monotonic() of the last response read
 
     async def open(self) -> Connection:
         self.reader, self.writer = await asyncio.open_connection(
@@ -86,6 +92,8 @@ class Connection:
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         """The status and body of one request (a whole body: Content-Length or chunked)."""
+        if self.writer is not None and time.monotonic() - self.used > IDLE_REOPEN_S:
+            self.close()
         if self.writer is None:
             await self.open()
         assert self.reader is not None
@@ -100,6 +108,7 @@ class Connection:
             data = b"".join(pieces)
         else:
             data = await self.reader.read()
+        self.used = time.monotonic()
         if headers.get(b"connection") == b"close":
             self.close()
         return status, data

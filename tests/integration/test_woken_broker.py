@@ -142,3 +142,29 @@ def test_close_wakes_the_listener_instead_of_waiting_for_the_end_of_its_poll(
     assert thread is not None and thread.is_alive()
     broker.close()
     assert not thread.is_alive()
+
+
+def test_a_doorbell_taken_by_a_worker_killed_before_acknowledging_it_goes_to_another_in_seconds(
+    redis_url: str, namespace: str
+) -> None:
+    """The dead worker stops fetching (so its heartbeat ages) holding a doorbell it never
+    acknowledged; a live worker's consumer (fetching every 50 ms, as `chatworker worker`'s) gets
+    it back well before dramatiq's defaults would (60 s without a heartbeat, then maintenance on
+    0.1 % of the commands)."""
+    dead, alive, web = (make(redis_url, namespace) for _ in range(3))
+    try:
+        web.enqueue(doorbell("chat"))
+        taken = next(m for m in dead.consume("chat", prefetch=1, timeout=50) if m is not None)
+        started = time.monotonic()
+        found: list[float] = []
+        consumer = alive.consume("chat", prefetch=1, timeout=50)
+        thread = threading.Thread(target=first_message, args=(consumer, found), daemon=True)
+        thread.start()
+        thread.join(40)
+        assert found, "the doorbell never came back"
+        again = found[0] - started
+        assert woken_broker.HEARTBEAT_TIMEOUT_MS / 1000 - 0.5 < again < 30, again
+        assert taken.message_id  # (the dead worker's copy is never acknowledged)
+    finally:
+        for broker in (dead, alive, web):
+            broker.close()
