@@ -322,12 +322,15 @@ def test_a_dropped_connection_and_a_reload_mid_turn_miss_nothing_and_repeat_noth
 
     # The connection drops mid-reply: the page resumes after the last delta it showed.
     before = partial.inner_text()
-    page.evaluate("window.chatworker.dropConnection()")
+    # (waited for as such: the text may change before the request's event reaches this side)
+    with page.expect_request(lambda request: "/stream" in request.url, timeout=WAIT_MS) as again:
+        page.evaluate("window.chatworker.dropConnection()")
     expect(page.locator("#live [data-partial=true] .text")).not_to_have_text(
         before, timeout=WAIT_MS
     )
     assert resumed_from[0] == "", resumed_from  # the first open: from the start
-    assert any(re.fullmatch(r"\d+:\d+:\w+:\d+", cursor) for cursor in resumed_from), resumed_from
+    cursor = again.value.headers.get("last-event-id", "")
+    assert re.fullmatch(r"\d+:\d+:\w+:\d+", cursor), resumed_from
     grown = partial.inner_text()
     assert STORY.startswith(grown), grown  # a delta shown twice would break the prefix
 

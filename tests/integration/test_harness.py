@@ -168,3 +168,26 @@ def test_the_invariants_ignore_a_transaction_ended_within_moments(database_url: 
             assert violations(database_url) == []
         finally:
             ender.join()
+
+
+def test_loadgroup_runs_a_group_s_tests_on_one_worker(tmp_path: Path) -> None:
+    """The suite shares a deployment among a module's tests by marking them `xdist_group` and
+    running `--dist loadgroup` (`scripts/dev test`). pytest 9.2 silently broke that grouping
+    (pytest-xdist#1386: every test of a shared module paid its own deployment), which is why
+    pyproject.toml keeps pytest below 9.2; this fails if a version that breaks it comes back."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import pytest\n\npytestmark = pytest.mark.xdist_group('shared')\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_member(n):\n    pass\n"
+    )
+    (tmp_path / "test_free.py").write_text("def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist",
+         "loadgroup", "-v"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    workers = {line.split()[0] for line in output.splitlines() if "PASSED test_grouped.py" in line}
+    assert output.count("PASSED test_grouped.py") == 6, output
+    assert len(workers) == 1, output
