@@ -54,12 +54,13 @@ class Connection:
         self.head = "".join(f"{k}: {v}\r\n" for k, v in {"Host": host, **headers}.items())
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.used = 0.0  # time.monotonic() of the last response read
+        self.used = 0.0  # time.monotonic() of its opening or of the last response read
 
     async def open(self) -> Connection:
         self.reader, self.writer = await asyncio.open_connection(
             self.host, self.port, limit=1 << 20
         )
+        self.used = time.monotonic()
         return self
 
     def close(self) -> None:
