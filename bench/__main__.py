@@ -41,6 +41,8 @@ from bench.janitor import measure_janitor
 from bench.llmcpu import measure_llm_cpu
 from bench.overhead import (
     LOOP,
+    LOOP_ON_ASYNCIO,
+    LOOP_ON_THREADS,
     LOOP_TRACED,
     LOOP_WITHOUT_CACHE,
     LOOP_WITHOUT_METRICS,
@@ -113,18 +115,20 @@ def overhead(ctx: Context) -> Measured:
         floors = [measure_floor(url, conversations, floor) for floor in Floor]
         # Turn by turn in turns: the default, metrics off, and every echo result not kept
         # whole (the session tool cache off).
-        loop, unmetered, uncached = measure_loops(
+        loop, unmetered, uncached, on_asyncio, on_threads = measure_loops(
             url,
             conversations,
             {
                 LOOP: {},
                 LOOP_WITHOUT_METRICS: {"metrics": False},
                 LOOP_WITHOUT_CACHE: {"session_cache": False},
+                LOOP_ON_ASYNCIO: {"event_loop": "asyncio"},
+                LOOP_ON_THREADS: {"database_io": "threads"},
             },
         )
         enable_tracing()  # (last: it stays on in this process)
         traced = measure_loop(url, conversations, LOOP_TRACED)
-    results = (*floors, loop, unmetered, uncached, traced)
+    results = (*floors, loop, unmetered, uncached, on_asyncio, on_threads, traced)
     best = min(floors, key=lambda floor: floor.median)
     rows: list[Row] = [(r.name, r.median, r.p95, "ms/iteration") for r in results]
     rows += [
@@ -138,6 +142,10 @@ def overhead(ctx: Context) -> Measured:
         "session_cache_cost_ms": loop.median - uncached.median,
         "tracing_cost_ms": traced.median - loop.median,
         "metrics_cost_ms": loop.median - unmetered.median,
+        "uvloop_saves_ms": on_asyncio.median - loop.median,
+        "ratio_on_asyncio_to_best_floor": on_asyncio.median / best.median,
+        "async_io_saves_ms": on_threads.median - loop.median,
+        "ratio_on_threads_to_best_floor": on_threads.median / best.median,
         "ratio_without_metrics_to_best_floor": unmetered.median / best.median,
         "ratio_traced_to_best_floor": traced.median / best.median,
         "ratio_without_cache_to_best_floor": uncached.median / best.median,
@@ -392,6 +400,14 @@ def _notes(extras: dict[str, Any]) -> None:
             f"{o['metrics_cost_ms']:+.3f} ms/iteration. Metrics and tracing on: "
             f"{o['ratio_traced_to_best_floor']:.2f}x; tracing costs "
             f"{o['tracing_cost_ms']:+.3f} ms/iteration (goal: each <= 2)"
+        )
+        print(
+            f"on asyncio's own event loop: {o['ratio_on_asyncio_to_best_floor']:.2f}x; uvloop "
+            f"(the worker's default) saves {o['uvloop_saves_ms']:+.3f} ms/iteration"
+        )
+        print(
+            f"steps on database threads: {o['ratio_on_threads_to_best_floor']:.2f}x; awaiting "
+            f"them on the loop (the default) saves {o['async_io_saves_ms']:+.3f} ms/iteration"
         )
     if "fairness" in extras:
         f = extras["fairness"]

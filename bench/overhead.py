@@ -24,10 +24,11 @@ from app.config import load_settings
 from app.db import make_engine
 from app.telemetry import metrics
 from app.testing import fakes
+from app.worker import event_loop
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.ports import ModelReply, ModelRequest
 from app.worker.store import TurnStore, Upkeep
-from bench.roundtrips import traced_connection, traced_engine
+from bench.roundtrips import traced_connection, traced_engine, traced_loop_connections
 from bench.stats import median, p95
 
 ITERATIONS_PER_TURN = 10
@@ -82,6 +83,8 @@ LOOP = "durable loop (TurnRunner)"
 LOOP_WITHOUT_CACHE = "durable loop, session tool cache off"
 LOOP_TRACED = "durable loop, tracing on"
 LOOP_WITHOUT_METRICS = "durable loop, metrics off"
+LOOP_ON_ASYNCIO = "durable loop, asyncio's event loop"
+LOOP_ON_THREADS = "durable loop, steps on database threads"
 
 
 def enable_tracing() -> None:
@@ -147,21 +150,33 @@ def measure_loops(
         assert outcome is Outcome.IDLE, outcome
         samples[index].append(elapsed * 1000 / ITERATIONS_PER_TURN)
 
-    async def interleaved(pick: int) -> None:
+    # Each variant's turns on an event loop of its own, of its kind (`event_loop`), kept for
+    # all of them as a worker keeps its one loop (and the connections its steps use on it).
+    loops = [event_loop.runner(run[0].event_loop) for run in runs]
+
+    def interleaved(pick: int) -> None:
         for turn in range(len(runs[0][pick])):
             for index, run in enumerate(runs):
-                await one(index, run[pick][turn])
+                loops[index].run(one(index, run[pick][turn]))
 
-    asyncio.run(interleaved(2))  # caches, prepared statements, pools: not what is measured
+    interleaved(2)  # caches, prepared statements, pools: not what is measured
     samples = [[] for _ in runs]
-    asyncio.run(interleaved(3))
+    interleaved(3)
     timed = [list(each) for each in samples]
+    for index, run in enumerate(runs):
+        run[1].store.close()
+        loops[index].close()
     engine.dispose()
     results = []
     for index, name in enumerate(variants):
-        with traced_engine(engine) as tracer:
-            asyncio.run(interleaved_one(runs[index], one, index))
+        store = runs[index][1].store
+        with (
+            traced_engine(engine) as tracer,
+            traced_loop_connections(store.loop_connections, tracer),
+        ):
+            event_loop.run(interleaved_one(runs[index], one, index), runs[index][0].event_loop)
             trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+        store.close()
         engine.dispose()
         results.append(Result(name, timed[index], trips))
     metrics.enable(True)

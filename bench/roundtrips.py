@@ -16,6 +16,8 @@ import psycopg
 from psycopg import pq
 from sqlalchemy import Engine, event
 
+from app.worker.store.loop_connections import LoopConnections
+
 
 def count_round_trips(trace: str) -> int:
     trips, sending = 0, False
@@ -35,7 +37,7 @@ class Tracer:
         self._files: list[IO[str]] = []
         self._traced: list[pq.abc.PGconn] = []
 
-    def trace(self, connection: psycopg.Connection[Any]) -> None:
+    def trace(self, connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
         handle = open(self.directory / f"trace-{len(self._files)}.txt", "w+")  # noqa: SIM115
         self._files.append(handle)
         connection.pgconn.trace(handle.fileno())
@@ -73,6 +75,19 @@ def traced_engine(engine: Engine) -> Iterator[Tracer]:
         finally:
             event.remove(engine, "connect", on_connect)
             tracer.close()
+
+
+@contextlib.contextmanager
+def traced_loop_connections(connections: LoopConnections | None, tracer: Tracer) -> Iterator[None]:
+    """Trace the connections a store opens for its steps on the event loop from now on."""
+    if connections is None:
+        yield
+        return
+    connections.opened.append(tracer.trace)
+    try:
+        yield
+    finally:
+        connections.opened.remove(tracer.trace)
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ from app.config import Settings
 from app.live import LiveChannel
 from app.telemetry import logs, metrics
 from app.worker.broadcast import Broadcaster
+from app.worker.event_loop import new_event_loop
 from app.worker.history import Histories
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.plan import recovery_delay
@@ -163,6 +164,7 @@ class WorkerHost:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self.db.close()
+            self.runner.store.close()  # (its steps' connections: the loop has stopped)
             self.liveness.close()  # (its leases are released: nobody needs to see it die)
             self.broadcaster.close()
             if self.live is not None:
@@ -172,7 +174,7 @@ class WorkerHost:
     # --- inside the loop -------------------------------------------------------------------------
 
     def _main(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_event_loop(self.settings.event_loop)
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:

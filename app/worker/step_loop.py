@@ -25,6 +25,7 @@ from app.worker import (
     context,
     failpoints,
     files,
+    loop_bridge,
     offer,
     plan,
     session_cache,
@@ -118,6 +119,8 @@ class StepLoop:
         self.runner = runner
         self.store = runner.store
         self.db = runner.db
+        # a step's statement awaited on the loop, not on a database thread
+        self.on_loop = runner.settings.database_io == "async" and runner.store.steps_on_loop
         self.snapshot = snapshot
         self.claim = snapshot.claim
         self.status = snapshot.status  # as last committed: the next write's `status.changed`
@@ -600,9 +603,13 @@ class StepLoop:
         return stream if self.runner.broadcaster.channel is not None else NO_SINK
 
     async def commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
-        """Run one of the store's writes on a database thread; mirror what it committed, and
-        wake the conversation's readers."""
-        committed = await self.db.run(write, *args, **values)
+        """Run one of the store's writes, its statement awaited on the event loop (or on a
+        database thread: `CHATWORKER_DATABASE_IO=threads`, or a driver that would block); mirror
+        what it committed, and wake the conversation's readers."""
+        if self.on_loop:
+            committed = await loop_bridge.run(write, *args, **values)
+        else:
+            committed = await self.db.run(write, *args, **values)
         self.runner.broadcaster.committed(self.claim.conversation_id, committed.event_seq)
         self.status = committed.status
         self.turn_count = committed.turn_count

@@ -80,11 +80,13 @@ def test_one_process_holds_many_conversations_waiting_on_the_model(
     in_flight = 0
     peak = 0
     all_waiting = asyncio.Event()
+    loops: set[str] = set()
 
     async def slow_model(_: ModelRequest) -> ModelReply:
         # Each call waits until every conversation is waiting on the model at once (or 30 s
         # pass), so the count does not depend on how fast a busy machine submits them.
         nonlocal in_flight, peak
+        loops.add(type(asyncio.get_running_loop()).__module__.split(".")[0])
         in_flight += 1
         peak = max(peak, in_flight)
         if in_flight == conversations:
@@ -105,6 +107,7 @@ def test_one_process_holds_many_conversations_waiting_on_the_model(
     finally:
         worker.stop()
     assert peak == conversations, f"only {peak} conversations waited on the model at once"
+    assert loops == {"uvloop"}  # the host's loop (`CHATWORKER_EVENT_LOOP`, the default)
 
 
 def test_the_sweep_revives_a_dead_worker_s_turn_without_anyone_ringing(

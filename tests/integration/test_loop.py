@@ -564,3 +564,31 @@ def test_cost_adds_up_per_turn_and_conversation_and_an_unknown_price_stays_unkno
     assert turn_two is not None and turn_two.cost_usd is None  # unknown, not zero
     assert world.client.get_conversation(conversation_id).cost_usd is None
     assert world.client.get_turn(turn_one.id).cost_usd == 0.75  # the first turn's stays known
+
+
+@pytest.mark.parametrize("database_io", ["async", "threads"])
+def test_a_turn_s_steps_are_awaited_on_the_loop_unless_set_to_threads(
+    world: World, database_io: str
+) -> None:
+    """`CHATWORKER_DATABASE_IO`: on PostgreSQL the steps' statements go through the store's own
+    connections on the event loop (`async`, the default) or the engine's pool on the database
+    threads; SQLite always takes the threads (its driver would block the loop). The turn is the
+    same either way."""
+    store = TurnStore(world.engine)
+    opened: list[object] = []
+    if store.loop_connections is not None:
+        store.loop_connections.opened.append(opened.append)
+    settings = load_settings(
+        max_iterations=20, lease_ttl_seconds=30, heartbeat_seconds=10, database_io=database_io
+    )
+    conversation_id = world.conversation()
+    runner = world.runner(fakes.ScriptedModel(ADD_THEN_ANSWER), settings=settings, store=store)
+    assert run(runner, conversation_id) is Outcome.IDLE
+    view = world.client.get_conversation(conversation_id)
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
+    assert gap_free(world, conversation_id)
+    on_postgres = world.engine.dialect.name == "postgresql"
+    assert store.steps_on_loop is on_postgres
+    # one connection served the turn's three steps in turn (kept, newest first)
+    assert len(opened) == (1 if on_postgres and database_io == "async" else 0)
+    store.close()

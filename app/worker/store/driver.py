@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from app.worker import loop_bridge
 from app.worker.store.fence import DEFERRED, OWNER_LOCK, TRANSCRIPT, StepKind, Write
 from app.worker.store.journal import (
     CLAIM_COMPOSITE,
@@ -29,6 +30,7 @@ from app.worker.store.journal import (
     JSON_PARAMETERS,
     Composite,
 )
+from app.worker.store.loop_connections import LoopConnections
 
 Row = tuple[Any, ...]
 
@@ -36,6 +38,9 @@ Row = tuple[Any, ...]
 # custom plan) before it may settle on one plan for all: the claim's CTE takes 3.4 ms to plan,
 # measured, most of an idle worker's pickup. The sixth run is the first that can use the plan kept.
 WARM_RUNS = 6
+# The most connections a worker process's steps hold at once on its event loop (a step holds one
+# for its one statement; as many as the database threads the rest of the store uses).
+LOOP_CONNECTIONS = 8
 
 
 class StepConflict(Exception):
@@ -80,6 +85,16 @@ class Driver(Protocol):
         conversation, so the first doorbell finds them planned (see `PsycopgDriver.warm`)."""
         ...
 
+    @property
+    def on_loop(self) -> bool:
+        """Whether `run`, called inside `loop_bridge.run`, awaits its statement on the event
+        loop (else it blocks there: call it from a thread)."""
+        ...
+
+    def close(self) -> None:
+        """Close the connections the driver keeps of its own."""
+        ...
+
 
 ClaimRows = tuple[Row, list[Row]]
 
@@ -113,6 +128,7 @@ class PsycopgDriver:
         self._deferred = DriverStatement(DEFERRED, engine)
         self._transcript = DriverStatement(TRANSCRIPT, engine)
         self._ops = {op: self._prepare(composite) for op, composite in COMPOSITES.items()}
+        self.loop_connections = LoopConnections(engine, LOOP_CONNECTIONS)
 
     def _prepare(self, composite: Composite) -> DriverStatement:
         return DriverStatement(
@@ -142,11 +158,25 @@ class PsycopgDriver:
 
     def run(self, op: Op, parameters: Mapping[str, Any]) -> Row | None:
         try:
-            with autocommit_connection(self.engine) as connection:
-                rows = self._ops[op].rows(connection, parameters)
+            if loop_bridge.on_loop():  # awaited on the event loop (`loop_bridge.run`)
+                rows = loop_bridge.await_(self._run_on_loop(op, parameters))
+            else:
+                with autocommit_connection(self.engine) as connection:
+                    rows = self._ops[op].rows(connection, parameters)
         except psycopg.IntegrityError as exc:
             raise StepConflict(str(exc)) from exc
         return rows[0] if rows else None
+
+    @property
+    def on_loop(self) -> bool:
+        return True
+
+    async def _run_on_loop(self, op: Op, parameters: Mapping[str, Any]) -> list[Row]:
+        async with self.loop_connections.connection() as connection:
+            return await self._ops[op].rows_on_loop(connection, parameters)
+
+    def close(self) -> None:
+        self.loop_connections.close()
 
     def warm(
         self,
@@ -214,6 +244,14 @@ class DriverStatement:
             cursor.execute(self.sql, self._values(parameters), prepare=True)
             return cursor.fetchall() if cursor.description is not None else []
 
+    async def rows_on_loop(
+        self, connection: psycopg.AsyncConnection[Any], parameters: Mapping[str, Any]
+    ) -> list[Row]:
+        """`rows`, awaited on an event loop's connection."""
+        async with connection.cursor() as cursor:
+            await cursor.execute(self.sql, self._values(parameters), prepare=True)
+            return await cursor.fetchall() if cursor.description is not None else []
+
     def rowcount(self, connection: psycopg.Connection[Any], parameters: Mapping[str, Any]) -> int:
         """How many rows the statement changed."""
         with connection.cursor() as cursor:
@@ -275,6 +313,13 @@ class CoreDriver:
         with self.engine.connect() as connection:
             return [tuple(m) for m in connection.execute(TRANSCRIPT, dict(transcript))]
 
+    @property
+    def on_loop(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        """Nothing of its own: the engine's pool."""
+
 
 class Sequenced:
     """A composite as a sequence of statements in the caller's transaction."""
@@ -295,6 +340,7 @@ class Sequenced:
 
 __all__ = [
     "DEFERRED_CLAIM",
+    "LOOP_CONNECTIONS",
     "WARM_RUNS",
     "CoreDriver",
     "Deferred",

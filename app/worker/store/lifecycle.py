@@ -41,6 +41,7 @@ from app.worker.store.driver import (
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.files import FileBytes
 from app.worker.store.liveness import LivenessToken
+from app.worker.store.loop_connections import LoopConnections
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
 
@@ -98,7 +99,8 @@ class Snapshot:
 
 class TurnStore:
     """The worker's database port for running turns. Synchronous: the turn calls it from the
-    database threads."""
+    database threads, and its steps' writes through `loop_bridge.run` on the event loop, where
+    the statement is awaited (`steps_on_loop`, `CHATWORKER_DATABASE_IO`)."""
 
     def __init__(
         self,
@@ -113,6 +115,21 @@ class TurnStore:
         self.histories = histories  # the transcripts this process kept between turns
         self.liveness = liveness  # this process's token: every claim records it on the lease
         self._driver = make_driver(engine)
+
+    @property
+    def steps_on_loop(self) -> bool:
+        """Whether a step's write, run by `loop_bridge.run`, awaits its statement on the event
+        loop (PostgreSQL through psycopg) instead of blocking it (call it on a thread then)."""
+        return self._driver.on_loop
+
+    def close(self) -> None:
+        """Close the connections the steps used on the event loop (the engine keeps its own)."""
+        self._driver.close()
+
+    @property
+    def loop_connections(self) -> LoopConnections | None:
+        """The connections the steps use on the event loop (None: the driver has none)."""
+        return getattr(self._driver, "loop_connections", None)
 
     def warm(self, owner_limited: bool = False, connections: int = 1) -> None:
         """Plan the claim's statements on `connections` of the pool's connections before the

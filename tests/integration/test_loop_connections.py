@@ -1,0 +1,170 @@
+"""The connections a worker's steps use on its event loop (`app/worker/store/loop_connections.py`),
+on a real PostgreSQL: reused newest first, bounded, a broken or interrupted one never reused, one
+loop's set closed when another loop asks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from app.db import make_engine
+from app.testing import services
+from app.worker import loop_bridge
+from app.worker.store import TurnStore
+from app.worker.store.driver import DriverStatement, StepConflict
+from app.worker.store.fence import Write
+from app.worker.store.loop_connections import LoopConnections
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+async def backend(connections: LoopConnections) -> int:
+    async with connections.connection() as connection:
+        cursor = await connection.execute("SELECT pg_backend_pid()")
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def backends_gone(engine: Engine, pid: int, timeout: float = 5) -> bool:
+    """Whether the server's backend `pid` has ended (a closed connection's ends in milliseconds)."""
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
+
+    def gone() -> bool:
+        with engine.connect() as check:
+            return check.execute(query, {"pid": pid}).scalar_one() == 0
+
+    return services.wait_until(gone, timeout)
+
+
+def test_sequential_statements_share_one_connection_and_concurrent_ones_stay_bounded(
+    engine: Engine,
+) -> None:
+    connections = LoopConnections(engine, size=2)
+    opened: list[Any] = []
+    connections.opened.append(opened.append)
+
+    async def main() -> tuple[set[int], int]:
+        sequential = {await backend(connections) for _ in range(5)}
+        busy = [0]
+        peak = [0]
+
+        async def slow() -> None:
+            async with connections.connection() as connection:
+                busy[0] += 1
+                peak[0] = max(peak[0], busy[0])
+                await connection.execute("SELECT pg_sleep(0.05)")
+                busy[0] -= 1
+
+        await asyncio.gather(*(slow() for _ in range(6)))
+        return sequential, peak[0]
+
+    sequential, peak = asyncio.run(main())
+    assert len(sequential) == 1
+    assert peak == 2 and len(opened) == 2  # six statements waited for two connections
+    assert connections.idle == 2
+    connections.close()
+    assert connections.idle == 0
+
+
+def test_a_connection_the_server_ended_is_replaced_without_an_error(engine: Engine) -> None:
+    connections = LoopConnections(engine, size=2)
+
+    async def main() -> tuple[int, int]:
+        first = await backend(connections)
+        with engine.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+        await asyncio.sleep(0.2)  # (the goodbye reaches the idle socket)
+        return first, await backend(connections)
+
+    first, second = asyncio.run(main())
+    assert first != second
+    connections.close()
+
+
+def test_an_interrupted_statement_s_connection_is_not_reused(engine: Engine) -> None:
+    connections = LoopConnections(engine, size=2)
+
+    async def main() -> tuple[int, int]:
+        first = await backend(connections)
+
+        async def sleeps() -> None:
+            async with connections.connection() as connection:
+                await connection.execute("SELECT pg_sleep(30)")
+
+        task = asyncio.ensure_future(sleeps())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return first, await backend(connections)
+
+    first, second = asyncio.run(main())
+    # psycopg cancels the query on the server, and the pool closes that connection anyway
+    assert first != second
+    assert backends_gone(engine, first)
+    connections.close()
+
+
+def test_another_event_loop_gets_new_connections_and_the_old_ones_are_closed(
+    engine: Engine,
+) -> None:
+    connections = LoopConnections(engine, size=2)
+    first = asyncio.run(backend(connections))
+    second = asyncio.run(backend(connections))  # a new loop: the first loop's one is closed
+    assert first != second
+    assert backends_gone(engine, first)
+    assert not backends_gone(engine, second, timeout=0.1)
+    connections.close()
+
+
+def test_a_step_that_breaks_a_constraint_raises_step_conflict_on_the_loop_too(
+    engine: Engine,
+) -> None:
+    """The driver's mapping of an integrity error holds on either path: a constraint the fence
+    cannot see (here a unique violation forced by hand) is `StepConflict`, never a silent
+    success, and the connection stays usable."""
+    store = TurnStore(engine)
+    driver: Any = store._driver
+    statement = DriverStatement(text("SELECT 1/0 WHERE CAST(:x AS int) = 1"), engine)
+    driver._ops[Write.HEARTBEAT] = DriverStatement(
+        text("INSERT INTO alembic_version (version_num) SELECT version_num FROM alembic_version"),
+        engine,
+    )
+
+    def write() -> object:
+        return driver.run(Write.HEARTBEAT, {})
+
+    async def main() -> None:
+        with pytest.raises(StepConflict):
+            await loop_bridge.run(write)
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            async with store.loop_connections.connection() as connection:  # type: ignore[union-attr]
+                await statement.rows_on_loop(connection, {"x": 1})
+        assert await backend(store.loop_connections) > 0  # type: ignore[arg-type]
+
+    with pytest.raises(StepConflict):
+        write()  # the same on a thread's path
+    asyncio.run(main())
+    store.close()
+
+
+def test_the_engine_s_dispose_closes_the_idle_ones(engine: Engine) -> None:
+    """A database the steps used can be dropped or cloned once its engine is disposed (as with
+    the engine's own pool): nothing of the steps' connections is left on it."""
+    connections = LoopConnections(engine, size=2)
+    pid = asyncio.run(backend(connections))
+    assert connections.idle == 1
+    engine.dispose()
+    assert connections.idle == 0
+    assert backends_gone(engine, pid)
