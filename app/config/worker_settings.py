@@ -73,10 +73,11 @@ class WorkerSettings(Section):
         description="the worker's event loop: uvloop (a durable step costs ~0.3 ms less CPU) or "
         "asyncio's own; asyncio where uvloop is not installed",
     )
-    database_io: Literal["async", "threads"] = Field(
-        "async",
-        description="how a turn's step statements reach PostgreSQL: awaited on the worker's event "
-        "loop (psycopg's async connections, no thread hop) or run on its database threads",
+    database_io: Literal["threads", "async"] = Field(
+        "threads",
+        description="how a turn's step statements reach PostgreSQL: on the worker's database "
+        "threads, or awaited on its event loop (psycopg's async connections: no thread hop, ~60 us "
+        "less per statement alone, no gain measured per step: docs/PERFORMANCE.md)",
     )
     shutdown_grace_seconds: float = Field(
         10,

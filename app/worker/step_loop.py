@@ -603,9 +603,9 @@ class StepLoop:
         return stream if self.runner.broadcaster.channel is not None else NO_SINK
 
     async def commit(self, write: Callable[..., Committed], *args: Any, **values: Any) -> None:
-        """Run one of the store's writes, its statement awaited on the event loop (or on a
-        database thread: `CHATWORKER_DATABASE_IO=threads`, or a driver that would block); mirror
-        what it committed, and wake the conversation's readers."""
+        """Run one of the store's writes on a database thread (or, with
+        `CHATWORKER_DATABASE_IO=async` and a driver that can, its statement awaited on the event
+        loop); mirror what it committed, and wake the conversation's readers."""
         if self.on_loop:
             committed = await loop_bridge.run(write, *args, **values)
         else:
