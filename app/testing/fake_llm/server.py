@@ -235,16 +235,19 @@ class FakeLLMHandler(BaseHTTPRequestHandler):
 
     def send_stream(self, body: JSON, step: Step, dialect: Dialect) -> None:
         # Chunked, as real providers stream over HTTP/1.1: a connection dropped mid-stream
-        # (`stream_cut`) is then a truncated body the client can tell from a finished one.
-        self.close_connection = True
+        # (`stream_cut`) is then a truncated body the client can tell from a finished one. A
+        # finished stream keeps its connection for the next request, as a provider's does (a
+        # new connection per call cost the worker a TCP connect in every model call measured).
+        error, cut = step.get("stream_error"), step.get("stream_cut")
+        self.close_connection = cut is not None
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")
+        if cut is not None:
+            self.send_header("Connection", "close")
         self.end_headers()
         frames = list(dialect.frames(body, step))
-        error, cut = step.get("stream_error"), step.get("stream_cut")
         ending = error if error is not None else cut
         if ending is not None:
             frames = frames[: int(ending.get("after", 0))]
