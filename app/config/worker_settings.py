@@ -70,7 +70,7 @@ class WorkerSettings(Section):
     )
     event_loop: Literal["uvloop", "asyncio"] = Field(
         "uvloop",
-        description="the worker's event loop: uvloop (a durable step costs ~0.3 ms less CPU) or "
+        description="the worker's event loop: uvloop (measured 0-3 % faster per step) or "
         "asyncio's own; asyncio where uvloop is not installed",
     )
     database_io: Literal["threads", "async"] = Field(
