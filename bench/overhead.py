@@ -152,7 +152,6 @@ def measure_loops(
 
     # The turns on one event loop per kind (`event_loop`: the asyncio variant's apart), kept
     # for all of them as a worker keeps its one loop (and the connections its steps use on it).
-    # (A loop per variant, switched turn by turn, cost every variant ~0.15 ms an iteration.)
     kinds = {run[0].event_loop: event_loop.runner(run[0].event_loop) for run in runs}
     loops = [kinds[run[0].event_loop] for run in runs]
 
