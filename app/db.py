@@ -58,17 +58,27 @@ def _check_alive(dbapi_connection: Any, _record: object, _proxy: object) -> None
     pg_terminate_backend, idle timeout) it sends an error and closes the socket, so the socket turns
     readable; raising `DisconnectionError` makes the pool replace the connection and try again.
     """
-    pgconn = dbapi_connection.pgconn
-    if (
-        dbapi_connection.closed
-        or pgconn.status != pq.ConnStatus.OK
-        or pgconn.transaction_status != pq.TransactionStatus.IDLE
-    ):
-        raise DisconnectionError("connection is closed or in a bad state")
+    if not usable(dbapi_connection):
+        raise DisconnectionError("connection is closed, in a bad state, or ended by the server")
+
+
+def at_rest(connection: Any) -> bool:
+    """A psycopg connection (sync or async) open and idle outside any transaction."""
+    pgconn = connection.pgconn
+    return bool(
+        not connection.closed
+        and pgconn.status == pq.ConnStatus.OK
+        and pgconn.transaction_status == pq.TransactionStatus.IDLE
+    )
+
+
+def usable(connection: Any) -> bool:
+    """`at_rest`, and nothing unread on its socket: no round trip (see `_check_alive`)."""
+    if not at_rest(connection):
+        return False
     poller = select.poll()
-    poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
-    if poller.poll(0):
-        raise DisconnectionError("the server closed or wrote to an idle connection")
+    poller.register(connection.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return not poller.poll(0)
 
 
 def _tune_sqlite(dbapi_connection: sqlite3.Connection, _record: object) -> None:

@@ -164,11 +164,9 @@ def measure_loops(
     samples = [[] for _ in runs]
     interleaved(3)
     timed = [list(each) for each in samples]
-    for run in runs:
-        run[1].store.close()
     for runner in kinds.values():
         runner.close()
-    engine.dispose()
+    engine.dispose()  # (and the stores' connections on the loops: `LoopConnections`)
     results = []
     for index, name in enumerate(variants):
         store = runs[index][1].store
@@ -178,7 +176,6 @@ def measure_loops(
         ):
             event_loop.run(interleaved_one(runs[index], one, index), runs[index][0].event_loop)
             trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
-        store.close()
         engine.dispose()
         results.append(Result(name, timed[index], trips))
     metrics.enable(True)

@@ -6,7 +6,8 @@ the loop it was opened on: another loop's are closed when a new one asks).
 A connection goes back only as it came: open, idle, not inside a transaction. One that broke,
 or whose statement was interrupted (the task cancelled), is closed; the next ask opens another.
 An idle one whose server went away (a restart, `pg_terminate_backend`, an idle timeout: its
-socket turns readable) is found at checkout, without a round trip, and replaced. The engine's
+socket turns readable) is found at checkout, without a round trip (`app.db.usable`, the check
+the engine's pool makes), and replaced. The engine's
 `dispose()` closes the idle ones too, as it closes its own pool's.
 """
 
@@ -14,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import select
 import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
-from psycopg import pq
 from sqlalchemy import Engine, event
+
+from app.db import at_rest, usable
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -82,7 +83,7 @@ class LoopConnections:
         while True:
             while self._idle:
                 connection = self._idle.pop()
-                if _alive(connection):
+                if usable(connection):
                     return connection
                 connection.pgconn.finish()
                 self._open -= 1
@@ -105,33 +106,13 @@ class LoopConnections:
         if freed is not self._freed:  # taken before another loop asked: not counted any more
             connection.pgconn.finish()
             return
-        if self._open <= self._size and _idle(connection):
+        if self._open <= self._size and at_rest(connection):
             self._idle.append(connection)
         else:
             connection.pgconn.finish()
             self._open -= 1
         async with freed:
             freed.notify()
-
-
-def _idle(connection: Connection) -> bool:
-    """Open, and idle outside any transaction (an interrupted statement leaves it otherwise)."""
-    pgconn = connection.pgconn
-    return (
-        not connection.closed
-        and pgconn.status == pq.ConnStatus.OK
-        and pgconn.transaction_status == pq.TransactionStatus.IDLE
-    )
-
-
-def _alive(connection: Connection) -> bool:
-    """Idle, and nothing unread on its socket (the server's goodbye)."""
-    if not _idle(connection):
-        return False
-    pgconn = connection.pgconn
-    poller = select.poll()
-    poller.register(pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
-    return not poller.poll(0)
 
 
 def _closer(connections: weakref.ref[LoopConnections]) -> Callable[[Engine], None]:
