@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 from sqlalchemy import Engine, event
 
-from app.worker.store.loop_connections import LoopConnections
+from app.loop_connections import LoopConnections
 
 
 def count_round_trips(trace: str) -> int:

@@ -1,6 +1,6 @@
-"""The connections a worker's steps use on its event loop (`app/worker/store/loop_connections.py`),
-on a real PostgreSQL: reused newest first, bounded, a broken or interrupted one never reused, one
-loop's set closed when another loop asks."""
+"""The connections a worker's steps and the API's hottest reads use on an event loop
+(`app/loop_connections.py`), on a real PostgreSQL: reused newest first, bounded, a broken or
+interrupted one never reused, one loop's set closed when another loop asks."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ import pytest
 from sqlalchemy import Engine, text
 
 from app.db import make_engine
+from app.loop_connections import LoopConnections
+from app.models.raw_statement import RawStatement
 from app.testing import services
 from app.worker import loop_bridge
 from app.worker.store import TurnStore
-from app.worker.store.driver import DriverStatement, StepConflict
+from app.worker.store.driver import StepConflict
 from app.worker.store.fence import Write
-from app.worker.store.loop_connections import LoopConnections
 
 
 @pytest.fixture
@@ -136,8 +137,8 @@ def test_a_step_that_breaks_a_constraint_raises_step_conflict_on_the_loop_too(
     success, and the connection stays usable."""
     store = TurnStore(engine)
     driver: Any = store._driver
-    statement = DriverStatement(text("SELECT 1/0 WHERE CAST(:x AS int) = 1"), engine)
-    driver._ops[Write.HEARTBEAT] = DriverStatement(
+    statement = RawStatement(text("SELECT 1/0 WHERE CAST(:x AS int) = 1"), engine)
+    driver._ops[Write.HEARTBEAT] = RawStatement(
         text("INSERT INTO alembic_version (version_num) SELECT version_num FROM alembic_version"),
         engine,
     )
@@ -173,12 +174,12 @@ def test_the_engine_s_dispose_closes_the_idle_ones(engine: Engine) -> None:
 def test_a_driver_statement_sends_numbered_placeholders_and_its_values_in_their_order(
     engine: Engine,
 ) -> None:
-    """`DriverStatement` compiles once to `$1, $2, ...` (a value used twice is one placeholder)
+    """`RawStatement` compiles once to `$1, $2, ...` (a value used twice is one placeholder)
     and sends the SQL unparsed through psycopg's raw cursors: psycopg parses `%(name)s` queries
     on every execution and caches the parse only up to 4,096 bytes and 50 values, which the
     claim and a step's statements pass. Values the caller leaves out are the statement's own
     (or None); a JSON parameter goes as jsonb; the sync and the async path give the same rows."""
-    statement = DriverStatement(
+    statement = RawStatement(
         text(
             "SELECT CAST(:a AS int) + CAST(:a AS int), CAST(:b AS text), "
             "CAST(:doc AS jsonb) ->> 'k', CAST(:gone AS text) IS NULL"

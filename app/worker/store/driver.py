@@ -15,12 +15,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import psycopg
-from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Dialect, Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.sql import ClauseElement
-from sqlalchemy.sql.compiler import SQLCompiler
 
+from app.loop_connections import LoopConnections
+from app.models.raw_statement import RawStatement
 from app.worker import loop_bridge
 from app.worker.store.fence import DEFERRED, OWNER_LOCK, TRANSCRIPT, StepKind, Write
 from app.worker.store.journal import (
@@ -30,7 +29,6 @@ from app.worker.store.journal import (
     JSON_PARAMETERS,
     Composite,
 )
-from app.worker.store.loop_connections import LoopConnections
 
 Row = tuple[Any, ...]
 
@@ -124,16 +122,14 @@ class PsycopgDriver:
         self.engine = engine
         self._claim = self._prepare(CLAIM_COMPOSITE)
         self._claim_limited = self._prepare(CLAIM_LIMITED_COMPOSITE)
-        self._owner_lock = DriverStatement(OWNER_LOCK, engine)
-        self._deferred = DriverStatement(DEFERRED, engine)
-        self._transcript = DriverStatement(TRANSCRIPT, engine)
+        self._owner_lock = RawStatement(OWNER_LOCK, engine)
+        self._deferred = RawStatement(DEFERRED, engine)
+        self._transcript = RawStatement(TRANSCRIPT, engine)
         self._ops = {op: self._prepare(composite) for op, composite in COMPOSITES.items()}
         self.loop_connections = LoopConnections(engine, LOOP_CONNECTIONS)
 
-    def _prepare(self, composite: Composite) -> DriverStatement:
-        return DriverStatement(
-            composite.one_statement(), self.engine, json_parameters=JSON_PARAMETERS
-        )
+    def _prepare(self, composite: Composite) -> RawStatement:
+        return RawStatement(composite.one_statement(), self.engine, json_parameters=JSON_PARAMETERS)
 
     def claim(self, claim: Mapping[str, Any], transcript: Mapping[str, Any]) -> ClaimRows | None:
         with autocommit_connection(self.engine) as connection:
@@ -224,69 +220,6 @@ def autocommit_connection(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
         pooled.close()
 
 
-class DriverStatement:
-    """A Core statement compiled once for `engine`'s dialect with PostgreSQL's own placeholders
-    (`$1`, `$2`, ...), executed by psycopg's raw cursors: the SQL is sent as it is, its values
-    a tuple in the placeholders' order.
-
-    With `%(name)s` placeholders psycopg parses the query on every execution to find them, and
-    caches the parse only for a query of at most 4,096 bytes and 50 values: a step's statement
-    (tens of values, the answer's and the claim's longer than that) was parsed afresh on every
-    step. (Measured against the parse, the loop gained little: `docs/PERFORMANCE.md`, stop 39.)"""
-
-    def __init__(
-        self, statement: ClauseElement, engine: Engine, json_parameters: tuple[str, ...] = ()
-    ) -> None:
-        compiled = statement.compile(dialect=_numbered(engine.dialect))
-        assert isinstance(compiled, SQLCompiler)
-        assert compiled.positiontup is not None and "POSTCOMPILE" not in compiled.string
-        self.sql = compiled.string
-        self.order = tuple(compiled.positiontup)  # the name of each placeholder, $1 first
-        required = {bind.key: None for bind in compiled.binds.values() if bind.required}
-        # The values fixed in the statement (a status, ...); the caller supplies the rest.
-        # (a value the caller leaves out is None, as before)
-        self.defaults = dict(compiled.construct_params(required) or {})
-        self.json_parameters = frozenset(json_parameters)
-
-    def rows(self, connection: psycopg.Connection[Any], parameters: Mapping[str, Any]) -> list[Row]:
-        """The rows the statement returns."""
-        with psycopg.RawCursor(connection) as cursor:
-            cursor.execute(self.sql, self._values(parameters), prepare=True)
-            return cursor.fetchall() if cursor.description is not None else []
-
-    async def rows_on_loop(
-        self, connection: psycopg.AsyncConnection[Any], parameters: Mapping[str, Any]
-    ) -> list[Row]:
-        """`rows`, awaited on an event loop's connection."""
-        async with psycopg.AsyncRawCursor(connection) as cursor:
-            await cursor.execute(self.sql, self._values(parameters), prepare=True)
-            return await cursor.fetchall() if cursor.description is not None else []
-
-    def rowcount(self, connection: psycopg.Connection[Any], parameters: Mapping[str, Any]) -> int:
-        """How many rows the statement changed."""
-        with psycopg.RawCursor(connection) as cursor:
-            cursor.execute(self.sql, self._values(parameters), prepare=True)
-            return cursor.rowcount
-
-    def _values(self, parameters: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The statement's values in its placeholders' order."""
-        values = []
-        for name in self.order:
-            value = parameters[name] if name in parameters else self.defaults[name]
-            if value is not None and name in self.json_parameters:
-                value = Jsonb(value)
-            values.append(value)
-        return tuple(values)
-
-
-def _numbered(dialect: Dialect) -> Dialect:
-    """A dialect of `dialect`'s kind that renders PostgreSQL's numbered placeholders (a value
-    used twice is one placeholder)."""
-    kind: Any = type(dialect)  # (a DefaultDialect: its constructor takes the paramstyle)
-    numbered: Dialect = kind(paramstyle="numeric_dollar")
-    return numbered
-
-
 # --- any other database through SQLAlchemy Core ---------------------------------------------
 
 
@@ -366,7 +299,6 @@ __all__ = [
     "CoreDriver",
     "Deferred",
     "Driver",
-    "DriverStatement",
     "PsycopgDriver",
     "Sequenced",
     "StepConflict",

@@ -23,6 +23,7 @@ from app.client.store import budgets
 from app.client.store import files as stored_files
 from app.db import autocommit_reads
 from app.errors import ChatWorkerError
+from app.loop_connections import LoopConnections
 from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
 from app.worker.context import Compacted
 from app.worker.history import Histories
@@ -41,7 +42,6 @@ from app.worker.store.driver import (
 from app.worker.store.fence import StepKind, Write
 from app.worker.store.files import FileBytes
 from app.worker.store.liveness import LivenessToken
-from app.worker.store.loop_connections import LoopConnections
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
 
