@@ -310,6 +310,7 @@ def _api_plan(d: Deployment, floor: FloorServer) -> list[Phase]:
         for n in range(EVENTS_PER_CONVERSATION_SUBMITS):
             client.submit_message(conversation_id, f"message {n}", on_busy="enqueue", owner=OWNER)
     events_each = len(client.events(read_ids[0], limit=1000, owner=OWNER).events)
+    turn_ids = [client.current_turn(c, owner=OWNER).id for c in read_ids]  # type: ignore[union-attr]
     created: list[str] = []
 
     def created_one(body: bytes) -> None:
@@ -332,6 +333,9 @@ def _api_plan(d: Deployment, floor: FloorServer) -> list[Phase]:
     def events(n: int) -> Request:
         return ("GET", f"/v1/conversations/{read_ids[n % len(read_ids)]}/events?after=0", None)
 
+    def turn(n: int) -> Request:
+        return ("GET", f"/v1/turns/{turn_ids[n % len(turn_ids)]}", None)
+
     api = ("API process", d.api.port, d.pid)
     return [
         Phase(FLOOR, ("floor process", floor.port, floor.process.pid), floor_request),
@@ -339,6 +343,7 @@ def _api_plan(d: Deployment, floor: FloorServer) -> list[Phase]:
         Phase("api: POST /v1/conversations", api, create, 201, created_one),
         Phase("api: POST .../messages (202, no worker)", api, submit, 202),
         Phase(f"api: GET .../events ({events_each} events)", api, events),
+        Phase("api: GET /v1/turns/{id}", api, turn),
     ]
 
 

@@ -1,6 +1,8 @@
-"""`AsyncChatClient`: `ChatClient` for asyncio apps (FastAPI, Starlette), every call run in a
-worker thread, never on the loop; each method has its `ChatClient` twin's exact signature
-(`tests/integration/test_client.py` compares them, so they cannot drift).
+"""`AsyncChatClient`: `ChatClient` for asyncio apps (FastAPI, Starlette), each call run in a
+worker thread, never blocking the loop; the hottest (`events`, `get_turn`, `submit_message`) are
+awaited on the loop itself where the database's driver has an async side (`ChatClient`'s loop
+variants: `aevents`, `aget_turn`, `asubmit_message`). Each method has its `ChatClient` twin's
+exact signature (`tests/integration/test_client.py` compares them, so they cannot drift).
 """
 
 from __future__ import annotations
@@ -155,19 +157,19 @@ class AsyncChatClient:
         output_schema: Mapping[str, Any] | None = None,
         files: Sequence[Mapping[str, Any] | bytes] | None = None,
     ) -> Submitted:
-        """`ChatClient.submit_message`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.submit_message(
-                conversation_id,
-                text,
-                idempotency_key=idempotency_key,
-                on_busy=on_busy,
-                owner=owner,
-                metadata=metadata,
-                after_seq=after_seq,
-                output_schema=output_schema,
-                files=files,
-            )
+        """`ChatClient.submit_message`: the common submit awaited on the loop, any other in a
+        worker thread (`asubmit_message`)."""
+        return await self.sync.asubmit_message(
+            conversation_id,
+            text,
+            idempotency_key=idempotency_key,
+            on_busy=on_busy,
+            owner=owner,
+            metadata=metadata,
+            after_seq=after_seq,
+            output_schema=output_schema,
+            files=files,
+            offload=asyncio.to_thread,
         )
 
     async def check_files(
@@ -306,8 +308,8 @@ class AsyncChatClient:
         return AsyncFollowing(following)
 
     async def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
-        """`ChatClient.get_turn`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.get_turn(turn_id, owner=owner))
+        """`ChatClient.get_turn`, awaited on the loop (`aget_turn`)."""
+        return await self.sync.aget_turn(turn_id, owner=owner, offload=asyncio.to_thread)
 
     async def wait_for_turn(
         self,
@@ -344,9 +346,9 @@ class AsyncChatClient:
         *,
         owner: str | None = None,
     ) -> EventPage:
-        """`ChatClient.events`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.events(conversation_id, after, limit, owner=owner)
+        """`ChatClient.events`, awaited on the loop (`aevents`)."""
+        return await self.sync.aevents(
+            conversation_id, after, limit, owner=owner, offload=asyncio.to_thread
         )
 
     async def wait_for_events(

@@ -9,6 +9,7 @@ Starlette) and runs each call in a thread. Each call checks its input (`checks`)
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -45,6 +46,7 @@ from app.client.checks import (
     parse_turn_id,
 )
 from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enqueue, ring
+from app.client.following import Offload
 from app.client.keys import check_owner_name
 from app.client.reader import ChatReader
 from app.client.store import conversations, reads
@@ -52,6 +54,7 @@ from app.client.store import files as stored_files
 from app.client.store.answers import answer_actions
 from app.client.store.cancel import CancelOutcome, cancel_turn
 from app.client.store.conversations import NewTurn
+from app.client.store.loop_store import LoopStore
 from app.client.views import (
     ConversationView,
     Decision,
@@ -87,6 +90,7 @@ class ChatClient(ChatReader):
         self.settings = settings or get_settings()
         self.engine = engine or make_engine(self.settings.database_url)
         self.reads = autocommit_reads(self.engine)  # (reads that leave prepared statements be)
+        self.loop_store = LoopStore.for_engine(self.engine)
         self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)
         self._live = live
         self._live_warned = False
@@ -304,6 +308,68 @@ class ChatClient(ChatReader):
             view = reads.read_turn(connection, turn.id)
             _describe(span, conversation_id, turn.id)
         return self._submitted(conversation_id, turn, view)
+
+    async def asubmit_message(
+        self,
+        conversation_id: uuid.UUID | str,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        on_busy: str = REJECT,
+        owner: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        after_seq: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        files: Sequence[Mapping[str, Any] | bytes] | None = None,
+        offload: Offload[Submitted],
+    ) -> Submitted:
+        """`submit_message` on an event loop. The common submit (a message to a resting
+        conversation, or a repeated key; `quick_submit` says which) is awaited there in two
+        statements; every other submit, a database without an async driver, and the followers'
+        notice and the worker's doorbell after the commit (Redis, which may block) run in
+        `offload`, as `submit_message` does."""
+        general = functools.partial(
+            self.submit_message,
+            conversation_id,
+            text,
+            idempotency_key=idempotency_key,
+            on_busy=on_busy,
+            owner=owner,
+            metadata=metadata,
+            after_seq=after_seq,
+            output_schema=output_schema,
+            files=files,
+        )
+        if (
+            self.loop_store is None
+            or files
+            or after_seq is not None
+            or self._owner_limit is not None
+        ):
+            return await offload(general)
+        conversation_id = parse_conversation_id(conversation_id)
+        check_text(text, "message", self._limit)
+        key = check_idempotency_key(idempotency_key)
+        policy = check_busy_policy(on_busy)
+        tags = check_metadata(metadata)
+        schema = check_output_schema(output_schema)
+        with tracing.submit_span("chat submit") as span:
+            quick = await self.loop_store.submit(
+                conversation_id,
+                text,
+                key,
+                policy,
+                owner=owner,
+                metadata=tags,
+                output_schema=schema,
+                trace_context=tracing.carrier(),
+            )
+            if quick is not None:
+                _describe(span, conversation_id, quick[0].id)
+        if quick is None:
+            return await offload(general)
+        turn, view = quick
+        return await offload(functools.partial(self._submitted, conversation_id, turn, view))
 
     def edit_message(
         self,

@@ -222,9 +222,7 @@ class Following(Iterator[FollowItem]):
                 return await aread(self.conversation_id, io.after, block)
             return await offload(partial(channel.read, self.conversation_id, io.after, io.block))
         if isinstance(io, ReadLog):
-            return await offload(
-                partial(self.client.events, self.conversation_id, after=io.after, limit=PAGE)
-            )
+            return await self.client.aevents(self.conversation_id, io.after, PAGE, offload=offload)
         await asyncio.sleep(io.seconds)
         return None
 

@@ -23,6 +23,7 @@ from app.client.checks import (
 from app.client.following import REST, TURN_END, UNTIL, Following, LogInterval, Offload
 from app.client.merge import Cursor
 from app.client.store import conversations, reads
+from app.client.store.loop_store import LoopStore
 from app.client.views import (
     ConversationPage,
     ConversationView,
@@ -43,6 +44,7 @@ class ChatReader:
     settings: Settings
     engine: Engine
     reads: Engine  # the engine in autocommit, for reads (`app.db.autocommit_reads`)
+    loop_store: LoopStore | None  # the hottest reads, awaited on an event loop (PostgreSQL)
     _live: LiveChannel | None
 
     @property
@@ -85,6 +87,60 @@ class ChatReader:
         at each read, so a server can stretch it as its streams grow) in case a commit notice
         was lost. `InvalidCursor` for a cursor that is malformed, negative or
         beyond the last event; `ConversationNotFound`."""
+        following = self._following(
+            conversation_id,
+            after,
+            until=until,
+            turn_id=turn_id,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            log_interval=log_interval,
+        )
+        # Bad ids and cursors, now.
+        self.events(following.conversation_id, after=following.cursor.after, limit=1, owner=owner)
+        return following
+
+    async def afollow(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: Cursor | int | str = 0,
+        *,
+        until: str | None = REST,
+        turn_id: uuid.UUID | str | None = None,
+        timeout: float | None = None,
+        poll_interval: float = 1.0,
+        log_interval: LogInterval | None = None,
+        owner: str | None = None,
+        offload: Offload[Any],
+    ) -> Following:
+        """`follow` opened on an event loop (its check read awaited as `aevents`'s)."""
+        following = self._following(
+            conversation_id,
+            after,
+            until=until,
+            turn_id=turn_id,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            log_interval=log_interval,
+        )
+        await self.aevents(
+            following.conversation_id, following.cursor.after, 1, owner=owner, offload=offload
+        )
+        return following
+
+    def _following(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: Cursor | int | str,
+        *,
+        until: str | None,
+        turn_id: uuid.UUID | str | None,
+        timeout: float | None,
+        poll_interval: float,
+        log_interval: LogInterval | None,
+    ) -> Following:
+        """A `Following` of checked arguments (`InvalidRequest`, `InvalidCursor`,
+        `ConversationNotFound` for a malformed id), not yet read."""
         conversation_id = parse_conversation_id(conversation_id)
         cursor = Cursor.parse(after)
         if until not in UNTIL:
@@ -99,8 +155,6 @@ class ChatReader:
             raise InvalidRequest(
                 f"log_interval must be >= poll_interval ({poll_interval}), not {log_interval!r}"
             )
-        # Bad ids and cursors, now.
-        self.events(conversation_id, after=cursor.after, limit=1, owner=owner)
         return Following(
             self,
             conversation_id,
@@ -116,8 +170,16 @@ class ChatReader:
         """A turn's status, error, usage and times; `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
         with self.reads.connect() as connection:
-            reads.conversation_of_turn(connection, turn_id, owner)
-            return reads.read_turn(connection, turn_id)
+            return reads.read_owned_turn(connection, turn_id, owner)
+
+    async def aget_turn(
+        self, turn_id: uuid.UUID | str, *, owner: str | None = None, offload: Offload[Any]
+    ) -> TurnView:
+        """`get_turn` on an event loop (awaited there as `aevents`, else in `offload`)."""
+        if self.loop_store is None:
+            turn: TurnView = await offload(functools.partial(self.get_turn, turn_id, owner=owner))
+            return turn
+        return await self.loop_store.turn(parse_turn_id(turn_id), owner)
 
     def wait_for_turn(
         self,
@@ -182,6 +244,26 @@ class ChatReader:
         after, limit = check_cursor(after, limit)
         with self.reads.connect() as connection:
             return reads.read_events(connection, conversation_id, after, limit, owner)
+
+    async def aevents(
+        self,
+        conversation_id: uuid.UUID | str,
+        after: int = 0,
+        limit: int = 100,
+        *,
+        owner: str | None = None,
+        offload: Offload[Any],
+    ) -> EventPage:
+        """`events` on an event loop: awaited there on the loop's own connections where the
+        database's driver has an async side (`loop_store`), else `events` in `offload`."""
+        if self.loop_store is None:
+            page: EventPage = await offload(
+                functools.partial(self.events, conversation_id, after, limit, owner=owner)
+            )
+            return page
+        conversation_id = parse_conversation_id(conversation_id)
+        after, limit = check_cursor(after, limit)
+        return await self.loop_store.events(conversation_id, after, limit, owner)
 
     def wait_for_events(
         self,
@@ -254,10 +336,8 @@ async def await_events(
     offload: Offload[Any],
 ) -> EventPage:
     """`client.wait_for_events` on an event loop: the wait holds no thread, the database reads
-    go to `offload` (the API's readers' pool)."""
-    page: EventPage = await offload(
-        functools.partial(client.events, conversation_id, after, limit, owner=owner)
-    )
+    are awaited (`aevents`: on the loop, or in `offload`, the API's readers' pool)."""
+    page = await client.aevents(conversation_id, after, limit, owner=owner, offload=offload)
     if page.events or wait <= 0:
         return page
     following = client._long_poll(conversation_id, after, wait, log_interval)
@@ -271,10 +351,7 @@ async def await_events(
         return page
     finally:
         following.close()
-    found: EventPage = await offload(
-        functools.partial(client.events, conversation_id, after, limit, owner=owner)
-    )
-    return found
+    return await client.aevents(conversation_id, after, limit, owner=owner, offload=offload)
 
 
 __all__ = ["ChatReader", "await_events"]

@@ -35,6 +35,13 @@ class RawStatement:
         compiled = statement.compile(dialect=_numbered(engine.dialect))
         assert isinstance(compiled, SQLCompiler)
         assert compiled.positiontup is not None and "POSTCOMPILE" not in compiled.string
+        # A column's Python-side default is computed by SQLAlchemy at each execution, which a
+        # raw statement skips: it would be sent as NULL. (`include_defaults=False` leaves it to
+        # the server's default, or name the column.)
+        prefetched = [
+            column.key for column in (*compiled.insert_prefetch, *compiled.update_prefetch)
+        ]
+        assert not prefetched, f"Python-side defaults a raw statement cannot run: {prefetched}"
         self.sql = compiled.string
         self.order = tuple(compiled.positiontup)  # the name of each placeholder, $1 first
         required = {bind.key: None for bind in compiled.binds.values() if bind.required}

@@ -10,11 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, Uuid, insert, literal, select, text
 
 from app.db import make_engine
 from app.loop_connections import LoopConnections
 from app.models.raw_statement import RawStatement
+from app.models.tables import messages
 from app.testing import services
 from app.worker import loop_bridge
 from app.worker.store import TurnStore
@@ -171,7 +172,7 @@ def test_the_engine_s_dispose_closes_the_idle_ones(engine: Engine) -> None:
     assert backends_gone(engine, pid)
 
 
-def test_a_driver_statement_sends_numbered_placeholders_and_its_values_in_their_order(
+def test_a_raw_statement_sends_numbered_placeholders_and_its_values_in_their_order(
     engine: Engine,
 ) -> None:
     """`RawStatement` compiles once to `$1, $2, ...` (a value used twice is one placeholder)
@@ -203,3 +204,14 @@ def test_a_driver_statement_sends_numbered_placeholders_and_its_values_in_their_
 
     assert asyncio.run(on_loop()) == [(40, "x", "v", True)]
     connections.close()
+
+
+def test_a_raw_statement_refuses_a_python_side_default(engine: Engine) -> None:
+    """SQLAlchemy computes a column's Python-side default per execution, which a raw statement
+    skips: it would be sent as NULL, so such a statement is refused when it is compiled."""
+    source = select(literal(None, Uuid), literal(1), literal("user"))
+    columns = ["conversation_id", "seq", "role"]
+    with pytest.raises(AssertionError, match=r"Python-side defaults .*'is_error'"):
+        RawStatement(insert(messages).from_select(columns, source), engine)
+    left_to_the_server = insert(messages).from_select(columns, source, include_defaults=False)
+    assert "is_error" not in RawStatement(left_to_the_server, engine).sql

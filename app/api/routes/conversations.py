@@ -156,8 +156,9 @@ async def submit_message(
     rolling it back, or steering it (409 `not_branchable` while it waits for its client)."""
     client = api.client
 
-    def submit() -> tuple[Submission, uuid.UUID]:
-        submitted = client.submit_message(
+    async def submit() -> tuple[Submission, uuid.UUID]:
+        # (the common submit on the event loop, the rest in the threadpool: `asubmit_message`)
+        submitted = await client.asubmit_message(
             conversation_id,
             body.text,
             idempotency_key=idempotency_key,
@@ -167,6 +168,7 @@ async def submit_message(
             files=None
             if body.files is None
             else [item.model_dump(exclude_none=True) for item in body.files],
+            offload=run_in_threadpool,
         )
         assert submitted.turn is not None
         response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
@@ -175,12 +177,12 @@ async def submit_message(
         return Submission.model_validate(submitted), submitted.turn.id
 
     if not wait:
-        return (await run_in_threadpool(submit))[0]
+        return (await submit())[0]
     # A long poll: counted with the streams, before anything is written (past the caps: 429 or
     # 503, nothing submitted).
     api.open_stream(caller.owner)
     try:
-        _, turn_id = await run_in_threadpool(submit)
+        _, turn_id = await submit()
         timeout = api.settings.api_max_wait_seconds
         log_interval = api.settings.api_log_poll_seconds
         result = await api.follow_step(

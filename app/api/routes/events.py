@@ -119,15 +119,14 @@ async def stream_events(
     ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
     api.open_stream(caller.owner)
     try:
-        following = await api.read_step(
-            lambda: api.client.follow(
-                conversation_id,
-                cursor,
-                until=ends,
-                poll_interval=STREAM_WAKE_SECONDS,
-                log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
-                owner=caller.owner,
-            )
+        following = await api.client.afollow(
+            conversation_id,
+            cursor,
+            until=ends,
+            poll_interval=STREAM_WAKE_SECONDS,
+            log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
+            owner=caller.owner,
+            offload=api.read_step,
         )
     except BaseException:
         api.close_stream(caller.owner)

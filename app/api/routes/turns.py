@@ -34,9 +34,10 @@ def as_cancelled(turn: TurnView, response: Response) -> Turn:
 
 
 @router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
-def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
+async def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
     """Its status, error, usage and times."""
-    return Turn.model_validate(api.client.get_turn(turn_id, owner=caller.owner))
+    turn = await api.client.aget_turn(turn_id, owner=caller.owner, offload=api.read_step)
+    return Turn.model_validate(turn)
 
 
 @router.post(

@@ -7,6 +7,7 @@ Each function runs its queries on the caller's `Connection` and returns views, n
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -167,6 +168,14 @@ def read_turn(connection: Connection, turn_id: uuid.UUID) -> TurnView:
     return _with_answers(connection, _turn_view(row._mapping))
 
 
+def read_owned_turn(connection: Connection, turn_id: uuid.UUID, owner: str | None) -> TurnView:
+    """The turn if `owner` may see it (None: anyone's); `TurnNotFound` otherwise. One statement
+    (`TURN_AND_OWNER`), a second only for a turn that asked for actions (which are answered);
+    `loop_store` awaits the same."""
+    rows = connection.execute(TURN_AND_OWNER, {"turn_id": turn_id}).all()
+    return _with_answers(connection, owned_turn(rows, turn_id, owner))
+
+
 def current_turn(connection: Connection, conversation_id: uuid.UUID) -> TurnView | None:
     """The conversation's current (or last) turn; None before its first."""
     row = connection.execute(
@@ -182,15 +191,50 @@ def _with_answers(connection: Connection, turn: TurnView) -> TurnView:
     """The turn with each action's `answered` (whether its call has a result)."""
     if not turn.actions:
         return turn
-    answered = set(
-        connection.execute(
-            select(messages.c.tool_call_id).where(
-                messages.c.conversation_id == turn.conversation_id,
-                messages.c.role == "tool",
-                messages.c.tool_call_id.in_([action.call_id for action in turn.actions]),
-            )
-        ).scalars()
-    )
+    answered = connection.execute(
+        ANSWERED, {"conversation_id": turn.conversation_id, "call_ids": call_ids(turn)}
+    ).scalars()
+    return with_answered(turn, set(answered))
+
+
+# The turn with its conversation's owner (`owned_turn` reads it).
+TURN_AND_OWNER = (
+    select(turns, conversations.c.owner.label("conversation_owner"))
+    .join(conversations, conversations.c.id == turns.c.conversation_id)
+    .where(turns.c.id == bindparam("turn_id"))
+)
+_TURN_KEYS = tuple(str(column.key) for column in TURN_AND_OWNER.selected_columns)
+# Which of a turn's action calls have a result (`call_ids`: the actions' ids).
+ANSWERED = select(messages.c.tool_call_id).where(
+    messages.c.conversation_id == bindparam("conversation_id"),
+    messages.c.role == "tool",
+    messages.c.tool_call_id.in_(bindparam("call_ids", expanding=True)),
+)
+
+
+def owned_turn(rows: Sequence[Sequence[Any]], turn_id: uuid.UUID, owner: str | None) -> TurnView:
+    """The turn `TURN_AND_OWNER`'s rows hold, without its answers (see `read_owned_turn`)."""
+    row = dict(zip(_TURN_KEYS, rows[0], strict=True)) if rows else None
+    if row is None or (owner is not None and row["conversation_owner"] != owner):
+        raise TurnNotFound(f"no turn {turn_id}")
+    return _turn_view(row)
+
+
+_TURNS_KEYS = tuple(str(column.key) for column in turns.c)
+
+
+def turn_view(row: Sequence[Any]) -> TurnView:
+    """The view of a row of every column of `turns`, in the table's order."""
+    return _turn_view(dict(zip(_TURNS_KEYS, row, strict=True)))
+
+
+def call_ids(turn: TurnView) -> list[str]:
+    return [action.call_id for action in turn.actions]
+
+
+def with_answered(turn: TurnView, answered: set[str]) -> TurnView:
+    """The turn with each action's `answered`: its call has a result (`answered` holds the call
+    ids that have), or it was approved."""
     actions = tuple(
         replace(a, answered=a.call_id in answered or a.decision == APPROVED) for a in turn.actions
     )
@@ -198,7 +242,12 @@ def _with_answers(connection: Connection, turn: TurnView) -> TurnView:
 
 
 # Prefixed: events, turns and messages share column names.
-_TURN_COLUMNS = [column.label(f"trn_{column.key}") for column in turns.c]
+# (a turn's columns but what no view shows: a waiting message's text and files, the trace)
+_TURN_COLUMNS = [
+    column.label(f"trn_{column.key}")
+    for column in turns.c
+    if column.key not in ("input", "files", "trace_context")
+]
 _MESSAGE_COLUMNS = [column.label(f"msg_{column.key}") for column in messages.c]
 
 
@@ -213,59 +262,128 @@ def read_events(
 
     `InvalidCursor` for a cursor beyond the last event; `ConversationNotFound` (also when
     `owner` may not see it, as `check_owner`). The hottest read of the API (every stream, every
-    long poll): two statements built once, the owner checked by the first."""
-    head = connection.execute(_EVENTS_HEAD, {"conversation_id": conversation_id}).one_or_none()
-    if head is None or (owner is not None and head.owner != owner):
+    long poll): one statement built once (`EVENTS_PAGE`; `loop_store` awaits the same one)."""
+    rows = connection.execute(EVENTS_PAGE, page_parameters(conversation_id, after, limit)).all()
+    return events_page(rows, conversation_id, after, owner)
+
+
+def page_parameters(conversation_id: uuid.UUID, after: int, limit: int) -> dict[str, Any]:
+    """`EVENTS_PAGE`'s parameters. A cursor past the largest seq a column holds reads as that
+    seq (no event is after it; `events_page` finds the cursor beyond the last event)."""
+    return {"conversation_id": conversation_id, "after": min(after, _MAX_SEQ), "limit": limit}
+
+
+def events_page(
+    rows: Sequence[Sequence[Any]], conversation_id: uuid.UUID, after: int, owner: str | None
+) -> EventPage:
+    """The page `EVENTS_PAGE`'s rows make (see `read_events`)."""
+    head = rows[0] if rows else None
+    if head is None or (owner is not None and head[_HEAD_OWNER] != owner):
         raise ConversationNotFound(f"no conversation {conversation_id}")
-    if after > head.event_seq:
+    last_seq = head[_HEAD_EVENT_SEQ]
+    if after > last_seq:
         raise InvalidCursor(
             f"cursor {after} is beyond the last event of conversation {conversation_id} "
-            f"({head.event_seq})"
+            f"({last_seq})"
         )
-    rows = connection.execute(
-        _EVENTS_AFTER, {"conversation_id": conversation_id, "after": after, "limit": limit}
-    )
-    found = [_event_view(row._mapping) for row in rows]
-    return EventPage(conversation_id, found, head.event_seq, head.status, head.last_message)
+    seq = _PAGE.seq
+    found = [_PAGE.view(row) for row in rows if row[seq] is not None]
+    return EventPage(conversation_id, found, last_seq, head[_HEAD_STATUS], head[_HEAD_LAST_MESSAGE])
 
 
 def turn_events(connection: Connection, turn_id: uuid.UUID) -> list[EventView]:
     """Every committed event of the turn, in order, with the rows they name."""
     query = _events_with_rows().where(events.c.turn_id == turn_id).order_by(events.c.seq)
-    return [_event_view(row._mapping) for row in connection.execute(query)]
+    return [_EVENT_ROW.view(row) for row in connection.execute(query)]
 
 
 def _events_with_rows() -> Select[Any]:
-    """Events joined with the turn and the message each names (`_event_view` reads them)."""
-    return (
-        select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS)
-        .outerjoin(turns, turns.c.id == events.c.turn_id)
-        .outerjoin(
-            messages,
-            (messages.c.conversation_id == events.c.conversation_id)
-            & (messages.c.seq == events.c.message_seq),
+    """Events joined with the turn and the message each names (`_EventRow` reads them)."""
+    return select(events, *_TURN_COLUMNS, *_MESSAGE_COLUMNS).select_from(_EVENTS_JOINED)
+
+
+_EVENTS_JOINED = events.outerjoin(turns, turns.c.id == events.c.turn_id).outerjoin(
+    messages,
+    (messages.c.conversation_id == events.c.conversation_id)
+    & (messages.c.seq == events.c.message_seq),
+)
+_LAST = messages.alias("last_message")
+_MAX_SEQ = 2**31 - 1  # (an INTEGER column's largest)
+# A page of the log in one statement (one snapshot): the conversation's head on every row (its
+# last event, status, owner and last message), then each event after the cursor with the turn and
+# the message it names; a conversation without such events is one row, its event's columns null.
+EVENTS_PAGE = (
+    select(
+        conversations.c.event_seq.label("head_event_seq"),
+        conversations.c.status.label("head_status"),
+        conversations.c.owner.label("head_owner"),
+        select(func.coalesce(func.max(_LAST.c.seq), 0))
+        .where(_LAST.c.conversation_id == conversations.c.id)
+        .correlate(conversations)
+        .scalar_subquery()
+        .label("head_last_message"),
+        events,
+        *_TURN_COLUMNS,
+        *_MESSAGE_COLUMNS,
+    )
+    .select_from(
+        conversations.outerjoin(
+            _EVENTS_JOINED,
+            (events.c.conversation_id == conversations.c.id) & (events.c.seq > bindparam("after")),
         )
     )
-
-
-_EVENTS_HEAD = select(
-    conversations.c.event_seq,
-    conversations.c.status,
-    conversations.c.owner,
-    select(func.coalesce(func.max(messages.c.seq), 0))
-    .where(messages.c.conversation_id == conversations.c.id)
-    .scalar_subquery()
-    .label("last_message"),
-).where(conversations.c.id == bindparam("conversation_id"))
-_EVENTS_AFTER = (
-    _events_with_rows()
-    .where(
-        events.c.conversation_id == bindparam("conversation_id"),
-        events.c.seq > bindparam("after"),
-    )
+    .where(conversations.c.id == bindparam("conversation_id"))
     .order_by(events.c.seq)
     .limit(bindparam("limit"))
 )
+
+
+class _EventRow:
+    """Where an event's columns, its turn's (`trn_`) and its message's (`msg_`) are in a row of
+    `statement`, found once: a view is built from positions, not from a mapping per row."""
+
+    def __init__(self, statement: Select[Any]) -> None:
+        keys = [str(column.key) for column in statement.selected_columns]
+
+        def part(prefix: str) -> tuple[slice, tuple[str, ...]]:
+            at = [n for n, key in enumerate(keys) if key.startswith(prefix)]
+            assert at == list(range(at[0], at[-1] + 1))  # (contiguous)
+            return slice(at[0], at[-1] + 1), tuple(keys[n][len(prefix) :] for n in at)
+
+        self.turn, self.turn_keys = part("trn_")
+        self.message, self.message_keys = part("msg_")
+        self.event_keys = tuple(column.key for column in events.c)
+        self.event = slice(keys.index(self.event_keys[0]), keys.index(self.event_keys[-1]) + 1)
+        self.seq = keys.index("seq")
+        self.message_id = self.message.start + self.message_keys.index("id")
+        self.turn_id = self.turn.start + self.turn_keys.index("id")
+
+    def view(self, row: Sequence[Any]) -> EventView:
+        event = dict(zip(self.event_keys, row[self.event], strict=True))
+        message = None
+        if row[self.message_id] is not None:
+            message = _message_view(dict(zip(self.message_keys, row[self.message], strict=True)))
+        turn = None
+        if row[self.turn_id] is not None and event["type"].startswith("turn."):
+            turn = _turn_view(dict(zip(self.turn_keys, row[self.turn], strict=True)))
+        return EventView(
+            seq=event["seq"],
+            type=event["type"],
+            conversation_id=event["conversation_id"],
+            turn_id=event["turn_id"],
+            created_at=_aware(event["created_at"]),
+            status=event["status"],
+            attempt=event["attempt"],
+            message_seq=event["message_seq"],
+            message=message,
+            turn=turn,
+            data=event["data"],
+        )
+
+
+_HEAD_EVENT_SEQ, _HEAD_STATUS, _HEAD_OWNER, _HEAD_LAST_MESSAGE = range(4)  # (EVENTS_PAGE's first)
+_PAGE = _EventRow(EVENTS_PAGE)
+_EVENT_ROW = _EventRow(_events_with_rows())
 
 
 def read_catalogue(connection: Connection) -> list[ToolInfo]:
@@ -313,32 +431,6 @@ def _conversation_view(row: Any, message_views: list[MessageView]) -> Conversati
         forked_from=row.forked_from,
         forked_at_seq=row.forked_at_seq,
     )
-
-
-def _event_view(row: Any) -> EventView:
-    message = None
-    if row["msg_id"] is not None:
-        message = _message_view(_prefixed(row, "msg_"))
-    turn = None
-    if row["trn_id"] is not None and row["type"].startswith("turn."):
-        turn = _turn_view(_prefixed(row, "trn_"))
-    return EventView(
-        seq=row["seq"],
-        type=row["type"],
-        conversation_id=row["conversation_id"],
-        turn_id=row["turn_id"],
-        created_at=_aware(row["created_at"]),
-        status=row["status"],
-        attempt=row["attempt"],
-        message_seq=row["message_seq"],
-        message=message,
-        turn=turn,
-        data=row["data"],
-    )
-
-
-def _prefixed(row: Any, prefix: str) -> dict[str, Any]:
-    return {key[len(prefix) :]: value for key, value in row.items() if key.startswith(prefix)}
 
 
 def _dollars(value: Decimal | float | None) -> float | None:
