@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 from app.client import ChatClient
 from app.client.store import quick_submit
 from app.client.store.loop_store import LoopStore
-from app.client.views import EventPage
+from app.client.views import EventPage, Submitted
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
@@ -410,3 +410,34 @@ def test_the_fence_refuses_a_start_read_before_another_write(
     page = client.events(conversation_id, limit=100)
     assert page.last_seq == 3 and [m.content for m in client.get_conversation(
         conversation_id).messages] == ["first"]  # fmt: skip
+
+
+def test_racing_submits_start_one_turn_and_queue_the_rest(
+    engine_: Engine, client: ChatClient
+) -> None:
+    """Eight submits at once to one resting conversation, on one loop (each read sees it at
+    rest): one fence matches and starts its turn, the seven others find the fence moved and
+    take the general path, which queues them behind it. Every seq is taken once (the
+    invariants, checked after the test, say the log has no gap)."""
+    conversation_id = client.create_conversation(owner="o")
+    offloads = Offloads()
+
+    async def race() -> list[Submitted]:
+        return await asyncio.gather(
+            *(
+                client.asubmit_message(
+                    conversation_id, f"message {n}", owner="o", on_busy="enqueue", offload=offloads
+                )
+                for n in range(8)
+            )
+        )
+
+    submitted = asyncio.run(race())
+    started = [s for s in submitted if s.turn.status == "queued" and s.seq is not None]
+    waiting = [s for s in submitted if s.seq is None]
+    assert len(started) == 1 and len(waiting) == 7
+    assert sorted(s.turn.number for s in submitted) == list(range(1, 9))
+    if engine_.dialect.name == "postgresql":
+        assert offloads.ran.count("submit_message") >= 7  # (the losers: the general path)
+    page = client.events(conversation_id, limit=1000)
+    assert [e.seq for e in page.events] == list(range(1, page.last_seq + 1))
