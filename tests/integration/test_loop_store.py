@@ -34,28 +34,17 @@ from app.errors import (
 from app.models.tables import conversations, events, messages, turns
 from app.testing import fakes
 from app.worker.lease_runner import Outcome, TurnRunner
-from app.worker.store import TurnStore, Upkeep
+from app.worker.store import TurnStore
 from tests.integration.test_loop import World, make_tools, run
+from tests.integration.test_turns import ADD_THEN_ANSWER, SETTINGS, with_the_add_tool
 from tests.integration.test_user_in_the_loop import LOCATE, world_of
 
 T = TypeVar("T")
-SETTINGS = load_settings(lease_ttl_seconds=30, heartbeat_seconds=10, max_attempts=3)
-ADD_THEN_ANSWER = fakes.by_iteration(
-    [fakes.calls(("c1", "add", {"a": 1, "b": 2})), fakes.text("It is 3.")]
-)
 
 
 @pytest.fixture
 def engine_(any_database_url: str) -> Iterator[Engine]:
-    engine = make_engine(any_database_url)
-    tools = fakes.InMemoryTools({"add": lambda a, b: str(a + b)})
-    asyncio.run(_publish(Upkeep(engine), tools))
-    yield engine
-    engine.dispose()
-
-
-async def _publish(upkeep: Upkeep, tools: fakes.InMemoryTools) -> None:
-    upkeep.publish_catalog(await tools.definitions())
+    yield from with_the_add_tool(any_database_url)
 
 
 @pytest.fixture

@@ -48,7 +48,12 @@ ADD_THEN_ANSWER = fakes.by_iteration(
 
 @pytest.fixture
 def engine_(any_database_url: str) -> Iterator[Engine]:
-    engine = make_engine(any_database_url)
+    yield from with_the_add_tool(any_database_url)
+
+
+def with_the_add_tool(url: str) -> Iterator[Engine]:
+    """An engine on `url` with the `add` tool published (disposed after)."""
+    engine = make_engine(url)
     tools = fakes.InMemoryTools({"add": lambda a, b: str(a + b)})
     asyncio.run(_publish(Upkeep(engine), tools))
     yield engine
