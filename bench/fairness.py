@@ -102,7 +102,9 @@ def _probe(bench: Rig, text: str, timeout: float = 120) -> float:
     time.sleep(0.3)
     conversation_id = bench.client.create_conversation(owner="bob")
     bench.client.submit_message(conversation_id, text)
-    submitted = time.time()
+    # (t0 is the doorbell's, as `pickup`'s: a clock read after the submit returned could come
+    # after the worker's request, the submitting thread descheduled on a busy machine)
+    submitted = bench.rung[conversation_id]
     deadline = time.monotonic() + timeout
     while not (requests := bench.llm.requests(text)):
         if time.monotonic() > deadline:

@@ -44,7 +44,7 @@ class ChatReader:
     settings: Settings
     engine: Engine
     reads: Engine  # the engine in autocommit, for reads (`app.db.autocommit_reads`)
-    loop_store: LoopStore | None  # the hottest reads, awaited on an event loop (PostgreSQL)
+    loop_store: LoopStore | None  # the hot statements, awaited on an event loop (PostgreSQL)
     _live: LiveChannel | None
 
     @property

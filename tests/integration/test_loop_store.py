@@ -48,6 +48,16 @@ def engine_(any_database_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture
+def postgres_client(database_url: str) -> Iterator[ChatClient]:
+    """A client on PostgreSQL only, for the quick path's own tests (SQLite has none)."""
+    for engine in with_the_add_tool(database_url):
+        settings = load_settings(database_url=database_url)
+        client = ChatClient(settings, engine=engine, enqueue=lambda _: None)
+        yield client
+        client.close()
+
+
+@pytest.fixture
 def client(engine_: Engine) -> Iterator[ChatClient]:
     settings = load_settings(database_url=str(engine_.url))
     client = ChatClient(settings, engine=engine_, enqueue=lambda _: None)
@@ -318,11 +328,10 @@ def test_a_submit_on_the_loop_writes_what_the_general_path_writes(
     assert client.events(quick, limit=1000).last_seq == client.events(general, limit=1000).last_seq
 
 
-def test_what_the_quick_path_leaves_to_the_general_one(engine_: Engine, client: ChatClient) -> None:
+def test_what_the_quick_path_leaves_to_the_general_one(postgres_client: ChatClient) -> None:
     """A busy conversation (enqueue, reject), a budget, a turn waiting for the user, files, a
     key reused with another text: the general path decides, with its own answer or error."""
-    if engine_.dialect.name != "postgresql":
-        pytest.skip("SQLite has no quick path")
+    client = postgres_client
     busy = client.create_conversation(owner="o")
     client.submit_message(busy, "first", owner="o", idempotency_key="k")
     queued, ran = asubmit(client, busy, "second", owner="o", on_busy="enqueue")
@@ -366,13 +375,10 @@ def test_bad_submits_on_the_loop_get_the_general_path_s_errors(
     assert client.events(conversation_id).last_seq == 0  # nothing written
 
 
-def test_the_fence_refuses_a_start_read_before_another_write(
-    engine_: Engine, client: ChatClient
-) -> None:
+def test_the_fence_refuses_a_start_read_before_another_write(postgres_client: ChatClient) -> None:
     """The read, then a submit through the general path, then the stale start: it writes
     nothing (no row back), and `asubmit_message` would take the general path."""
-    if engine_.dialect.name != "postgresql":
-        pytest.skip("SQLite has no quick path")
+    client = postgres_client
     store = client.loop_store
     assert store is not None
     conversation_id = client.create_conversation(owner="o")
