@@ -35,6 +35,12 @@ def make_engine(url: str, **options: Any) -> Engine:
     return engine
 
 
+def psycopg_driven(engine: Engine) -> bool:
+    """PostgreSQL through psycopg 3: the database whose statements the worker's steps and the
+    API's hot routes send themselves (`RawStatement`, `LoopConnections`)."""
+    return engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg"
+
+
 def autocommit_reads(engine: Engine) -> Engine:
     """`engine` for reads, in autocommit: no transaction to roll back. psycopg forgets every
     statement it prepared on a connection (and has the server deallocate them: a round trip) when

@@ -1,4 +1,5 @@
-"""The connections a worker's steps use on its event loop: psycopg's `AsyncConnection`, in
+"""The connections an event loop awaits its statements on (a worker's steps with
+`CHATWORKER_DATABASE_IO=async`, the API's hot routes): psycopg's `AsyncConnection`, in
 autocommit, kept and reused newest first (so the few that run the steps keep their prepared
 statements and plans), at most `size` open; those of one event loop only (a connection belongs to
 the loop it was opened on: another loop's are closed when a new one asks).

@@ -34,6 +34,7 @@ from app.client.store.reads import (
     with_answered,
 )
 from app.client.views import EventPage, TurnView
+from app.db import psycopg_driven
 from app.errors import DatabaseUnavailable
 from app.loop_connections import Connection, LoopConnections
 from app.models.raw_statement import RawStatement
@@ -69,11 +70,8 @@ class LoopStore:
 
     @staticmethod
     def for_engine(engine: Engine) -> LoopStore | None:
-        """The loop reads of `engine`'s database, or None where its driver has no async side."""
-        dialect = engine.dialect
-        if dialect.name == "postgresql" and dialect.driver == "psycopg":
-            return LoopStore(engine)
-        return None
+        """The loop store of `engine`'s database, or None where its driver has no async side."""
+        return LoopStore(engine) if psycopg_driven(engine) else None
 
     async def events(
         self, conversation_id: uuid.UUID, after: int, limit: int, owner: str | None

@@ -24,7 +24,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     Integer,
     String,
     Text,
@@ -39,7 +38,6 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
 from app.client.admission import Keyed
 from app.client.store.conversations import ROOT, NewTurn
@@ -48,11 +46,13 @@ from app.models import (
     FOR_MESSAGE,
     MESSAGE_COMMITTED,
     PROCESSING,
+    RELEASED_LEASE,
     REQUIRES_ACTION,
     STATUS_CHANGED,
     TURN_QUEUED,
     USER,
 )
+from app.models.base import JsonType
 from app.models.tables import budgets, conversations, events, messages, turns
 
 _current = turns.alias("current_turn")
@@ -154,7 +154,7 @@ def seen(rows: Sequence[Sequence[Any]], conversation_id: uuid.UUID, owner: str |
     return Seen(status, turn_count, event_seq, last_message or 0, leaf, keyed, quick)
 
 
-_JSON = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+# (sent wrapped as JSON by `RawStatement`, None as SQL NULL; the type only casts the placeholder)
 JSON_PARAMETERS = ("metadata", "output_schema", "trace_context")
 
 
@@ -177,9 +177,7 @@ def _start() -> Any:
             attempts=0,
             turn_number=bindparam("number", type_=Integer),
             turn_count=bindparam("number", type_=Integer),
-            lease_owner=None,
-            lease_expires_at=None,
-            lease_token=None,
+            **RELEASED_LEASE,
             heartbeat_at=bindparam("now"),
             updated_at=bindparam("now"),
         )
@@ -211,9 +209,9 @@ def _start() -> Any:
                 message_seq,
                 bindparam("turn_parent_seq", type_=Integer),
                 bindparam("key", type_=String),
-                bindparam("metadata", type_=_JSON),
-                bindparam("output_schema", type_=_JSON),
-                bindparam("trace_context", type_=_JSON),
+                bindparam("metadata", type_=JsonType),
+                bindparam("output_schema", type_=JsonType),
+                bindparam("trace_context", type_=JsonType),
             ),
             include_defaults=False,  # (the server's: a Python-side default is compiled once)
         )

@@ -18,6 +18,7 @@ import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import IntegrityError
 
+from app.db import psycopg_driven
 from app.loop_connections import LoopConnections
 from app.models.raw_statement import RawStatement
 from app.worker import loop_bridge
@@ -109,7 +110,7 @@ DEFERRED_CLAIM = Deferred()
 
 def make_driver(engine: Engine) -> Driver:
     """The fast path on PostgreSQL through psycopg 3, SQLAlchemy Core anywhere else."""
-    if engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg":
+    if psycopg_driven(engine):
         return PsycopgDriver(engine)
     return CoreDriver(engine)
 
