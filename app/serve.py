@@ -79,9 +79,10 @@ def serve(options: ServeOptions) -> int:
         return 0
     if not embedded:
         from app.api import create_app
+        from app.api.handoff import servable
 
         uvicorn.run(
-            create_app(settings),
+            servable(create_app(settings)),
             host=options.host,
             port=options.port,
             log_level=options.log_level,
@@ -107,6 +108,7 @@ def _serve_embedded(options: ServeOptions) -> int:
 
     from app.api import create_app
     from app.api.connection_limits import GuardedHttpTools
+    from app.api.handoff import servable
     from app.client import ChatClient
     from app.config import get_settings
     from app.db import shown
@@ -124,7 +126,7 @@ def _serve_embedded(options: ServeOptions) -> int:
     print(f"chatworker: database {shown(settings.database_url)}", file=sys.stderr)
     try:
         uvicorn.run(
-            create_app(settings, client=client),
+            servable(create_app(settings, client=client)),
             host=options.host,
             port=options.port,
             log_level=options.log_level,

@@ -18,6 +18,7 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.api.body_limit import BodyLimit
+from app.api.handoff import Handoff
 from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
 from app.api.routes import router
@@ -100,6 +101,7 @@ def install(
     )
     app.add_middleware(Observed)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(Handoff)  # (the outermost of ours: a stream's rest runs from its frame)
     app.include_router(router)
     add_metrics_route(app)
     _document_problems(app)

@@ -3,10 +3,11 @@ environment."""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from app.api.app import create_app
+from app.api.handoff import servable
 
 
-def from_environment() -> FastAPI:
-    return create_app()
+def from_environment() -> ASGIApp:
+    return servable(create_app())

@@ -13,22 +13,29 @@ a fifth of the API process's CPU (py-spy, `python -m bench --only sse`). Here:
     one task per process:      notices the server stopping (uvicorn's exit, as sse_starlette's
                                own watcher sees it) and resolves each open stream's future
 
-The wire format is sse_starlette's (`ServerSentEvent.encode`). When the stream ends, by its
-generator's end, the client's leaving or the server's stop, the generator is closed (its
-`finally` runs: the follower's close, the stream count).
+Once the head is sent, the rest is handed to `app.api.handoff.Handoff` (the request's frames are
+let go: ~13 KB a stream), or runs in place where there is none.
+
+The wire format is sse_starlette's (`ServerSentEvent.encode`). When the stream is over (its
+generator's end, the client's leaving, the server's stop, a HEAD, a hand-over abandoned), the
+generator is closed and `closing` called, once: what the stream holds is given back there (the
+follower, the stream count), not in the generator's `finally`, which a generator that never
+started does not run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 
 from sse_starlette import ServerSentEvent
 from sse_starlette.sse import AppStatus
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
+
+from app.api.handoff import hand_off
 
 SHUTDOWN_POLL_SECONDS = 0.5
 _open_streams: set[asyncio.Future[str]] = set()  # each stream's end, resolved at the stop
@@ -48,10 +55,12 @@ class EventStream(StreamingResponse):
         ping: float,
         headers: Mapping[str, str] | None = None,
         status_code: int = 200,  # (FastAPI's OpenAPI reads the default off the signature)
+        closing: Callable[[], None] | None = None,
     ) -> None:
         super().__init__((), status_code, headers, "text/event-stream")  # (the events: below)
         self.events = events
         self.ping = ping
+        self.closing = closing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send(
@@ -59,10 +68,33 @@ class EventStream(StreamingResponse):
         )
         if scope.get("method", "GET").upper() == "HEAD":  # headers only: a stream never ends
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-            await _close(self.events)
+            await _finish(self.events, self.closing)
             return
+        rest = _Streaming(self.events, self.ping, self.closing, receive)
+        if not hand_off(scope, rest):  # (no `Handoff` above: the stream runs here)
+            await rest.run(send)
+
+
+class _Streaming:
+    """The stream after its head: what `Handoff` runs once the request's frames are gone."""
+
+    __slots__ = ("closing", "events", "ping", "receive")
+
+    def __init__(
+        self,
+        events: AsyncIterator[ServerSentEvent],
+        ping: float,
+        closing: Callable[[], None] | None,
+        receive: Receive,
+    ) -> None:
+        self.events, self.ping, self.closing, self.receive = events, ping, closing, receive
+
+    async def abandon(self) -> None:
+        await _finish(self.events, self.closing)
+
+    async def run(self, send: Send) -> None:
         ended: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        left = asyncio.ensure_future(_client_left(receive, ended))
+        left = asyncio.ensure_future(_client_left(self.receive, ended))
         _stopping(ended)
         upcoming: asyncio.Future[ServerSentEvent] | None = None
         try:
@@ -93,7 +125,7 @@ class EventStream(StreamingResponse):
                 with contextlib.suppress(BaseException):
                     await upcoming
             left.cancel()
-            await _close(self.events)
+            await _finish(self.events, self.closing)
 
 
 def _body(chunk: bytes) -> Message:
@@ -113,11 +145,20 @@ async def _client_left(receive: Receive, ended: asyncio.Future[str]) -> None:
             ended.set_result("left")
 
 
-async def _close(events: AsyncIterator[ServerSentEvent]) -> None:
-    close = getattr(events, "aclose", None)
-    if close is not None:
-        with contextlib.suppress(RuntimeError):  # (already running its finally: it ends itself)
-            await close()
+async def _finish(
+    events: AsyncIterator[ServerSentEvent], closing: Callable[[], None] | None
+) -> None:
+    """Close the generator, then call `closing`: once per stream, whether the generator ever
+    started or not (closing a generator that never started runs none of its code: a release
+    in its `finally` would be skipped)."""
+    try:
+        close = getattr(events, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(RuntimeError):  # (already in its finally: it ends itself)
+                await close()
+    finally:
+        if closing is not None:
+            closing()
 
 
 def _stopping(ended: asyncio.Future[str]) -> None:

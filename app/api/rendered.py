@@ -86,30 +86,30 @@ class RenderedTurn:
         return out
 
     async def events(self, first: list[Rendered]) -> AsyncIterator[Rendered]:
-        """`first`, then every batch until the end; the stream is counted out at the end."""
-        try:
-            batch = first
-            while True:
-                for event in batch:
-                    yield event
-                if self.finished:
-                    break
-                try:
-                    batch = await self.next_events()
-                except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
-                    log.warning(
-                        "stream of %s: database unavailable (%s)",
-                        self.following.conversation_id,
-                        exc,
-                    )
-                    await asyncio.sleep(DATABASE_PAUSE_SECONDS)
-                    batch = []
-                    continue
-                if not batch:
-                    break  # the follower was closed
-        finally:
-            self.following.close()
-            self.api.close_stream(self.owner)
+        """`first`, then every batch until the end (`close` gives back what the stream holds:
+        the `EventStream`'s `closing`)."""
+        batch = first
+        while True:
+            for event in batch:
+                yield event
+            if self.finished:
+                break
+            try:
+                batch = await self.next_events()
+            except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
+                log.warning(
+                    "stream of %s: database unavailable (%s)", self.following.conversation_id, exc
+                )
+                await asyncio.sleep(DATABASE_PAUSE_SECONDS)
+                batch = []
+                continue
+            if not batch:
+                break  # the follower was closed
+
+    def close(self) -> None:
+        """The stream is over: its follower closed, its place in the stream counts given back."""
+        self.following.close()
+        self.api.close_stream(self.owner)
 
 
 __all__ = ["RenderedTurn", "Renderer"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -53,26 +53,29 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
     )
 
 
-async def sse_events(
-    api: ApiState, following: Following, owner: str | None = None
-) -> AsyncIterator[ServerSentEvent]:
+async def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
     """The stream's events until the following ends (its `until`) or the reader leaves. It
-    waits on the event loop; only its database reads go to the readers' pool."""
-    try:
-        while True:
-            try:
-                items = await following.next_batch(api.read_step)
-            except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
-                log.warning(
-                    "stream of %s: database unavailable (%s)", following.conversation_id, exc
-                )
-                await asyncio.sleep(DATABASE_PAUSE_SECONDS)
-                continue
-            if not items:
-                break
-            for item, cursor in items:
-                yield as_sse(item, str(cursor))
-        yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
-    finally:
+    waits on the event loop; only its database reads go to the readers' pool. What the stream
+    holds is given back by `released`, the `EventStream`'s `closing`."""
+    while True:
+        try:
+            items = await following.next_batch(api.read_step)
+        except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
+            log.warning("stream of %s: database unavailable (%s)", following.conversation_id, exc)
+            await asyncio.sleep(DATABASE_PAUSE_SECONDS)
+            continue
+        if not items:
+            break
+        for item, cursor in items:
+            yield as_sse(item, str(cursor))
+    yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
+
+
+def released(api: ApiState, following: Following, owner: str | None) -> Callable[[], None]:
+    """What a stream's end gives back: its follower, and its place in the stream counts."""
+
+    def release() -> None:
         following.close()
         api.close_stream(owner)
+
+    return release

@@ -76,10 +76,38 @@ def test_a_quiet_stream_is_pinged_and_a_client_that_leaves_ends_it() -> None:
 
 
 def test_head_sends_the_headers_only_and_never_runs_the_stream() -> None:
-    closed = Closed()
-    sent = asyncio.run(run(EventStream(source(closed, "a"), ping=60), method="HEAD"))
+    closed, released = Closed(), []
+    stream = EventStream(source(closed, "a"), ping=60, closing=lambda: released.append(1))
+    sent = asyncio.run(run(stream, method="HEAD"))
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert bodies(sent) == [b""]
+    # the generator never ran (nor its `finally`); what the stream held is given back all the same
+    assert not closed.closed and released == [1]
+
+
+@pytest.mark.parametrize("ending", ["its end", "the client leaving", "the server stopping"])
+def test_closing_is_called_once_however_the_stream_ends(
+    ending: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(event_stream, "SHUTDOWN_POLL_SECONDS", 0.01)
+    released: list[int] = []
+    stream = EventStream(
+        source(Closed(), "a", then_wait=ending != "its end"),
+        ping=60,
+        closing=lambda: released.append(1),
+    )
+
+    async def main() -> None:
+        running = asyncio.ensure_future(
+            run(stream, leave_after=0.1 if ending == "the client leaving" else None)
+        )
+        if ending == "the server stopping":
+            await asyncio.sleep(0.1)
+            monkeypatch.setattr(AppStatus, "should_exit", True)
+        await running
+
+    asyncio.run(main())
+    assert released == [1]
 
 
 def test_the_server_stopping_ends_every_open_stream(monkeypatch: pytest.MonkeyPatch) -> None:

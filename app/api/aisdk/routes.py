@@ -103,7 +103,12 @@ async def _stream(
             yield ServerSentEvent(data=json.dumps(chunk))
         yield ServerSentEvent(data="[DONE]")
 
-    return EventStream(written(), ping=api.settings.api_heartbeat_seconds, headers=dict(HEADERS))
+    return EventStream(
+        written(),
+        ping=api.settings.api_heartbeat_seconds,
+        headers=dict(HEADERS),
+        closing=opened.close,
+    )
 
 
 def _open(

@@ -180,6 +180,7 @@ async def _stream(
         written(),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        closing=opened.close,
     )
 
 

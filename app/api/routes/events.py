@@ -12,7 +12,7 @@ from app.api.event_stream import EventStream
 from app.api.problems import documented
 from app.api.schemas import Event, EventList
 from app.api.state import Api
-from app.api.streaming import sse_events
+from app.api.streaming import released, sse_events
 from app.client import Cursor
 from app.client.following import REST, TURN_END
 from app.client.reader import await_events
@@ -132,7 +132,8 @@ async def stream_events(
         api.close_stream(caller.owner)
         raise
     return EventStream(
-        sse_events(api, following, caller.owner),
+        sse_events(api, following),
         ping=api.settings.api_heartbeat_seconds,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        closing=released(api, following, caller.owner),
     )
