@@ -8,8 +8,9 @@ streams that was ~9 KB a stream of the API's memory and a fifth of the objects t
 garbage collection walks (`python -m bench --only sse`). A response that can go on without them
 (`EventStream`) sends its head through the whole chain, as any response does (the security
 headers, the metrics' count, CORS are applied then), puts what is left of it in the request's
-scope under `HANDOFF` and returns; the chain unwinds, and `Handoff` runs the rest from its own
-frame, sending with its own `send`:
+scope under `HANDOFF` and returns; the chain unwinds (with the copy of the scope it was given, and
+what its layers put there), and `Handoff` runs the rest from its own frame, sending with its own
+`send`:
 
     uvicorn -> Handoff -> FastAPI -> Starlette -> middlewares -> routing -> the route
         -> EventStream: the head sent, the rest handed over, every frame above returns
@@ -52,15 +53,16 @@ class Handoff:
             await self.app(scope, receive, send)
             return
         later: list[Rest] = []
-        scope[HANDOFF] = later
+        # (the app gets a copy of the scope: what its layers put there, FastAPI's exit stacks,
+        # the route, goes with them; the server keeps the scope for as long as the connection)
+        inner = {**scope, HANDOFF: later}
         try:
-            await self.app(scope, receive, send)
+            await self.app(inner, receive, send)
         except BaseException:
             for rest in later:
                 await rest.abandon()
             raise
-        finally:
-            scope.pop(HANDOFF, None)
+        del inner
         for rest in later:
             await rest.run(send)
 

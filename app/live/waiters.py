@@ -24,9 +24,13 @@ class Waiter:
         self.future: asyncio.Future[None] = self.loop.create_future()
 
     async def wait(self, timeout: float) -> None:
+        # (a timer resolves the future: no `asyncio.wait`, whose two coroutines, callback and set
+        # a follower would hold for as long as it waits, 10,000 times in a busy API process)
+        timer = self.loop.call_later(max(0.0, timeout), _resolve, self.future)
         try:
-            await asyncio.wait((self.future,), timeout=max(0.0, timeout))
+            await self.future
         finally:
+            timer.cancel()
             self.waiters.discard(self)
 
     def wake(self) -> None:

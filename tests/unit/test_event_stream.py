@@ -38,10 +38,13 @@ async def run(
 ) -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
 
-    async def receive() -> dict[str, Any]:
-        if leave_after is None:
+    loop = asyncio.get_running_loop()
+    leaves = None if leave_after is None else loop.time() + leave_after
+
+    async def receive() -> dict[str, Any]:  # (as a server's: a wait cut short can be asked again)
+        if leaves is None:
             await asyncio.Event().wait()
-        await asyncio.sleep(leave_after or 0)
+        await asyncio.sleep(max(0.0, (leaves or 0) - loop.time()))
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
@@ -139,3 +142,34 @@ def test_a_receive_that_fails_ends_the_stream_as_a_client_that_left() -> None:
     stream = EventStream(source(closed, "a", then_wait=True), ping=60)
     asyncio.run(asyncio.wait_for(stream({"type": "http"}, receive, send), 10))  # type: ignore[arg-type]
     assert bodies(sent)[0] == b"data: a\r\n\r\n" and closed.closed
+
+
+def test_a_ping_comes_only_after_a_quiet_ping_interval() -> None:
+    async def busy_then_quiet() -> AsyncIterator[ServerSentEvent]:
+        for n in range(8):  # an event every 0.03 s for 0.24 s: never 0.1 s of quiet
+            yield ServerSentEvent(data=str(n))
+            await asyncio.sleep(0.03)
+        await asyncio.Event().wait()
+
+    sent = asyncio.run(run(EventStream(busy_then_quiet(), ping=0.1), leave_after=0.5))
+    chunks = bodies(sent)
+    first_ping = next(n for n, c in enumerate(chunks) if c.startswith(b": ping"))
+    assert first_ping == 8  # (all eight events, then the pings of the quiet that followed)
+    assert all(c.startswith(b": ping") for c in chunks[8:])
+
+
+def test_a_cancel_that_is_not_the_streams_own_is_passed_on_and_still_releases() -> None:
+    released: list[int] = []
+    stream = EventStream(
+        source(Closed(), "a", then_wait=True), ping=60, closing=lambda: released.append(1)
+    )
+
+    async def main() -> None:
+        running = asyncio.ensure_future(run(stream))
+        await asyncio.sleep(0.1)
+        running.cancel()  # (the server cancelling the request's task)
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(main())
+    assert released == [1]

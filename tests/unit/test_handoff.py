@@ -75,7 +75,7 @@ def test_the_rest_runs_after_the_inner_middlewares_returned_with_the_handoffs_se
     ]
     # the head went through the middleware (it saw it); the events did not
     assert bodies(sent) == [b"data: a\r\n\r\n", b"data: b\r\n\r\n", b""]
-    assert closed.closed and HANDOFF not in scope
+    assert closed.closed and HANDOFF not in scope  # (the app was given a copy of it)
 
 
 def test_an_inner_handoff_under_an_outer_one_passes_through() -> None:
