@@ -78,11 +78,10 @@ def serve(options: ServeOptions) -> int:
         )
         return 0
     if not embedded:
-        from app.api import create_app
-        from app.api.handoff import servable
+        from app.api.app import create_server_app
 
         uvicorn.run(
-            servable(create_app(settings)),
+            create_server_app(settings),
             host=options.host,
             port=options.port,
             log_level=options.log_level,
@@ -106,9 +105,8 @@ def _serve_embedded(options: ServeOptions) -> int:
     import dramatiq
     import uvicorn
 
-    from app.api import create_app
+    from app.api.app import create_server_app
     from app.api.connection_limits import GuardedHttpTools
-    from app.api.handoff import servable
     from app.client import ChatClient
     from app.config import get_settings
     from app.db import shown
@@ -124,9 +122,10 @@ def _serve_embedded(options: ServeOptions) -> int:
     worker.start()
     client = ChatClient(settings, enqueue=lambda cid: ring(cid, actors.broker))
     print(f"chatworker: database {shown(settings.database_url)}", file=sys.stderr)
+    app = create_server_app(settings, client=client)
     try:
         uvicorn.run(
-            servable(create_app(settings, client=client)),
+            app,
             host=options.host,
             port=options.port,
             log_level=options.log_level,

@@ -1,5 +1,6 @@
-"""The HTTP API as an ASGI app: `create_app(settings)` for a server of its own, `install(app)` to
-mount the same routes, error handlers and state in an existing FastAPI app.
+"""The HTTP API as an ASGI app: `create_app(settings)` for a server of its own (`create_server_app`
+as `chatworker serve` runs it), `install(app)` to mount the same routes, error handlers and state
+in an existing FastAPI app.
 
 It is a skin over the client layer (`app.client`): it never imports the worker, and a route holds
 no SQL and no business rule. The chat page (`app/api/page/`) is served at `/` by `create_app`.
@@ -16,7 +17,9 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
+from app.api import heap
 from app.api.body_limit import BodyLimit
 from app.api.handoff import Handoff
 from app.api.observed import Observed, add_metrics_route
@@ -71,6 +74,17 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
     async def chat_page() -> FileResponse:
         return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-cache"})
 
+    return app
+
+
+def create_server_app(
+    settings: Settings | None = None, *, client: ChatClient | None = None
+) -> ASGIApp:
+    """`create_app` as `chatworker serve` runs it: under a `Handoff` (a stream's rest runs
+    outside every layer of the app), with start-up's heap frozen out of the collector's sight
+    (`heap.settle`; build it last, just before serving)."""
+    app = Handoff(create_app(settings, client=client))
+    heap.settle()
     return app
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp
 
-from app.api.app import create_app
-from app.api.handoff import servable
+from app.api.app import create_server_app
 
 
 def from_environment() -> ASGIApp:
-    return servable(create_app())
+    return create_server_app()

@@ -20,11 +20,11 @@ So the middlewares between see a stream's head, never its events (ours only look
 `SecurityHeaders`, `Observed`, `BodyLimit`). The rest keeps the `receive` the response was given
 (a body limit still applies to it).
 
-`chatworker serve` wraps the whole app (`servable`); `install` adds one as the outermost of its
-middlewares too, for an app that mounts the routes its own way (an inner `Handoff` under an outer
-one passes through). Without any, a response runs its rest where it is. If the chain fails after
-the hand-over, the rest is abandoned: what it holds is given back (a stream's follower closed,
-its count returned).
+`chatworker serve` wraps the whole app (`app.api.app.create_server_app`); `install` adds one as
+the outermost of its middlewares too, for an app that mounts the routes its own way (an inner
+`Handoff` under an outer one passes through). Without any, a response runs its rest where it is.
+If the chain fails after the hand-over, the rest is abandoned: what it holds is given back (a
+stream's follower closed, its count returned).
 """
 
 from __future__ import annotations
@@ -67,11 +67,6 @@ class Handoff:
             await rest.run(send)
 
 
-def servable(app: ASGIApp) -> ASGIApp:
-    """`app` as a server should run it: under a `Handoff`."""
-    return Handoff(app)
-
-
 def hand_off(scope: Scope, rest: Rest) -> bool:
     """Give `rest` to the `Handoff` above this request (True), or say there is none (False: the
     caller runs it itself)."""
@@ -82,4 +77,4 @@ def hand_off(scope: Scope, rest: Rest) -> bool:
     return True
 
 
-__all__ = ["HANDOFF", "Handoff", "Rest", "hand_off", "servable"]
+__all__ = ["HANDOFF", "Handoff", "Rest", "hand_off"]
