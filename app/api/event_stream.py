@@ -9,10 +9,10 @@ a fifth of the API process's CPU (py-spy, `python -m bench --only sse`). Here:
 
     the response's coroutine:  the next event -> send it, until the events end (or it is
                                cancelled: the client left, the server stops)
-    one task per stream:       `receive()` until `http.disconnect` (then the stream is ended),
-                               and a `: ping` after each ping interval without a send
-    one task per process:      notices the server stopping (uvicorn's exit, as sse_starlette's
-                               own watcher sees it) and ends each open stream
+    one task per stream:       `receive()` until `http.disconnect` (then the stream is ended)
+    one task per event loop:   the tender: a `: ping` to each stream quiet for its ping
+                               interval; at the server's stop (uvicorn's exit, as sse_starlette's
+                               own watcher sees it), each open stream ended
 
 Once the head is sent, the rest is handed to `app.api.handoff.Handoff` (the request's frames are
 let go), or runs in place where there is none.
@@ -39,10 +39,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.handoff import hand_off
 
-SHUTDOWN_POLL_SECONDS = 0.5
-_open_streams: set[_Streaming] = set()  # ended at the server's stop
-_watched: set[asyncio.AbstractEventLoop] = set()
-_watchers: set[asyncio.Task[None]] = set()  # (held: the loop keeps only a weak reference)
+TICK_SECONDS = 0.5  # the tender looks at least this often (the server's stop, the pings)
+_tended: dict[asyncio.AbstractEventLoop, set[_Streaming]] = {}  # each loop's open streams
+_tenders: set[asyncio.Task[None]] = set()  # (held: the loop keeps only a weak reference)
+_pinging: set[asyncio.Future[None]] = set()
 
 
 class EventStream(StreamingResponse):
@@ -81,12 +81,14 @@ class _Streaming:
     """The stream after its head: what `Handoff` runs once the request's frames are gone.
 
     Its coroutine pulls the events and sends them, nothing in between; a guard task beside it
-    waits for the client to leave and pings after `ping` seconds of quiet. The client's leaving
-    and the server's stop end the stream by cancelling its coroutine (`end`), which then closes
-    as usual (one task and no per-wait structures besides the one the events wait on: at 10,000
-    streams, every object less is one less for each full garbage collection to walk)."""
+    waits for the client to leave; the loop's tender pings it after `ping` seconds without a
+    send. The client's leaving and the server's stop end the stream by cancelling its coroutine
+    (`end`), which then closes as usual. Nothing is made per wait or per ping interval that
+    lives for it: objects that live that long outlast two young collections and each counts
+    toward the next full one, which at 10,000 streams stopped the loop for over a second every
+    ~50 s (gc callbacks, `python -m bench --only sse`)."""
 
-    __slots__ = ("closing", "ending", "events", "last_sent", "main", "ping", "receive")
+    __slots__ = ("closing", "ending", "events", "last_sent", "main", "ping", "receive", "send")
 
     def __init__(
         self,
@@ -98,6 +100,7 @@ class _Streaming:
         self.events, self.ping, self.closing, self.receive = events, ping, closing, receive
         self.ending: str | None = None  # why it ends: "left", "stopping", "ended", "over"
         self.main: asyncio.Task[Any] | None = None
+        self.send: Send | None = None
         self.last_sent = 0.0
 
     async def abandon(self) -> None:
@@ -114,9 +117,10 @@ class _Streaming:
         loop = asyncio.get_running_loop()
         self.main = main = asyncio.current_task()
         assert main is not None
+        self.send = send
         self.last_sent = loop.time()
-        guard = loop.create_task(self._guard(send))
-        _stopping(self)
+        guard = loop.create_task(self._guard())
+        _tend(self)
         try:
             try:
                 async for event in self.events:
@@ -127,7 +131,7 @@ class _Streaming:
                 if self.ending is None:  # (not ours: the server's, passed on)
                     raise
                 main.uncancel()
-            guard.cancel()  # (before the last body: nothing may follow it)
+            guard.cancel()
             with contextlib.suppress(BaseException):
                 await guard
             if self.ending != "left":
@@ -135,35 +139,38 @@ class _Streaming:
         finally:
             if self.ending is None:
                 self.ending = "over"  # (a send that failed: nothing cancels it any more)
-            _open_streams.discard(self)
+            _tended.get(loop, set()).discard(self)
             guard.cancel()
             await _finish(self.events, self.closing)
 
-    async def _guard(self, send: Send) -> None:
-        """Until the client leaves (a `receive` that fails: gone all the same), a ping after
-        each `ping` seconds without a send."""
-        loop = asyncio.get_running_loop()
+    async def _guard(self) -> None:
+        """Until the client leaves (a `receive` that fails: gone all the same)."""
         try:
-            while True:
-                try:
-                    async with asyncio.timeout_at(self.last_sent + self.ping):
-                        message = await self.receive()
-                except TimeoutError:
-                    if loop.time() >= self.last_sent + self.ping:
-                        await send(_body(_ping()))
-                        self.last_sent = loop.time()
-                    continue
-                if message["type"] == "http.disconnect":
-                    return
+            while (await self.receive())["type"] != "http.disconnect":
+                pass
         finally:
             self.end("left")
+
+    def ping_now(self, now: float) -> None:
+        """A `: ping` on its way (a task: a client slow to read holds up only its own)."""
+        if self.ending is None and self.send is not None:
+            self.last_sent = now
+            task = asyncio.ensure_future(_ping(self, self.send))
+            _pinging.add(task)
+            task.add_done_callback(_pinging.discard)
+
+
+async def _ping(stream: _Streaming, send: Send) -> None:
+    if stream.ending is None:  # (the last body may have gone out since: nothing after it)
+        with contextlib.suppress(Exception):  # (a client gone: its guard ends the stream)
+            await send(_body(_ping_comment()))
 
 
 def _body(chunk: bytes) -> Message:
     return {"type": "http.response.body", "body": chunk, "more_body": True}
 
 
-def _ping() -> bytes:
+def _ping_comment() -> bytes:
     return ServerSentEvent(comment=f"ping - {datetime.now(UTC)}").encode()
 
 
@@ -183,31 +190,41 @@ async def _finish(
             closing()
 
 
-def _stopping(stream: _Streaming) -> None:
-    """Have `stream` ended when the server stops (one watcher task per event loop)."""
+def _tend(stream: _Streaming) -> None:
+    """Have `stream` pinged when quiet and ended when the server stops, by its loop's tender
+    (one task per event loop)."""
     if AppStatus.should_exit:
         stream.end("stopping")
         return
-    _open_streams.add(stream)
     loop = asyncio.get_running_loop()
-    if loop not in _watched:
-        _watched.add(loop)
-        watcher = loop.create_task(_watch_shutdown(loop))
-        _watchers.add(watcher)
-        watcher.add_done_callback(_watchers.discard)
+    streams = _tended.get(loop)
+    if streams is None:
+        streams = _tended[loop] = set()
+        tender = loop.create_task(_tender(loop, streams))
+        _tenders.add(tender)
+        tender.add_done_callback(_tenders.discard)
+    streams.add(stream)
 
 
-async def _watch_shutdown(loop: asyncio.AbstractEventLoop) -> None:
+async def _tender(loop: asyncio.AbstractEventLoop, streams: set[_Streaming]) -> None:
+    """Each stream pinged when its interval without a send is over (within `TICK_SECONDS`);
+    at the server's stop (uvicorn's exit, as sse_starlette's own watcher sees it), each ended."""
     try:
         while not AppStatus.should_exit:
-            await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
-        for stream in [
-            s for s in _open_streams if s.main is not None and s.main.get_loop() is loop
-        ]:
-            _open_streams.discard(stream)
+            now = loop.time()
+            wake = now + TICK_SECONDS
+            for stream in streams:
+                due = stream.last_sent + stream.ping
+                if due <= now:
+                    stream.ping_now(now)
+                    due = now + stream.ping
+                wake = min(wake, due)
+            await asyncio.sleep(max(0.0, wake - loop.time()))
+        for stream in list(streams):
+            streams.discard(stream)
             stream.end("stopping")
     finally:
-        _watched.discard(loop)
+        _tended.pop(loop, None)
 
 
 __all__ = ["EventStream"]

@@ -92,7 +92,7 @@ def test_head_sends_the_headers_only_and_never_runs_the_stream() -> None:
 def test_closing_is_called_once_however_the_stream_ends(
     ending: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(event_stream, "SHUTDOWN_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(event_stream, "TICK_SECONDS", 0.01)
     released: list[int] = []
     stream = EventStream(
         source(Closed(), "a", then_wait=ending != "its end"),
@@ -114,7 +114,7 @@ def test_closing_is_called_once_however_the_stream_ends(
 
 
 def test_the_server_stopping_ends_every_open_stream(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(event_stream, "SHUTDOWN_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(event_stream, "TICK_SECONDS", 0.01)
     closed = Closed()
 
     async def main() -> list[dict[str, Any]]:
