@@ -124,7 +124,10 @@ class _Streaming:
         try:
             try:
                 async for event in self.events:
-                    await send(_body(event.encode()))
+                    chunk = _body(event.encode())
+                    del event  # (not held while the next one is awaited)
+                    await send(chunk)
+                    del chunk
                     self.last_sent = loop.time()
                 self.ending = "ended"
             except asyncio.CancelledError:
@@ -207,19 +210,19 @@ def _tend(stream: _Streaming) -> None:
 
 
 async def _tender(loop: asyncio.AbstractEventLoop, streams: set[_Streaming]) -> None:
-    """Each stream pinged when its interval without a send is over (within `TICK_SECONDS`);
-    at the server's stop (uvicorn's exit, as sse_starlette's own watcher sees it), each ended."""
+    """Each stream pinged at the first tick after its interval without a send is over (a tick
+    every `TICK_SECONDS`, or every shortest ping interval if shorter: one walk of the streams a
+    tick, not one per stream's due time); at the server's stop (uvicorn's exit, as
+    sse_starlette's own watcher sees it), each ended."""
     try:
         while not AppStatus.should_exit:
             now = loop.time()
-            wake = now + TICK_SECONDS
+            tick = TICK_SECONDS
             for stream in streams:
-                due = stream.last_sent + stream.ping
-                if due <= now:
+                if stream.last_sent + stream.ping <= now:
                     stream.ping_now(now)
-                    due = now + stream.ping
-                wake = min(wake, due)
-            await asyncio.sleep(max(0.0, wake - loop.time()))
+                tick = min(tick, stream.ping)
+            await asyncio.sleep(tick)
         for stream in list(streams):
             streams.discard(stream)
             stream.end("stopping")

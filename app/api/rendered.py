@@ -89,11 +89,13 @@ class RenderedTurn:
         """`first`, then every batch until the end (`close` gives back what the stream holds:
         the `EventStream`'s `closing`)."""
         batch = first
+        del first
         while True:
             for event in batch:
                 yield event
             if self.finished:
                 break
+            batch = []  # (the last batch not held while the next one is awaited)
             try:
                 batch = await self.next_events()
             except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
