@@ -1,6 +1,6 @@
 """A server-sent event stream as a plain ASGI response: its own coroutine sends the events, one
-task per stream waits for the client to leave and sends the pings, one task per process for the
-server's shutdown.
+task per stream waits for the client to leave, one task per event loop sends the pings and ends
+the streams at the server's shutdown.
 
 sse_starlette's `EventSourceResponse` runs four tasks per stream in an anyio task group (the
 events, the pings, the server's exit, the client's disconnect) and a cancel scope around every

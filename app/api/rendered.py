@@ -103,7 +103,6 @@ class RenderedTurn:
                     "stream of %s: database unavailable (%s)", self.following.conversation_id, exc
                 )
                 await asyncio.sleep(DATABASE_PAUSE_SECONDS)
-                batch = []
                 continue
             if not batch:
                 break  # the follower was closed
