@@ -63,6 +63,21 @@ class ModelSettings(Section):
         "then 6 s, the provider's `Retry-After` / `retry-after-ms`), 3 attempts in all; a "
         "provider asking for a longer wait than this fails the turn at once, its wait in the error",
     )
+    schema_check_seconds: float = Field(
+        2,
+        gt=0,
+        le=60,
+        description="how long checking one structured answer against its output schema may "
+        "take, in a process of its own (past it the process is killed and the turn fails saying "
+        "why; the worker's other turns go on)",
+    )
+    schema_check_memory_mb: int = Field(
+        256,
+        ge=64,
+        le=16_384,
+        description="the memory cap of the process that checks structured answers (past it the "
+        "turn fails saying why)",
+    )
     llm_stream: bool = Field(
         True,
         description="ask the model for a stream and show its reply live as it forms (the "

@@ -164,6 +164,7 @@ class WorkerHost:
             if self._thread is not None:
                 self._thread.join(timeout=10)
             self.db.close()
+            self.runner.checker.close()
             self.runner.store.close()  # (its steps' connections: the loop has stopped)
             self.liveness.close()  # (its leases are released: nobody needs to see it die)
             self.broadcaster.close()

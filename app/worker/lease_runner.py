@@ -20,6 +20,7 @@ from app.models import PROCESSING
 from app.telemetry import logs, metrics, tracing
 from app.worker import failpoints, plan
 from app.worker.broadcast import Broadcaster
+from app.worker.checker import SchemaChecker
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.step_loop import Outcome, StepLoop, next_seq
 from app.worker.store import Claim, Deferred, LeaseLost, Snapshot, TurnStore
@@ -42,6 +43,7 @@ class TurnRunner:
         owner: str,
         db: DatabaseThreads | None = None,
         broadcaster: Broadcaster | None = None,
+        checker: SchemaChecker | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -50,6 +52,9 @@ class TurnRunner:
         self.owner = owner
         self.db = db or DatabaseThreads()
         self.broadcaster = broadcaster or Broadcaster(None)
+        self.checker = checker or SchemaChecker(
+            settings.schema_check_seconds, settings.schema_check_memory_mb
+        )
         self._turns: dict[uuid.UUID, StepLoop] = {}  # the turns running in this process
 
     def cancel(self, conversation_id: uuid.UUID) -> bool:

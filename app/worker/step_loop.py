@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar
 
 from app.config import Settings
@@ -33,6 +34,7 @@ from app.worker import (
 )
 from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
+from app.worker.checker import SchemaChecker
 from app.worker.compactor import Compactor
 from app.worker.plan import (
     CallModel,
@@ -96,6 +98,7 @@ class Means(Protocol):
     settings: Settings
     db: DatabaseThreads
     broadcaster: Broadcaster
+    checker: SchemaChecker
 
 
 CANCELLED = "cancelled by the user"
@@ -119,7 +122,6 @@ class StepLoop:
         self.runner = runner
         self.store = runner.store
         self.db = runner.db
-        # a step's statement awaited on the loop, not on a database thread
         self.on_loop = runner.settings.database_io == "async" and runner.store.steps_on_loop
         self.snapshot = snapshot
         self.claim = snapshot.claim
@@ -286,7 +288,9 @@ class StepLoop:
             guarded=frozenset(d.name for d in served if not d.may_rerun),
         )
         # In one order whatever the servers' (the prefix a prompt cache matches stays the same).
-        self.function_tools = [d.as_function_tool() for d in sorted(offered, key=_name)]
+        self.function_tools = [
+            d.as_function_tool() for d in sorted(offered, key=attrgetter("name"))
+        ]
         self.tool_servers = {d.name: d.server for d in offered}
         self.transcript.tools_tokens = context.text_tokens(json.dumps(self.function_tools))
 
@@ -432,7 +436,7 @@ class StepLoop:
             reply.finish_reason,
             used_ids=_calls_taken(self.transcript.call_ids, self.snapshot.other_calls),
             seq=seq,
-            schema=self.snapshot.output_schema,
+            judged=await self.runner.checker.judged(reply, self.snapshot.output_schema),
         )
         return await self._record(verdict, reply, sink, seq)
 
@@ -630,10 +634,6 @@ class StepLoop:
 def _calls_taken(on_path: set[str], elsewhere: frozenset[str]) -> set[str] | frozenset[str]:
     """The call ids a new call's may not repeat: the path's and other branches' results'."""
     return on_path | elsewhere if elsewhere else on_path
-
-
-def _name(definition: Any) -> str:
-    return str(definition.name)
 
 
 __all__ = ["Means", "Outcome", "StepLoop", "next_seq"]

@@ -13,7 +13,10 @@ here, against the schema, before the turn completes:
 
 A mismatch is kept (an assistant message with `is_error` and `output_error`), and the model is
 asked once to repair it (`repair_prompt`, sent right after it); a second mismatch fails the turn
-(`FAILED_ERROR`).
+(`FAILED_ERROR`). The check is bounded (`safe_schema`: RE2 patterns, hashed `uniqueItems`,
+asserted formats; an answer of at most `MAX_ANSWER_CHARS`, nested at most `MAX_DEPTH` levels);
+the worker runs it in a checker process with a deadline and a memory cap (`checker.py`), and an
+answer that cannot be checked within them is `Unjudged`: the turn fails saying why.
 """
 
 from __future__ import annotations
@@ -24,12 +27,16 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from jsonschema import validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
+from app.worker import safe_schema
+from app.worker.safe_schema import MAX_DEPTH
+
 REPAIRS = 1  # a mismatched answer is sent back this many times before the turn fails
 MAX_ERROR_CHARS = 500
+MAX_ANSWER_CHARS = 1_000_000  # a structured answer's text (a model's longest answers are shorter)
+UNJUDGED_ERROR = "The model's answer could not be checked against the output schema: {why}"
 FAILED_ERROR = (
     "The model's answer did not match the output schema after {repairs} repair attempt(s): {error}"
 )
@@ -57,6 +64,15 @@ class Mismatch(NamedTuple):
     error: str
 
 
+class Unjudged(NamedTuple):
+    """The answer could not be checked within the bounds (`error`: the turn's, saying why)."""
+
+    error: str
+
+
+Judgement = Matched | Mismatch | Unjudged
+
+
 def response_format(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The schema as OpenAI's `response_format` (litellm maps it for other providers)."""
     found: dict[str, Any] = {
@@ -74,18 +90,31 @@ def instruction(schema: Mapping[str, Any]) -> str:
     return INSTRUCTION.format(schema=json.dumps(schema["schema"], ensure_ascii=False))
 
 
-def judge(content: str | None, schema: Mapping[str, Any]) -> Matched | Mismatch:
-    """Whether the answer `content` matches `schema`: its parsed value, or why not."""
-    text = (content or "").strip()
-    fenced = _FENCED.match(text)
-    if fenced is not None:
-        text = fenced.group(1).strip()
+def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
+    """Whether the answer `content` matches `schema`: its parsed value, or why not; `Unjudged`
+    when the check itself failed (a schema that refers to itself without end). Under a
+    `safe_schema.deadline`, `TooCostly` past it."""
+    text = answer_text(content)
+    if len(text) > MAX_ANSWER_CHARS:
+        return Mismatch(
+            f"the answer is {len(text):,} characters long, over the {MAX_ANSWER_CHARS:,} a "
+            "structured answer may be"
+        )
     try:
         value = json.loads(text)
+        deep = safe_schema.deeper_than(value)
     except ValueError as exc:
         return Mismatch(f"the answer is not JSON ({exc})")
-    validator = _validator(json.dumps(schema["schema"], sort_keys=True))
-    error = best_match(validator.iter_errors(value))
+    except RecursionError:  # (nested past the parser's own limit, far past MAX_DEPTH)
+        deep = True
+    if deep:
+        return Mismatch(f"the answer nests objects and arrays deeper than {MAX_DEPTH} levels")
+    try:
+        error = best_match(
+            _validator(json.dumps(schema["schema"], sort_keys=True)).iter_errors(value)
+        )
+    except RecursionError:
+        return Unjudged(UNJUDGED_ERROR.format(why="the schema refers to itself without end"))
     if error is None:
         return Matched(value)
     where = "/".join(str(part) for part in error.absolute_path)
@@ -93,6 +122,13 @@ def judge(content: str | None, schema: Mapping[str, Any]) -> Matched | Mismatch:
     if len(message) > MAX_ERROR_CHARS:
         message = message[:MAX_ERROR_CHARS] + "..."
     return Mismatch(f"at {where or 'the root'}: {message}")
+
+
+def answer_text(content: str | None) -> str:
+    """The answer's JSON text: stripped, and out of a Markdown code fence if it is in one."""
+    text = (content or "").strip()
+    fenced = _FENCED.match(text)
+    return fenced.group(1).strip() if fenced is not None else text
 
 
 def repair_prompt(error: str) -> str:
@@ -108,17 +144,19 @@ def refusal_error(error: str) -> str:
 @lru_cache(maxsize=256)
 def _validator(schema_json: str) -> Validator:
     """One compiled validator per distinct schema (checked when it was given)."""
-    schema = json.loads(schema_json)
-    cls = validators.validator_for(schema, default=validators.Draft202012Validator)
-    validator: Validator = cls(schema)
-    return validator
+    return safe_schema.validator_for(json.loads(schema_json))
 
 
 __all__ = [
     "FAILED_ERROR",
+    "MAX_ANSWER_CHARS",
     "REPAIRS",
+    "UNJUDGED_ERROR",
+    "Judgement",
     "Matched",
     "Mismatch",
+    "Unjudged",
+    "answer_text",
     "instruction",
     "judge",
     "refusal_error",

@@ -1,6 +1,8 @@
 """What a model call's outcome commits (rows 10-14, 27 and 30 of `plan`'s table): the reply
 judged (against the turn's schema, when it asks for one), its tool calls given ids unique in the
-conversation, a failure moved to a fallback model. Pure, no I/O, like the planner.
+conversation, a failure moved to a fallback model. Pure, no I/O, like the planner: the answer's
+check against the schema (`structured.judge`, bounded: `checker.py`) is done before, when
+`judged_against` says it is needed, and handed in.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.worker.plan import Fail, ToolCall
-from app.worker.structured import Matched, Mismatch, judge
+from app.worker.structured import Judgement, Matched, Mismatch, Unjudged
 
 EMPTY_REPLY_ERROR = "The model returned an empty message"
 CONTENT_FILTER_ERROR = "The provider's content filter blocked the model's answer"
@@ -76,6 +78,19 @@ def next_model(models: Sequence[str], using: str) -> str | None:
     return models[index + 1] if index + 1 < len(models) else None
 
 
+def judged_against(
+    content: str | None,
+    tool_calls: Sequence[ToolCall],
+    finish_reason: str | None,
+    schema: Mapping[str, Any] | None,
+) -> Mapping[str, Any] | None:
+    """The schema a reply's answer must be judged against before `judge_reply` (row 27): the
+    turn's, when the reply is a text answer (not blocked, no tool calls, not blank)."""
+    if schema is None or finish_reason == "content_filter" or tool_calls:
+        return None
+    return schema if (content or "").strip() else None
+
+
 def judge_reply(
     content: str | None,
     tool_calls: Iterable[ToolCall],
@@ -83,11 +98,12 @@ def judge_reply(
     *,
     used_ids: Collection[str],
     seq: int,
-    schema: Mapping[str, Any] | None = None,
+    judged: Judgement | None = None,
 ) -> Verdict:
     """What a model's reply commits (rows 11-14, 27); `seq` is the seq it will be committed
-    under, `used_ids` the tool-call ids the conversation already has, `schema` what the turn's
-    answer must match (None: any text)."""
+    under, `used_ids` the tool-call ids the conversation already has, `judged` what its answer
+    made of the turn's schema (None: the turn takes any text). An answer that could not be
+    judged within the checker's bounds fails the turn, saying why."""
     if finish_reason == "content_filter":
         return Fail(CONTENT_FILTER_ERROR)
     calls = unique_tool_calls(tool_calls, used_ids, seq)
@@ -95,13 +111,15 @@ def judge_reply(
         return RecordCalls(calls)
     if not (content or "").strip():
         return Fail(EMPTY_REPLY_ERROR)
-    if schema is None:
-        return RecordAnswer(content or "")
-    match judge(content, schema):
+    match judged:
+        case None:
+            return RecordAnswer(content or "")
         case Matched(output):
             return RecordAnswer(content or "", output)
         case Mismatch(error):
             return RecordRefused(content or "", error)
+        case Unjudged(error):
+            return Fail(error)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -136,6 +154,7 @@ __all__ = [
     "RecordRefused",
     "Verdict",
     "judge_reply",
+    "judged_against",
     "model_failed",
     "next_model",
     "unique_tool_calls",

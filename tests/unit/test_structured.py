@@ -14,8 +14,10 @@ from app.worker.plan import CallModel, Cancel, Entry, Fail, Finish, next_step
 from app.worker.ports import ModelError
 from app.worker.structured import (
     REPAIR_PROMPT,
+    UNJUDGED_ERROR,
     Matched,
     Mismatch,
+    Unjudged,
     instruction,
     judge,
     refusal_error,
@@ -29,6 +31,7 @@ from app.worker.verdict import (
     RecordCalls,
     RecordRefused,
     judge_reply,
+    judged_against,
     model_failed,
     next_model,
 )
@@ -101,7 +104,8 @@ def test_what_the_model_is_sent_of_the_schema() -> None:
 @pytest.mark.row(27)
 def test_a_text_answer_of_a_structured_turn_is_judged_against_its_schema() -> None:
     def verdict(content: str) -> object:
-        return judge_reply(content, (), "stop", used_ids=set(), seq=2, schema=TICKET)
+        judged = judge(content, TICKET)
+        return judge_reply(content, (), "stop", used_ids=set(), seq=2, judged=judged)
 
     good = '{"kind": "bug", "priority": 3}'
     assert verdict(good) == RecordAnswer(good, {"kind": "bug", "priority": 3})
@@ -110,8 +114,16 @@ def test_a_text_answer_of_a_structured_turn_is_judged_against_its_schema() -> No
     assert bad.content == '{"kind": "bug"}'
     assert "'priority' is a required property" in bad.error
     # tool calls are not the answer: they run first, whatever the schema
-    assert judge_reply(None, (A,), "tool_calls", used_ids=set(), seq=2, schema=TICKET) == (
-        RecordCalls((A,))
+    assert judged_against(None, (A,), "tool_calls", TICKET) is None
+    assert judge_reply(None, (A,), "tool_calls", used_ids=set(), seq=2) == RecordCalls((A,))
+    assert judged_against(" ", (), "stop", TICKET) is None  # (blank: row 13)
+    assert judged_against("{}", (), "content_filter", TICKET) is None  # (row 11)
+    assert judged_against("{}", (), "stop", TICKET) == TICKET
+    assert judged_against("{}", (), "stop", None) is None
+    # an answer the checker could not judge within its bounds fails the turn, saying why
+    unjudged = Unjudged(UNJUDGED_ERROR.format(why="the check took longer than 2 s"))
+    assert judge_reply("{}", (), "stop", used_ids=set(), seq=2, judged=unjudged) == Fail(
+        unjudged.error
     )
     # a turn without a schema: any text, no parsed value
     assert judge_reply("It is a bug.", (), "stop", used_ids=set(), seq=2) == RecordAnswer(
