@@ -4,8 +4,8 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     modules                               may import
     ------------------------------------  --------------------------------------------------------
     app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
-    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`) and each other
-    .structured, .files                   only: pure
+    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
+    .structured, .safe_schema, .files     patterns' engine) and each other only: pure
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks and views, the live entries,
@@ -37,9 +37,10 @@ PURE = (
     "app.worker.context",
     "app.worker.summary",
     "app.worker.structured",
+    "app.worker.safe_schema",
     "app.worker.files",
 )
-PURE_LIBRARIES = ("__future__", "jsonschema")  # beside the standard library
+PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard library
 DIALECT_PURE = (
     *(
         f"app.api.responses.{name}"

@@ -65,6 +65,10 @@ TURNS_DEFERRED = Counter(
 LEASES_LOST = Counter(
     "chatworker_leases_lost", "Runs stopped because another worker took the conversation over"
 )
+RUNS_CRASHED = Counter(
+    "chatworker_runs_crashed",
+    "Runs that raised in the worker's own step code (counted as attempts; app/worker/crashes.py)",
+)
 RECOVERY_REENQUEUES = Counter(
     "chatworker_recovery_reenqueues",
     "Doorbells re-sent by the recovery sweep for running conversations nobody was touching",
@@ -253,6 +257,7 @@ __all__ = [
     "MODEL_UNPRICED_CALLS",
     "MULTIPROC_ENV",
     "RECOVERY_REENQUEUES",
+    "RUNS_CRASHED",
     "TOOL_CALLS",
     "TOOL_CALL_SECONDS",
     "TURNS_DEFERRED",

@@ -1,8 +1,12 @@
-"""Failpoints: named places in the worker where a test makes the process SIGKILL itself.
+"""Failpoints: named places in the worker where a test makes the process SIGKILL itself, or
+makes the run raise (a crash of the worker's own step code, not of the process).
 
     CHATWORKER_FAILPOINT="tool_ran"            the first time the point is reached
     CHATWORKER_FAILPOINT="tool_ran:3"          the third time
     CHATWORKER_FAILPOINT="tool_ran@write_note" only when that tool is the one involved
+    CHATWORKER_FAILPOINT="llm_answered@POISON=raise"   raise `FailpointRaised` every time the
+                                               model answers exactly "POISON" (`=raise`: from
+                                               the n-th time on, the process lives)
     CHATWORKER_FAILPOINT="after_claim,tool_ran:2"   several points
 
 Read once at import; when unset, `hit()` returns at its first line (the hot path pays one check).
@@ -63,22 +67,31 @@ MATRIX_POINTS = tuple(
 )
 
 
+class FailpointRaised(RuntimeError):
+    """What a `=raise` failpoint raises: the worker's step code crashed."""
+
+
 @dataclass(frozen=True)
 class Failpoint:
     point: str
     nth: int = 1
-    tool: str | None = None
+    tool: str | None = None  # (for `llm_answered`: the model's answer)
+    raises: bool = False
 
 
 def parse(spec: str) -> tuple[Failpoint, ...]:
-    """`point[:n][@tool]`, comma-separated; an unknown point is an error, not a silent no-op."""
+    """`point[:n][@tool][=raise]`, comma-separated; an unknown point is an error, not a silent
+    no-op."""
     armed = []
     for item in filter(None, (part.strip() for part in spec.split(","))):
-        rest, _, tool = item.partition("@")
+        named, _, action = item.partition("=")
+        if action not in ("", "raise"):
+            raise ValueError(f"{ENV}: unknown action {action!r} (only `=raise`)")
+        rest, _, tool = named.partition("@")
         point, _, nth = rest.partition(":")
         if point not in POINTS:
             raise ValueError(f"{ENV}: unknown failpoint {point!r}; known: {', '.join(POINTS)}")
-        armed.append(Failpoint(point, int(nth) if nth else 1, tool or None))
+        armed.append(Failpoint(point, int(nth) if nth else 1, tool or None, action == "raise"))
     return tuple(armed)
 
 
@@ -87,7 +100,8 @@ _reached: Counter[tuple[str, str | None]] = Counter()
 
 
 def hit(point: str, tool: str | None = None) -> None:
-    """Die here if a failpoint names this point (and this tool, and this occurrence)."""
+    """Die (or raise) here if a failpoint names this point (and this tool, and this
+    occurrence)."""
     if not ARMED:
         return
     for failpoint in ARMED:
@@ -95,6 +109,8 @@ def hit(point: str, tool: str | None = None) -> None:
             continue
         key = (point, failpoint.tool)
         _reached[key] += 1
+        if failpoint.raises and _reached[key] >= failpoint.nth:
+            raise FailpointRaised(f"failpoint {point} raised")
         if _reached[key] == failpoint.nth:
             print(f"failpoint {point} reached: SIGKILL", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)

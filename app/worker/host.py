@@ -98,6 +98,7 @@ class WorkerHost:
             owner=owner or worker_id(),
             db=self.db,
             broadcaster=self.broadcaster,
+            again=self._requeue,
         )
         self.webhooks = (
             WebhookDispatcher(settings, DeliveryStore(database), self.db)

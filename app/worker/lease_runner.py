@@ -21,8 +21,10 @@ from app.telemetry import logs, metrics, tracing
 from app.worker import failpoints, plan
 from app.worker.broadcast import Broadcaster
 from app.worker.checker import SchemaChecker
+from app.worker.crashes import Ring, after_crash, claim_crashed
+from app.worker.outcome import Outcome
 from app.worker.ports import ModelClient, ToolProvider
-from app.worker.step_loop import Outcome, StepLoop, next_seq
+from app.worker.step_loop import StepLoop, next_seq
 from app.worker.store import Claim, Deferred, LeaseLost, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 
@@ -44,6 +46,7 @@ class TurnRunner:
         db: DatabaseThreads | None = None,
         broadcaster: Broadcaster | None = None,
         checker: SchemaChecker | None = None,
+        again: Ring | None = None,
     ) -> None:
         self.store = store
         self.model = model
@@ -55,6 +58,7 @@ class TurnRunner:
         self.checker = checker or SchemaChecker(
             settings.schema_check_seconds, settings.schema_check_memory_mb
         )
+        self.again = again  # rings a conversation after a delay (the host's doorbell)
         self._turns: dict[uuid.UUID, StepLoop] = {}  # the turns running in this process
 
     def cancel(self, conversation_id: uuid.UUID) -> bool:
@@ -77,13 +81,16 @@ class TurnRunner:
                 return outcome
 
     async def _run_turn(self, conversation_id: uuid.UUID) -> tuple[Outcome, bool]:
-        snapshot = await self.db.run(
-            self.store.claim,
-            conversation_id,
-            self.owner,
-            self.settings.lease_ttl_seconds,
-            self.settings.owner_max_running_turns,
-        )
+        try:
+            snapshot = await self.db.run(
+                self.store.claim,
+                conversation_id,
+                self.owner,
+                self.settings.lease_ttl_seconds,
+                self.settings.owner_max_running_turns,
+            )
+        except Exception as exc:  # (after the claim committed: its lease given back, counted)
+            return await claim_crashed(self, self.owner, conversation_id, exc, self.again)
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
         if isinstance(snapshot, Deferred):
@@ -146,6 +153,8 @@ class TurnRunner:
                 return Outcome.LEASE_LOST, False
             await asyncio.shield(self._release(claim))
             raise
+        except Exception as exc:  # counted as an attempt; failed with its error once spent
+            return await after_crash(turn, exc, self.again)
         finally:
             beating.cancel()
             self._turns.pop(conversation_id, None)

@@ -9,7 +9,6 @@ told), and the planner then answers the calls left open and ends the turn `cance
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import time
@@ -36,6 +35,7 @@ from app.worker.arguments import ArgumentCheck
 from app.worker.broadcast import Broadcaster, ReplyStream
 from app.worker.checker import SchemaChecker
 from app.worker.compactor import Compactor
+from app.worker.outcome import Outcome
 from app.worker.plan import (
     CallModel,
     Cancel,
@@ -79,16 +79,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class Outcome(enum.Enum):
-    IDLE = "idle"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    REQUIRES_ACTION = "requires_action"  # the turn action_kinds for the user or their client
-    NOT_CLAIMED = "not_claimed"  # nothing to do, or another worker owns it
-    DEFERRED = "deferred"  # its owner runs its limit of turns: it action_kinds (per-owner limits)
-    LEASE_LOST = "lease_lost"  # another worker took over mid-run; this one wrote nothing more
-
-
 class Means(Protocol):
     """What every turn of a process shares (`lease_runner.TurnRunner` has it all)."""
 
@@ -122,6 +112,7 @@ class StepLoop:
         self.runner = runner
         self.store = runner.store
         self.db = runner.db
+        # a step's statement awaited on the loop, not on a database thread
         self.on_loop = runner.settings.database_io == "async" and runner.store.steps_on_loop
         self.snapshot = snapshot
         self.claim = snapshot.claim
@@ -174,11 +165,11 @@ class StepLoop:
                         return outcome
                 case RunOwnTool(call, arguments):
                     result = await self._read_cache(call.name, arguments)
-                    await self._record_result(call, result.content, result.is_error)
+                    await self.record_result(call, result.content, result.is_error)
                 case RunTool(call, arguments, mark_in_flight):
                     await self._run_tool(call, arguments, mark_in_flight)
                 case RejectCall(call, error):
-                    await self._record_result(call, error, is_error=True)
+                    await self.record_result(call, error, is_error=True)
                 case RequireAction(actions):
                     waiting = {action.call.id for action in actions}
                     await self.commit(
@@ -429,7 +420,7 @@ class StepLoop:
             )
         sink.flush()
         self.transcript.observe(usage.prompt_tokens)
-        failpoints.hit("llm_answered")
+        failpoints.hit("llm_answered", reply.content)
         verdict = judge_reply(
             reply.content,
             reply.tool_calls,
@@ -544,11 +535,11 @@ class StepLoop:
             )
         if not settings.session_cache:
             content = session_cache.truncate(result.content, limit)
-            await self._record_result(call, content, result.is_error, files=kept_files)
+            await self.record_result(call, content, result.is_error, files=kept_files)
             return
         content = session_cache.compact(call.id, result.content, limit)
         kept = KeptOutput(arguments, result.content)
-        await self._record_result(call, content, result.is_error, kept, files=kept_files)
+        await self.record_result(call, content, result.is_error, kept, files=kept_files)
 
     async def _read_cache(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """`session_cache_list` or `session_cache_get`, answered from the kept outputs."""
@@ -569,7 +560,7 @@ class StepLoop:
         )
         return session_cache.page(request, found)
 
-    async def _record_result(
+    async def record_result(
         self,
         call: ToolCall,
         content: str,

@@ -111,16 +111,19 @@ def judge_reply(
         return RecordCalls(calls)
     if not (content or "").strip():
         return Fail(EMPTY_REPLY_ERROR)
+    return _answer(content or "", judged)
+
+
+def _answer(content: str, judged: Judgement | None) -> Verdict:
+    """Rows 14 and 27: the answer, judged against the turn's schema when it has one."""
     match judged:
-        case None:
-            return RecordAnswer(content or "")
         case Matched(output):
-            return RecordAnswer(content or "", output)
+            return RecordAnswer(content, output)
         case Mismatch(error):
-            return RecordRefused(content or "", error)
+            return RecordRefused(content, error)
         case Unjudged(error):
             return Fail(error)
-    raise AssertionError("unreachable")  # pragma: no cover
+    return RecordAnswer(content)
 
 
 def unique_tool_calls(
