@@ -30,8 +30,7 @@ from typing import Any, NamedTuple
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
-from app.worker import safe_schema
-from app.worker.safe_schema import MAX_DEPTH
+from app.worker.safe_schema import MAX_DEPTH, deeper_than, validator_for
 
 REPAIRS = 1  # a mismatched answer is sent back this many times before the turn fails
 MAX_ERROR_CHARS = 500
@@ -102,7 +101,7 @@ def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
         )
     try:
         value = json.loads(text)
-        deep = safe_schema.deeper_than(value)
+        deep = deeper_than(value)
     except ValueError as exc:
         return Mismatch(f"the answer is not JSON ({exc})")
     except RecursionError:  # (nested past the parser's own limit, far past MAX_DEPTH)
@@ -144,7 +143,7 @@ def refusal_error(error: str) -> str:
 @lru_cache(maxsize=256)
 def _validator(schema_json: str) -> Validator:
     """One compiled validator per distinct schema (checked when it was given)."""
-    return safe_schema.validator_for(json.loads(schema_json))
+    return validator_for(json.loads(schema_json))
 
 
 __all__ = [
