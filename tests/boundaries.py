@@ -5,11 +5,13 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     ------------------------------------  --------------------------------------------------------
     app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
     .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
-    .structured, .safe_schema, .files     patterns' engine) and each other only: pure
+    .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
+    app.patterns
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .translate, .objects, .stream;        the client's checks and views, the live entries,
-    app.api.aisdk .requests, .chunks      app.models and app.errors: pure (the routes read)
+    .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
+    app.api.aisdk .requests, .chunks      views, the live entries, app.models and app.errors:
+                                          pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     everything under app/ but the two     none of SQLAlchemy's query building (select, insert,
@@ -39,6 +41,7 @@ PURE = (
     "app.worker.structured",
     "app.worker.safe_schema",
     "app.worker.files",
+    "app.patterns",
 )
 PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard library
 DIALECT_PURE = (
@@ -53,6 +56,8 @@ DIALECT_MAY_IMPORT = (
     *DIALECT_PURE,
     "app.api.responses.errors",
     "app.client.checks",
+    "app.client.schemas",
+    "app.patterns",
     "app.client.views",
     "app.live.entries",
     "app.models",

@@ -21,7 +21,6 @@ from app.errors import (
     FileNotFound,
     InvalidCursor,
     InvalidMessage,
-    InvalidOutputSchema,
     InvalidRequest,
     MessageTooLarge,
     TurnNotFound,
@@ -29,7 +28,6 @@ from app.errors import (
     WebhookNotFound,
 )
 from app.models import (
-    BUILTIN_TOOL_NAMES,
     MAX_IDEMPOTENCY_KEY_CHARS,
     PERIODS,
     TOOL_CHOICES,
@@ -39,9 +37,7 @@ from app.models.webhook import MAX_URL_CHARS
 
 MAX_MODEL_CHARS = 200
 MAX_PAGE = 1000
-MAX_CLIENT_TOOLS = 64
 MAX_DESCRIPTION_CHARS = 500  # a webhook's
-MAX_TOOL_DESCRIPTION_CHARS = 4000
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what every provider accepts as a name
 
 
@@ -287,63 +283,6 @@ def check_page_size(limit: Any) -> int:
     return limit
 
 
-def check_client_tools(tools: Any, mcp_tools: Sequence[str]) -> list[dict[str, Any]] | None:
-    """Tools the client executes: None or a list of {"name", "description", "parameters"} with
-    unique names (letters, digits, `_`, `-`; not a built-in's, nor one of `mcp_tools`) and a
-    JSON Schema of an object for the parameters (checked by `jsonschema`)."""
-    if tools is None:
-        return None
-    if isinstance(tools, str | bytes | dict) or not isinstance(tools, Sequence):
-        raise InvalidRequest("client_tools must be a list of tools")
-    if len(tools) > MAX_CLIENT_TOOLS:
-        raise InvalidRequest(f"client_tools: at most {MAX_CLIENT_TOOLS} tools, not {len(tools)}")
-    checked: list[dict[str, Any]] = []
-    for index, tool in enumerate(tools):
-        checked.append(_client_tool(tool, f"client_tools[{index}]"))
-    check_storable_json(checked, "client_tools")
-    names = [tool["name"] for tool in checked]
-    for name in names:
-        if names.count(name) > 1:
-            raise InvalidRequest(f"client_tools: the name {name!r} is used twice")
-        if name in BUILTIN_TOOL_NAMES:
-            raise InvalidRequest(f"client_tools: {name!r} is the name of a built-in tool")
-        if name in mcp_tools:
-            raise InvalidRequest(f"client_tools: {name!r} is also in tools (a server's tool)")
-    return checked
-
-
-def _client_tool(tool: Any, where: str) -> dict[str, Any]:
-    from jsonschema import SchemaError, validators  # only for conversations that declare tools
-
-    if not isinstance(tool, dict):
-        raise InvalidRequest(f"{where} must be an object with name, description, parameters")
-    unknown = set(tool) - {"name", "description", "parameters"}
-    if unknown:
-        raise InvalidRequest(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    name, description = tool.get("name"), tool.get("description", "")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidRequest(f"{where}.name must be 1-64 letters, digits, '_' or '-'")
-    if not isinstance(description, str) or len(description) > MAX_TOOL_DESCRIPTION_CHARS:
-        raise InvalidRequest(
-            f"{where}.description must be a string of at most {MAX_TOOL_DESCRIPTION_CHARS}"
-        )
-    parameters = tool.get("parameters", {"type": "object", "properties": {}})
-    if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
-        raise InvalidRequest(f"{where}.parameters must be a JSON Schema of an object")
-    try:
-        validators.validator_for(parameters, default=validators.Draft202012Validator).check_schema(
-            parameters
-        )
-        json.dumps(parameters)
-    except SchemaError as exc:
-        raise InvalidRequest(
-            f"{where}.parameters is not a valid JSON Schema: {exc.message}"
-        ) from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{where}.parameters must be JSON: {exc}") from None
-    return {"name": name, "description": description, "parameters": parameters}
-
-
 MAX_OUTPUTS = 128
 
 
@@ -469,9 +408,6 @@ def check_event_types(event_types: Sequence[str] | None) -> tuple[str, ...]:
 
 
 MAX_FALLBACK_MODELS = 5
-MAX_OUTPUT_SCHEMA_CHARS = 100_000
-OUTPUT_SCHEMA_FIELDS = frozenset({"name", "schema", "strict", "description"})
-DEFAULT_OUTPUT_NAME = "answer"
 
 
 def check_fallback_models(models: Any, model: str | None = None) -> list[str] | None:
@@ -492,86 +428,3 @@ def check_fallback_models(models: Any, model: str | None = None) -> list[str] | 
         if name == model:
             raise InvalidRequest(f"fallback_models: {name!r} is the conversation's own model")
     return checked or None
-
-
-def check_output_schema(value: Any, where: str = "output_schema") -> dict[str, Any] | None:
-    """What an answer must match: None, or {"schema": a JSON Schema of an object, "name":
-    1-64 letters, digits, `_` or `-` ("answer" when not given), "strict": whether the provider
-    is asked to enforce it exactly (false by default), "description"}. The schema is checked
-    by `jsonschema` against the draft it names (2020-12 when none); a `$ref` must point inside
-    it (nothing is ever fetched). `InvalidOutputSchema` says what is wrong and where."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise InvalidOutputSchema(
-            f'{where} must be an object: {{"name": ..., "schema": {{"type": "object", ...}}}}'
-        )
-    unknown = set(value) - OUTPUT_SCHEMA_FIELDS
-    if unknown:
-        raise InvalidOutputSchema(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    name = value.get("name", DEFAULT_OUTPUT_NAME)
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
-        raise InvalidOutputSchema(f"{where}.name must be 1-64 letters, digits, '_' or '-'")
-    strict = value.get("strict", False)
-    if not isinstance(strict, bool):
-        raise InvalidOutputSchema(f"{where}.strict must be true or false")
-    description = value.get("description")
-    if description is not None and (
-        not isinstance(description, str) or len(description) > MAX_TOOL_DESCRIPTION_CHARS
-    ):
-        raise InvalidOutputSchema(
-            f"{where}.description must be a string of at most {MAX_TOOL_DESCRIPTION_CHARS}"
-        )
-    schema = value.get("schema")
-    if not isinstance(schema, Mapping):
-        raise InvalidOutputSchema(f"{where}.schema must be a JSON Schema (an object)")
-    schema = dict(schema)
-    if schema.get("type") != "object":
-        raise InvalidOutputSchema(
-            f'{where}.schema must describe an object ("type": "object" at its root): the '
-            "providers' structured output answers with one"
-        )
-    try:
-        text = json.dumps(schema, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidOutputSchema(f"{where}.schema must be JSON: {exc}") from None
-    if len(text) > MAX_OUTPUT_SCHEMA_CHARS:
-        raise InvalidOutputSchema(
-            f"{where}.schema is {len(text):,} characters long, over {MAX_OUTPUT_SCHEMA_CHARS:,}"
-        )
-    _check_refs(schema, f"{where}.schema")
-    from jsonschema import SchemaError, validators  # only for turns that ask for a schema
-
-    try:
-        validators.validator_for(schema, default=validators.Draft202012Validator).check_schema(
-            schema
-        )
-    except SchemaError as exc:
-        at = "/".join(str(part) for part in exc.absolute_path)
-        raise InvalidOutputSchema(
-            f"{where}.schema is not a valid JSON Schema{f' at {at}' if at else ''}: "
-            f"{exc.message[:300]}"
-        ) from None
-    checked: dict[str, Any] = {"name": name, "schema": schema, "strict": strict}
-    if description is not None:
-        checked["description"] = description
-    check_storable_json(checked, where)
-    return checked
-
-
-def _check_refs(schema: Any, where: str) -> None:
-    """Every `$ref` (and `$dynamicRef`) points inside the schema: `#...`."""
-    stack = [schema]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            for key in ("$ref", "$dynamicRef"):
-                ref = item.get(key)
-                if ref is not None and not (isinstance(ref, str) and ref.startswith("#")):
-                    raise InvalidOutputSchema(
-                        f"{where}: {key} {str(ref)[:100]!r} points outside the schema; only "
-                        "references inside it (#/...) are followed, nothing is fetched"
-                    )
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)

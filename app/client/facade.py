@@ -26,7 +26,6 @@ from app.client.admission import REJECT
 from app.client.checks import (
     check_approval_tools,
     check_busy_policy,
-    check_client_tools,
     check_context,
     check_context_policy,
     check_decisions,
@@ -34,7 +33,6 @@ from app.client.checks import (
     check_idempotency_key,
     check_metadata,
     check_model,
-    check_output_schema,
     check_outputs,
     check_seq,
     check_text,
@@ -49,6 +47,7 @@ from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enq
 from app.client.following import Offload
 from app.client.keys import check_owner_name
 from app.client.reader import ChatReader
+from app.client.schemas import check_client_tools, check_output_schema
 from app.client.store import conversations, reads
 from app.client.store import files as stored_files
 from app.client.store.answers import answer_actions

@@ -3,8 +3,8 @@
 
 Python's `re` backtracks (`^(a+)+$` doubles its work with each `a`) and `jsonschema`'s own
 `uniqueItems` compares every pair of objects; here a pattern runs in RE2 (linear time, no
-backtracking: a pattern it cannot run, such as a lookahead or a backreference, is refused when
-the schema is given, `PatternError`), unique items are found by hashing a canonical form, and a
+backtracking, `app/patterns.py`: a pattern it cannot run, such as a lookahead or a backreference,
+is refused when the schema is given), unique items are found by hashing a canonical form, and a
 `format` (`email`, `date-time`, `uri`, ...) is asserted by `FORMATS`, each on a capped string.
 A check may also be given a deadline (`deadline(seconds)`): every keyword looks at the clock and
 `TooCostly` stops the check past it, so a schema whose `$ref`s or combinators multiply the work
@@ -32,50 +32,16 @@ import re2  # type: ignore[import-untyped]  # (google-re2 ships no types)
 from jsonschema import FormatChecker, ValidationError, validators
 from jsonschema.protocols import Validator
 
+from app.patterns import pattern_problem, regex
+
 MAX_DEPTH = 64  # nesting levels of an answer, a call's arguments or a schema
-MAX_PATTERN_CHARS = 1_000
-# What RE2 may take to compile one pattern (its default): a pattern past it is refused.
-PATTERN_MEMORY = 8 << 20
 
 # (jsonschema calls a keyword with its validator; `descend` is not in its protocol)
 Keyword = Callable[[Any, Any, Any, Mapping[str, Any]], Iterator[ValidationError]]
 
 
-class PatternError(ValueError):
-    """A pattern RE2 cannot run: its message says why."""
-
-
 class TooCostly(Exception):
     """A check ran past its deadline (`deadline`)."""
-
-
-@lru_cache(maxsize=1024)
-def regex(pattern: str) -> Any:
-    """`pattern` compiled by RE2 (ECMA 262's syntax, as JSON Schema's, less lookarounds and
-    backreferences); `PatternError` when it cannot be."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        raise PatternError(f"a pattern is at most {MAX_PATTERN_CHARS:,} characters")
-    options = re2.Options()
-    options.max_mem = PATTERN_MEMORY
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:
-        raise PatternError(str(exc) or "RE2 cannot run it") from None
-
-
-def check_pattern(pattern: Any) -> str | None:
-    """None when RE2 runs `pattern`, else why not."""
-    if not isinstance(pattern, str):
-        return None  # (the draft's own check says what a pattern must be)
-    try:
-        regex(pattern)
-    except PatternError as exc:
-        return (
-            f"{pattern[:100]!r} cannot be used ({exc}): patterns run in RE2, without "
-            "lookarounds or backreferences"
-        )
-    return None
 
 
 # --- the deadline -------------------------------------------------------------------------------
@@ -312,7 +278,7 @@ def _parses(kind: Callable[[str], object], text: str) -> bool:
 
 @FORMATS.checks("regex")
 def _is_regex(instance: object) -> bool:
-    return not isinstance(instance, str) or check_pattern(instance) is None
+    return not isinstance(instance, str) or pattern_problem(instance) is None
 
 
 # --- the validator ------------------------------------------------------------------------------
@@ -360,12 +326,9 @@ def deeper_than(value: Any, limit: int = MAX_DEPTH) -> bool:
 __all__ = [
     "FORMATS",
     "MAX_DEPTH",
-    "PatternError",
     "TooCostly",
     "canonical",
-    "check_pattern",
     "deadline",
     "deeper_than",
-    "regex",
     "validator_for",
 ]

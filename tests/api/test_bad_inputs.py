@@ -71,6 +71,25 @@ MESSAGES = "/v1/conversations/{conversation}/messages"
 EVENTS = "/v1/conversations/{conversation}/events"
 STREAM = "/v1/conversations/{conversation}/stream"
 JSON = {"Content-Type": "application/json"}
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """A schema of an object `levels` objects deep (twice as many levels of JSON)."""
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def with_pattern(pattern: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}}
+
+
+REF_LOOP = {
+    "type": "object",
+    "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}]}},
+    "$ref": "#/$defs/a",
+}
 HI = {"text": "hi"}
 
 CASES = [
@@ -148,6 +167,26 @@ CASES = [
          json={"text": "x", "files": [{"data": PNG}]}),
     Case("an output schema that is no schema", "POST", MESSAGES, 400, "invalid_output_schema",
          json={"text": "x", "output_schema": {"schema": {"type": "object", "required": 3}}}),
+    Case("an output schema repeating a pattern 2^32 times", "POST", MESSAGES, 400,
+         "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": with_pattern("a{4294967296}")}}),
+    Case("an output schema with a lookahead (RE2 runs patterns)", "POST", MESSAGES, 400,
+         "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": with_pattern("(?=a)a")}}),
+    Case("an output schema 120 objects deep", "POST", MESSAGES, 400, "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": nested(120)}}),
+    Case("an output schema whose $ref loops", "POST", MESSAGES, 400, "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": REF_LOOP}}),
+    Case("an output schema whose $ref points to nothing", "POST", MESSAGES, 400,
+         "invalid_output_schema",
+         json={"text": "x", "output_schema": {"schema": {"type": "object", "$ref": "#/$defs/x"}}}),
+    Case("client tool parameters 300 objects deep", "POST", CONVERSATIONS, 400,
+         "invalid_request", json={"client_tools": [{"name": "t", "parameters": nested(300)}]}),
+    Case("client tool parameters with a pattern RE2 cannot run", "POST", CONVERSATIONS, 400,
+         "invalid_request",
+         json={"client_tools": [{"name": "t", "parameters": with_pattern("(a)\\1")}]}),
+    Case("client tool parameters whose $ref loops", "POST", CONVERSATIONS, 400,
+         "invalid_request", json={"client_tools": [{"name": "t", "parameters": REF_LOOP}]}),
     Case("idempotency key reused", "POST", MESSAGES, 422, "idempotency_key_reused",
          json={"text": "another text"}, headers={"Idempotency-Key": USED_KEY}),
     Case("text/plain body", "POST", MESSAGES, 415, "unsupported_media_type",

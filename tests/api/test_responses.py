@@ -322,6 +322,11 @@ def test_a_busy_conversation_is_a_409_the_sdk_does_not_retry(
     sdk.responses.cancel(running.id)
 
 
+DEEP: dict[str, Any] = {"type": "object"}
+for _ in range(350):
+    DEEP = {"type": "object", "properties": {"a": DEEP}}
+
+
 def test_bad_requests_are_refused_in_openai_s_error_shape(
     sdk: openai.OpenAI, shared_api: Deployment
 ) -> None:
@@ -392,6 +397,20 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
             "text.format",
         ),
         ({"input": "x", "text": {"form": {}}}, openai.BadRequestError, "text"),
+        # function parameters 700 levels of JSON deep (350 objects): refused, never a 500
+        (
+            {"input": "x", "tools": [{"type": "function", "name": "f", "parameters": DEEP}]},
+            openai.BadRequestError,
+            None,
+        ),
+        (
+            {
+                "input": "x",
+                "text": {"format": {"type": "json_schema", "name": "t", "schema": DEEP}},
+            },
+            openai.BadRequestError,
+            "text.format",
+        ),
     ]
     before = shared_api.client.list_conversations(limit=100).conversations
     for fields, error, param in cases:

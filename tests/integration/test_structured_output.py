@@ -222,6 +222,11 @@ def test_a_message_s_own_schema_is_over_the_conversation_s(
     assert structured.output == {"yes": True} and plain.output is None
 
 
+DEEP: dict[str, Any] = {"type": "object"}
+for _ in range(120):
+    DEEP = {"type": "object", "properties": {"a": DEEP}}
+
+
 @pytest.mark.parametrize(
     ("schema", "says"),
     [
@@ -239,6 +244,23 @@ def test_a_message_s_own_schema_is_over_the_conversation_s(
             {"schema": {"type": "object", "description": "x" * 100_001}},
             "over 100,000",
         ),
+        # each bound before the work it protects: a pattern RE2 cannot run (it runs them all),
+        # nesting past 64 levels, a $ref that loops or points to nothing
+        (
+            {"schema": {"type": "object", "properties": {"a": {"pattern": "a{4294967296}"}}}},
+            "a repetition {4294967296} is over 1,000",
+        ),
+        (
+            {"schema": {"type": "object", "properties": {"a": {"pattern": "(?<=a)b"}}}},
+            "at properties/a/pattern",
+        ),
+        (
+            {"schema": {"type": "object", "patternProperties": {"(a)\\1": {}}}},
+            "patterns run in RE2",
+        ),
+        ({"schema": DEEP}, "nests objects and arrays over 64 levels deep"),
+        ({"schema": {"type": "object", "$ref": "#"}}, "a $ref leads back to a schema"),
+        ({"schema": {"type": "object", "$ref": "#/$defs/gone"}}, "points to nothing"),
     ],
 )
 def test_a_bad_schema_is_refused_and_nothing_is_written(

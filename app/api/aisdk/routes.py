@@ -38,7 +38,7 @@ from app.api.rendered import RenderedTurn
 from app.api.responses.routes import NO_MESSAGES
 from app.api.state import Api, ApiState
 from app.client import TurnRecord, TurnView
-from app.client.checks import check_output_schema
+from app.client.schemas import check_output_schema
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
 from app.models import ACTION_REQUIRED, REQUIRES_ACTION
 

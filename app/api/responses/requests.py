@@ -36,7 +36,8 @@ from typing import Any
 
 from app.api.responses.errors import Unsupported
 from app.api.responses.ids import ResponseId, call_of_approval_request
-from app.client.checks import check_metadata, check_output_schema
+from app.client.checks import check_metadata
+from app.client.schemas import check_output_schema
 from app.client.views import Decision
 from app.errors import InvalidRequest
 
