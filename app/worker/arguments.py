@@ -1,5 +1,8 @@
 """A tool call's arguments checked against the tool's `inputSchema` before it runs (JSON Schema,
 by the `jsonschema` library: the draft the schema names, Draft 2020-12 when it names none).
+The check is bounded (`safe_schema`: patterns in RE2, hashed `uniqueItems`), and runs on the
+event loop for at most `CHECK_SECONDS`: past them the call's error result says so and the tool
+never sees it (a client tool's schema is the user's, its arguments the model's).
 
 A violation becomes the call's error result, naming the failing field, and the tool never sees
 the call: the model reads what to fix. A schema that is itself invalid, or that cannot be used
@@ -23,9 +26,19 @@ from jsonschema import validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
+from app.patterns import schema_formats
+from app.worker.safe_schema import TooCostly, deadline, validator_for
+
+SCHEMA_FORMATS = schema_formats()
+
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 300  # a violation's own message (it may quote a long value)
+CHECK_SECONDS = 0.25  # what one call's check may take of the event loop
+TOO_COSTLY = (
+    "Invalid arguments for {tool}: they could not be checked against its input schema within "
+    "{seconds:g} s. The tool was not run; call it again with smaller arguments."
+)
 
 
 class ArgumentCheck:
@@ -45,7 +58,10 @@ class ArgumentCheck:
         if validator is None:
             return None
         try:
-            error = best_match(validator.iter_errors(arguments))
+            with deadline(CHECK_SECONDS):
+                error = best_match(validator.iter_errors(arguments))
+        except TooCostly:
+            return TOO_COSTLY.format(tool=tool, seconds=CHECK_SECONDS)
         except Exception as exc:  # a schema feature that fails at use (an unresolvable $ref)
             _warn_once(tool, f"its inputSchema could not be applied ({exc})")
             return None
@@ -75,12 +91,11 @@ def _validator(tool: str, schema_json: str) -> Validator | None:
         return None
     cls = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
-        cls.check_schema(schema)
-    except Exception as exc:
+        cls(cls.META_SCHEMA, format_checker=SCHEMA_FORMATS).validate(schema)
+    except Exception as exc:  # (a pattern RE2 cannot run too: `app/patterns.py`)
         _warn_once(tool, f"its inputSchema is not a valid JSON Schema ({_first_line(exc)})")
         return None
-    validator: Validator = cls(schema)
-    return validator
+    return validator_for(schema, formats=False)
 
 
 _warned: set[str] = set()

@@ -109,8 +109,9 @@ def check_call(
     text = call.arguments.strip() or "{}"  # some models send "" for a tool without parameters
     try:
         arguments = json.loads(text)
-    except ValueError as exc:
-        return f"Invalid arguments for {call.name}: not valid JSON ({exc}). Send a JSON object."
+    except (ValueError, RecursionError) as exc:  # (RecursionError: nested past the parser)
+        why = "nested too deeply" if isinstance(exc, RecursionError) else f"not valid JSON ({exc})"
+        return f"Invalid arguments for {call.name}: {why}. Send a JSON object."
     if not isinstance(arguments, dict):
         kind = type(arguments).__name__
         return f"Invalid arguments for {call.name}: expected a JSON object, got {kind}."

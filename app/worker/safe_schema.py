@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -129,7 +128,7 @@ def _unique_items(
 ) -> Iterator[ValidationError]:
     if not unique or not validator.is_type(instance, "array"):
         return
-    seen: set[str] = set()
+    seen: set[Hashable] = set()
     for item in instance:
         key = canonical(item)
         if key in seen:
@@ -138,22 +137,20 @@ def _unique_items(
         seen.add(key)
 
 
-def canonical(value: Any) -> str:
-    """One text per JSON value that JSON Schema calls equal (1 and 1.0 alike, key order
-    ignored, true never 1)."""
-    return json.dumps(_normal(value), sort_keys=True, separators=(",", ":"))
-
-
-def _normal(value: Any) -> Any:
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+def canonical(value: Any) -> Hashable:
+    """One hashable form per JSON value that JSON Schema calls equal (1 and 1.0 alike, key
+    order ignored, true never 1)."""
+    if isinstance(value, bool) or value is None:
+        return (bool, value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str | int | float):
         return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
     if isinstance(value, Mapping):
-        return {str(key): _normal(item) for key, item in value.items()}
+        return (dict, frozenset((str(key), canonical(item)) for key, item in value.items()))
     if isinstance(value, list | tuple):
-        return [_normal(item) for item in value]
-    return repr(value)
+        return (list, tuple(canonical(item) for item in value))
+    return (object, repr(value))
 
 
 def _short(value: Any) -> str:

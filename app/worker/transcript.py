@@ -414,7 +414,7 @@ def _sendable_arguments(arguments: str) -> str:
         return "{}"
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser's limit: not sendable)
         return "{}"
     return arguments if isinstance(parsed, dict) else "{}"
 

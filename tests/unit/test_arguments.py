@@ -105,3 +105,53 @@ def test_the_planner_rejects_a_call_its_schema_refuses_and_runs_one_it_accepts()
     assert isinstance(action, RejectCall) and "'b' is a required property" in action.error
     answered = [*transcript, Entry(3, "tool", action.error, (), "c1", "add", True)]
     assert next_step(answered, 1, 20, tools=tools) == RunTool(good, {"a": 1, "b": 2})
+
+
+# --- bounded: a client tool's schema is the user's, its arguments the model's ---------------
+
+FANS_OUT = {
+    "type": "object",
+    "properties": {"a": {"$ref": "#/$defs/d0"}},
+    "$defs": {
+        **{
+            f"d{n}": {"anyOf": [{"$ref": f"#/$defs/d{n + 1}"}, {"$ref": f"#/$defs/d{n + 1}"}]}
+            for n in range(40)
+        },
+        "d40": {"type": "string", "minLength": 5},
+    },
+}
+
+
+def test_a_backtracking_pattern_is_run_by_re2_and_answers_at_once() -> None:
+    check = ArgumentCheck(
+        {"spell": {"type": "object", "properties": {"w": {"pattern": "^(a+)+$"}}}}
+    )
+    # (Python's re would take hours: each `a` more doubles its work)
+    refused = check("spell", {"w": "a" * 40 + "!"})
+    assert refused is not None and "does not match '^(a+)+$'" in refused
+    assert check("spell", {"w": "a" * 5000}) is None
+
+
+def test_unique_items_over_many_objects_are_found_by_hashing() -> None:
+    check = ArgumentCheck({"rows": {"type": "object", "properties": {"r": {"uniqueItems": True}}}})
+    rows = [{"id": n, "tags": ["x", n]} for n in range(1000)]
+    assert check("rows", {"r": rows}) is None
+    refused = check("rows", {"r": [*rows, {"tags": ["x", 0.0], "id": 0}]})  # (0.0 == 0)
+    assert refused is not None and "has non-unique elements" in refused
+
+
+def test_a_check_that_would_hold_the_event_loop_is_stopped_and_told() -> None:
+    refused = ArgumentCheck({"fan": FANS_OUT})("fan", {"a": "x"})
+    assert refused is not None
+    assert refused.startswith("Invalid arguments for fan: they could not be checked")
+
+
+def test_arguments_nested_past_the_parser_are_refused_not_raised() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    found = next_step(
+        [Entry(1, "user", "go"), Entry(2, "assistant", None, (ToolCall("c1", "add", deep),))],
+        1,
+        20,
+        tools=toolbox(["add"], ["add"]),
+    )
+    assert isinstance(found, RejectCall) and "nested too deeply" in found.error
