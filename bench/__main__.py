@@ -56,6 +56,7 @@ from bench.peers import INSTALL, measure_peers, missing_packages, peers_notes
 from bench.pickup import measure_pickup
 from bench.recovery import measure_recovery
 from bench.retention import measure_retention
+from bench.schema import measure_schema_checks
 from bench.stats import Row, median, p95, single
 from bench.storage import measure_storage
 from bench.throughput import measure_throughput
@@ -196,6 +197,10 @@ def context(ctx: Context) -> Measured:
     return rows + prompt_rows, {**extra, "prompt": prompt}
 
 
+def schema(ctx: Context) -> Measured:
+    return measure_schema_checks(ctx.pick(2_000, 200, 20))
+
+
 def janitor(ctx: Context) -> Measured:
     total, stale, repeats = ctx.pick((1_000_000, 1_000, 5), (20_000, 20, 3), (20_000, 20, 1))
     with ctx.database() as url:
@@ -304,6 +309,7 @@ MEASURES: dict[str, Callable[[Context], Measured]] = {
     "history": history,
     "tree": tree,
     "context": context,
+    "schema": schema,
     "janitor": janitor,
     "retention": retention,
     "storage": storage,

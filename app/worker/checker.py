@@ -88,10 +88,11 @@ class SchemaChecker:
 
     async def judge(self, content: str | None, schema: Mapping[str, Any]) -> Judgement:
         """`structured.judge(content, schema)`, run in a child process within the bounds."""
-        if _inline(content, schema):
+        key = structured.schema_key(schema)
+        if len(content or "") <= INLINE_CHARS and _plain(key):
             try:
                 with safe_schema.deadline(INLINE_SECONDS):
-                    return structured.judge(content, schema)
+                    return structured.judge(content, schema, key)
             except TooCostly:
                 pass  # (it needs longer: a child's time, not the event loop's)
         loop = asyncio.get_running_loop()
@@ -162,13 +163,9 @@ class SchemaChecker:
         _kill(child)
 
 
-def _inline(content: str | None, schema: Mapping[str, Any]) -> bool:
-    """Whether the check may start on the event loop (see the module's docstring)."""
-    return len(content or "") <= INLINE_CHARS and _plain(json.dumps(schema.get("schema")))
-
-
 @lru_cache(maxsize=256)
 def _plain(schema_json: str) -> bool:
+    """Whether the schema may be judged on the event loop first (see the module's docstring)."""
     return "unevaluated" not in schema_json
 
 

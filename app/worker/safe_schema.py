@@ -6,10 +6,11 @@ Python's `re` backtracks (`^(a+)+$` doubles its work with each `a`) and `jsonsch
 backtracking, `app/patterns.py`: a pattern it cannot run, such as a lookahead or a backreference,
 is refused when the schema is given), unique items are found by hashing a canonical form, and a
 `format` (`email`, `date-time`, `uri`, ...) is asserted by `FORMATS`, each on a capped string.
-A check may also be given a deadline (`deadline(seconds)`): every keyword looks at the clock and
-`TooCostly` stops the check past it, so a schema whose `$ref`s or combinators multiply the work
-cannot hold the thread longer. Pure computation; used by the judge of structured answers (in the
-checker's process, `checker.py`) and the check of a tool call's arguments (`arguments.py`).
+A check may also be given a deadline (`deadline(seconds)`): every keyword that applies
+subschemas looks at the clock and `TooCostly` stops the check past it, so a schema whose `$ref`s
+or combinators multiply the work cannot hold the thread longer. Pure computation; used by the
+judge of structured answers (in the checker's process, `checker.py`) and the check of a tool
+call's arguments (`arguments.py`).
 
     validator = safe_schema.validator_for({"type": "object", "properties": {...}})
     errors = validator.iter_errors(value)
@@ -23,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -48,15 +48,19 @@ class TooCostly(Exception):
 _clock = threading.local()
 
 
-@contextmanager
-def deadline(seconds: float) -> Iterator[None]:
+class deadline:  # noqa: N801 (used as a function: `with deadline(0.005): ...`)
     """Checks run in this block stop with `TooCostly` once `seconds` have passed."""
-    before = getattr(_clock, "until", None)
-    _clock.until = time.monotonic() + seconds
-    try:
-        yield
-    finally:
-        _clock.until = before
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.before: float | None = None
+
+    def __enter__(self) -> None:
+        self.before = getattr(_clock, "until", None)
+        _clock.until = time.monotonic() + self.seconds
+
+    def __exit__(self, *exc_info: object) -> None:
+        _clock.until = self.before
 
 
 def _timed(keyword: Keyword) -> Keyword:
@@ -280,6 +284,30 @@ def _is_regex(instance: object) -> bool:
 
 # --- the validator ------------------------------------------------------------------------------
 
+APPLICATORS = frozenset(
+    {
+        "$ref",
+        "$dynamicRef",
+        "$recursiveRef",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "dependentSchemas",
+        "dependencies",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "propertyNames",
+        "items",
+        "prefixItems",
+        "additionalItems",
+        "contains",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+    }
+)
 _BOUNDED: dict[str, Keyword] = {
     "pattern": _pattern,
     "patternProperties": _pattern_properties,
@@ -291,7 +319,8 @@ _BOUNDED: dict[str, Keyword] = {
 @lru_cache(maxsize=16)
 def _safe(cls: type[Validator]) -> type[Validator]:
     keywords = {**cls.VALIDATORS, **{k: v for k, v in _BOUNDED.items() if k in cls.VALIDATORS}}
-    timed = {name: _timed(keyword) for name, keyword in keywords.items()}
+    # (the clock is read where work can multiply: where a keyword applies subschemas)
+    timed = {name: _timed(k) if name in APPLICATORS else k for name, k in keywords.items()}
     safe: type[Validator] = validators.extend(cls, timed)  # type: ignore[no-untyped-call]
     return safe
 

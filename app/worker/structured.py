@@ -89,10 +89,10 @@ def instruction(schema: Mapping[str, Any]) -> str:
     return INSTRUCTION.format(schema=json.dumps(schema["schema"], ensure_ascii=False))
 
 
-def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
+def judge(content: str | None, schema: Mapping[str, Any], key: str | None = None) -> Judgement:
     """Whether the answer `content` matches `schema`: its parsed value, or why not; `Unjudged`
     when the check itself failed (a schema that refers to itself without end). Under a
-    `safe_schema.deadline`, `TooCostly` past it."""
+    `safe_schema.deadline`, `TooCostly` past it. `key`: `schema_key(schema)`, if known."""
     text = answer_text(content)
     if len(text) > MAX_ANSWER_CHARS:
         return Mismatch(
@@ -101,7 +101,8 @@ def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
         )
     try:
         value = json.loads(text)
-        deep = deeper_than(value)
+        # (a text with fewer brackets than the bound cannot nest past it: no walk)
+        deep = text.count("{") + text.count("[") > MAX_DEPTH and deeper_than(value)
     except ValueError as exc:
         return Mismatch(f"the answer is not JSON ({exc})")
     except RecursionError:  # (nested past the parser's own limit, far past MAX_DEPTH)
@@ -109,9 +110,7 @@ def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
     if deep:
         return Mismatch(f"the answer nests objects and arrays deeper than {MAX_DEPTH} levels")
     try:
-        error = best_match(
-            _validator(json.dumps(schema["schema"], sort_keys=True)).iter_errors(value)
-        )
+        error = best_match(_validator(key or schema_key(schema)).iter_errors(value))
     except RecursionError:
         return Unjudged(UNJUDGED_ERROR.format(why="the schema refers to itself without end"))
     if error is None:
@@ -121,6 +120,11 @@ def judge(content: str | None, schema: Mapping[str, Any]) -> Judgement:
     if len(message) > MAX_ERROR_CHARS:
         message = message[:MAX_ERROR_CHARS] + "..."
     return Mismatch(f"at {where or 'the root'}: {message}")
+
+
+def schema_key(schema: Mapping[str, Any]) -> str:
+    """The turn's schema as the text its compiled validator is kept under."""
+    return json.dumps(schema["schema"], sort_keys=True)
 
 
 def answer_text(content: str | None) -> str:
@@ -161,4 +165,5 @@ __all__ = [
     "refusal_error",
     "repair_prompt",
     "response_format",
+    "schema_key",
 ]
