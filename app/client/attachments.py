@@ -201,7 +201,7 @@ def _agreed(found: str, claimed: str | None, data: bytes, where: str) -> str:
         if claimed == "application/json":
             try:
                 json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # (nested past the parser)
                 raise InvalidFile(f"{where} says it is application/json, but is not JSON") from None
         return claimed
     if claimed != found:

@@ -296,7 +296,7 @@ def _output(text: str) -> Any:
     """A client's answer as it gave it: JSON read back (answers are kept as text)."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser)
         return text
 
 
@@ -307,7 +307,7 @@ def _input(call: dict[str, Any]) -> Any:
         return arguments
     try:
         return json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested past the parser)
         return arguments
 
 
