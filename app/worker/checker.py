@@ -105,6 +105,11 @@ class SchemaChecker:
             return Mismatch(error)
         return Unjudged(error)
 
+    def pids(self) -> list[int]:
+        """The process ids of the children alive now."""
+        with self._lock:
+            return [child.pid for child in self._all if child.poll() is None]
+
     def close(self) -> None:
         """End the children (the worker stops)."""
         _end(self._all, self._threads)
