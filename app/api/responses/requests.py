@@ -173,8 +173,7 @@ JSON_OBJECT = {"name": "json_object", "schema": {"type": "object"}, "strict": Fa
 
 
 def _text_format(text: Any) -> dict[str, Any] | None:
-    """`text.format` as the turn's output schema (None: plain text), checked as every output
-    schema is (`check_output_schema`), each refusal naming `text.format`."""
+    """`text.format` as the turn's output schema (None: plain text); refusals name it."""
     if text is None:
         return None
     if not isinstance(text, dict):
