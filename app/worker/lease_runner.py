@@ -21,7 +21,7 @@ from app.telemetry import logs, metrics, tracing
 from app.worker import failpoints, plan
 from app.worker.broadcast import Broadcaster
 from app.worker.checker import SchemaChecker
-from app.worker.crashes import Ring, after_crash, claim_crashed
+from app.worker.crashes import Ring, after_crash, claim_crashed, database_fault
 from app.worker.outcome import Outcome
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.step_loop import StepLoop, next_seq
@@ -90,6 +90,8 @@ class TurnRunner:
                 self.settings.owner_max_running_turns,
             )
         except Exception as exc:  # (after the claim committed: its lease given back, counted)
+            if database_fault(exc):
+                raise  # (the database's, not the turn's: the lease expires, the sweep retries)
             return await claim_crashed(self, self.owner, conversation_id, exc, self.again)
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
@@ -154,6 +156,8 @@ class TurnRunner:
             await asyncio.shield(self._release(claim))
             raise
         except Exception as exc:  # counted as an attempt; failed with its error once spent
+            if database_fault(exc):
+                raise  # (as above)
             return await after_crash(turn, exc, self.again)
         finally:
             beating.cancel()
