@@ -378,7 +378,7 @@ See [the docs](https://example.com/docs).
 <img src="data:," onerror="window.pwned = 'img'">
 <a href="javascript:window.pwned = 'link'">a trap</a>
 
-- [x] a task, done
+1. [x] a task, done
 
 <form action="/v1/api-keys" method="post"><label>Your session expired: paste your API key
 <input name="key" autofocus></label><textarea name="note"></textarea><select><option>a</option>
