@@ -38,11 +38,15 @@
     409     not_retryable             retry of a conversation that has not failed
     409     action_already_answered   the call has another answer already (or was cancelled)
     413     message_too_large         a message over `CHATWORKER_MAX_MESSAGE_CHARS`
+    413     larger_than_storage_quota a message's new files, or a fork, alone hold more than the
+                                      owner's whole `CHATWORKER_OWNER_STORAGE_BYTES`
     413     request_too_large         a body larger than any valid request
     415     unsupported_media_type    a body that is not `application/json`
     422     validation_failed         wrong types, unknown fields, bad values: `errors` says where
     422     idempotency_key_reused    the `Idempotency-Key` was used with another message
     429     budget_exceeded           the conversation's or its owner's budget is used up
+    429     storage_quota_exceeded    a message's new files, or a fork, would take the owner's
+                                      stored bytes past `CHATWORKER_OWNER_STORAGE_BYTES`
     429     too_many_running_turns    the owner runs its limit of turns; `Retry-After`
     429     rate_limited              this key's request rate is spent; `Retry-After`
     429     too_many_owner_streams    the owner holds `CHATWORKER_API_MAX_STREAMS_PER_OWNER`
@@ -88,10 +92,12 @@ from app.errors import (
     InvalidOutputSchema,
     InvalidRequest,
     KeyNotFound,
+    LargerThanStorageQuota,
     MessageNotFound,
     MessageTooLarge,
     NotBranchable,
     NotRetryable,
+    StorageQuotaExceeded,
     TooManyRunningTurns,
     TurnNotFound,
     UnknownTool,
@@ -117,6 +123,8 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ConversationBusy: (409, "conversation_busy"),
     NotBranchable: (409, "not_branchable"),
     BudgetExceeded: (429, "budget_exceeded"),
+    LargerThanStorageQuota: (413, "larger_than_storage_quota"),
+    StorageQuotaExceeded: (429, "storage_quota_exceeded"),
     ConversationConflict: (409, "conversation_conflict"),
     NotRetryable: (409, "not_retryable"),
     MessageTooLarge: (413, "message_too_large"),

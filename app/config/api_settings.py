@@ -133,6 +133,14 @@ class ApiSettings(Section):
     max_message_files: int = Field(
         10, ge=0, le=100, description="the most files one message may carry (0: none)"
     )
+    owner_storage_bytes: int = Field(
+        1_000_000_000,
+        ge=1,
+        description="the most bytes one owner may store: its files (each once) and the text of "
+        "its conversations' messages and kept tool outputs (a fork's copies count); a message "
+        "with new files or a fork past it: 429 `storage_quota_exceeded` (413 "
+        "`larger_than_storage_quota` when it alone holds more)",
+    )
 
     @field_validator("api_auth", mode="before")
     @classmethod

@@ -42,6 +42,7 @@ API_ENV = {
     "CHATWORKER_MAX_FILE_BYTES": str(MAX_FILE_BYTES),
     "CHATWORKER_MAX_MESSAGE_FILE_BYTES": str(MAX_FILE_BYTES),
     "CHATWORKER_MAX_MESSAGE_FILES": "1",
+    "CHATWORKER_OWNER_STORAGE_BYTES": "600",
 }
 # The body limit (app/api/app.py): six bytes a character of the largest message, a message's
 # files in base64 with 1,000 bytes each around them, plus 64 KiB.
@@ -142,6 +143,13 @@ CASES = [
          json={"text": "x", "files": [{"data": PDF}, {"data": PDF}]}),
     Case("a media type the bytes belie", "POST", MESSAGES, 400, "invalid_file",
          json={"text": "x", "files": [{"data": PDF, "media_type": "image/png"}]}),
+    Case("a name its bytes belie", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"name": "photo.png", "data": PDF}]}),
+    Case("a file larger than the owner's storage quota", "POST", MESSAGES, 413,
+         "larger_than_storage_quota",
+         json={"text": "x", "files": [{"data": base64.b64encode(b"z" * 700).decode()}]}),
+    Case("a file reference as a file", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"data": f"chatworker-file:{uuid.UUID(int=1)}"}]}),
     Case("a file that is not base64", "POST", MESSAGES, 400, "invalid_file",
          json={"text": "x", "files": [{"data": "%%%"}]}),
     Case("an image to a text-only model", "POST", MESSAGES, 400, "file_not_taken",
