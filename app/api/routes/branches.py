@@ -10,13 +10,14 @@ from fastapi import APIRouter, Path, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import MAX_SEQ, BranchSwitch, Fork, MessageEdit, Regenerate
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.routes.conversations import IdempotencyKey
 from app.api.schemas import Conversation, Submission
 from app.api.state import Api
 from app.client import Submitted
 
-router = APIRouter(prefix="/conversations", tags=["conversations"])
+router = APIRouter(prefix="/conversations", tags=["conversations"], route_class=GuardedRoute)
 
 Seq = Annotated[int, Path(ge=1, le=MAX_SEQ, description="a message's seq")]
 

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import ActionOutput, ActionsSubmit
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import Turn
 from app.api.state import Api
 from app.client import Decision, TurnView
 from app.errors import InvalidRequest
 
-router = APIRouter(prefix="/turns", tags=["turns"])
+router = APIRouter(prefix="/turns", tags=["turns"], route_class=GuardedRoute)
 
 #: A cancel answers 200 with a turn that has ended, 202 with one whose worker is being told.
 CANCEL_RESPONSES = documented(
