@@ -14,7 +14,8 @@ reading, the route's dependencies and the route.
 Every router of the API is made with `route_class=GuardedRoute`; the OpenAPI document states each
 operation's limit in bytes (`x-max-body-bytes`). A route without `Authenticated` (health,
 readiness) reads no caller. The connection stays open after an early refusal: the server drops
-the rest of the body as it arrives (uvicorn), holding none of it.
+the rest of the body as it arrives, holding none of it, within the body's deadline
+(`connection_limits.py`).
 """
 
 from __future__ import annotations
