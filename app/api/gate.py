@@ -10,6 +10,8 @@ reading, the route's dependencies and the route.
                                                             at least a message's text escaped
     the routes files go to, `openapi_extra=TAKES_FILES`:    that, plus a message's files in
     a message, /v1/responses, /v1/ai-sdk/chat               base64 (`..._MESSAGE_FILE_BYTES`)
+    the answers to a turn's actions, `TAKES_OUTPUTS`         that, plus the most outputs one
+                                                            answer takes, each a message's text
 
 Every router of the API is made with `route_class=GuardedRoute`; the OpenAPI document states each
 operation's limit in bytes (`x-max-body-bytes`). A route without `Authenticated` (health,
@@ -32,11 +34,13 @@ from app.api import bounded_json
 from app.api.auth import admit, authenticate
 from app.api.problems import ApiProblem, is_json
 from app.api.state import get_state
+from app.client.checks import MAX_OUTPUTS
 from app.config import Settings
 
 LIMIT = "x-body-limit"  # (a route's kind of body in its `openapi_extra`; bytes in the document)
-SMALL, FILES = "small", "files"
+SMALL, FILES, OUTPUTS = "small", "files", "outputs"
 TAKES_FILES: dict[str, Any] = {LIMIT: FILES}
+TAKES_OUTPUTS: dict[str, Any] = {LIMIT: OUTPUTS}
 #: Beyond the largest message's text, its JSON escaping and the other fields.
 BODY_OVERHEAD_BYTES = 64 * 1024
 
@@ -49,7 +53,9 @@ def body_limits(settings: Settings) -> dict[str, int]:
     small = max(settings.api_max_body_bytes, settings.max_message_chars * 6 + BODY_OVERHEAD_BYTES)
     # (files come base64-encoded: 4 characters for 3 bytes, and their JSON around them)
     files = settings.max_message_file_bytes * 4 // 3 + settings.max_message_files * 1_000
-    return {SMALL: small, FILES: small + files}
+    # (a client tool's output is text of up to a message's length: counted a byte a character)
+    outputs = MAX_OUTPUTS * settings.max_message_chars
+    return {SMALL: small, FILES: small + files, OUTPUTS: small + outputs}
 
 
 class GuardedRoute(APIRoute):
@@ -154,4 +160,13 @@ def _needs_caller(dependant: Dependant) -> bool:
     )
 
 
-__all__ = ["FILES", "SMALL", "TAKES_FILES", "GuardedRoute", "body_limits", "document_limits"]
+__all__ = [
+    "FILES",
+    "OUTPUTS",
+    "SMALL",
+    "TAKES_FILES",
+    "TAKES_OUTPUTS",
+    "GuardedRoute",
+    "body_limits",
+    "document_limits",
+]

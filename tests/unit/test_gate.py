@@ -95,6 +95,7 @@ def test_a_chunked_body_is_refused_as_it_streams_past_the_route_s_limit() -> Non
 def test_every_operation_states_its_limit_and_only_the_routes_files_go_to_take_them(
     app: FastAPI,
 ) -> None:
+    answers = ("post", "/v1/turns/{turn_id}/actions")
     limits = body_limits(app.state.chatworker.settings)
     stated = {
         (method, path): operation.get("x-max-body-bytes")
@@ -103,12 +104,18 @@ def test_every_operation_states_its_limit_and_only_the_routes_files_go_to_take_t
     }
     assert len(stated) > 30
     assert {key for key, limit in stated.items() if limit == limits["files"]} == FILE_ROUTES
-    assert {limit for key, limit in stated.items() if key not in FILE_ROUTES} == {limits["small"]}
+    assert stated[answers] == limits["outputs"]
+    others = {limit for key, limit in stated.items() if key not in {*FILE_ROUTES, answers}}
+    assert others == {limits["small"]}
 
 
 def test_the_small_limit_holds_a_message_s_text_escaped_and_the_files_limit_its_files() -> None:
     settings = load_settings(database_url="sqlite:///:memory:")
-    assert body_limits(settings) == {"small": 1_048_576, "files": 1_048_576 + 26_676_666}
+    assert body_limits(settings) == {
+        "small": 1_048_576,
+        "files": 1_048_576 + 26_676_666,
+        "outputs": 1_048_576 + 128 * 100_000,  # (the most outputs an answer takes, each full)
+    }
     larger = load_settings(database_url="sqlite:///:memory:", max_message_chars=1_000_000)
     assert body_limits(larger)["small"] == 6_000_000 + 65_536
     smaller = load_settings(database_url="sqlite:///:memory:", api_max_body_bytes=100_000)
