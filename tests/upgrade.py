@@ -43,6 +43,7 @@ from app.testing.api_process import ApiProcess
 from app.testing.fake_llm import BY_ITERATION, FakeLLMServer
 from app.testing.worker_process import WorkerProcess
 from app.testing.worker_process import worker_environment as bare_worker_environment
+from app.testing.zygote import ENABLE_ENV as ZYGOTE_ENV
 from tests.invariants import violations
 from tests.worker_process import REPO, worker_environment
 from tests.worker_process import WorkerProcess as CheckoutWorker
@@ -235,6 +236,7 @@ class Upgrade:
         self.database_url, self.redis_url, self.llm, self.tmp = database_url, redis_url, llm, tmp
         self.plan = plan or Plan()
         self.report = Report()
+        self._clock = time.monotonic()
         self.old = PreviousRelease(materialise(tmp / "previous-release"))
         self.processes: list[WorkerProcess | ApiProcess] = []
         self.env = worker_environment(
@@ -247,7 +249,6 @@ class Upgrade:
         )  # fmt: skip
         self.db = psycopg.connect(services.libpq_dsn(database_url), autocommit=True)
         self.users: Users | None = None
-        self._clock = time.monotonic()
         self._times: dict[str, Any] = {}  # each step's start, on the database's clock
         self.edited: tuple[uuid.UUID, uuid.UUID, int] | None = None  # conversation, turn, seq
         self.edit_turn: uuid.UUID | None = None
@@ -271,15 +272,17 @@ class Upgrade:
             mode=BY_ITERATION,
         )  # fmt: skip
         self.old.migrate(self.database_url, self.tmp / "old-migrate.log")
+        self._mark("the previous release from git, its schema")
         old_worker = self._keep(self.old.worker(self.old_env, self.tmp / "old-worker.log"))
         old_api = self._keep(self.old.api(self.old_env, self.tmp / "old-api.log"))
         old_api.wait_until_ready(BOOT_TIMEOUT_S)
         old_worker.wait_until_ready(BOOT_TIMEOUT_S)
+        self._mark("its worker and API started")
         conversations = [self._create(old_api.url) for _ in range(self.plan.conversations)]
         self.users = Users(self.database_url, conversations, self.plan)
         self.users.api = old_api.url
         self.users.start()
-        self._step("the previous release, on its schema")
+        self._step("turns on its schema")
         upgrade(self.database_url)
         self._step(MIGRATED)
         self._keep(
@@ -298,11 +301,14 @@ class Upgrade:
         self._wait(lambda: self._unfinished() == 0, "every turn to finish")
         self.report.accepted = self.users.accepted
         self.report.problems += self.users.refused
+        self._mark("every turn finished")
         self._edit(new_api.url, conversations[0], (MIGRATED, NEW_WORKERS))
+        self._mark("the edit")
         self.report.problems += violations(self.database_url)
         self.report.problems += self._turns_completed()
         for conversation in conversations:
             self.report.problems += self._path(new_api.url, conversation)
+        self._mark("the checks")
 
     def _step(self, name: str) -> None:
         """Wait until `turns` turns of each conversation submitted from now on have completed."""
@@ -318,6 +324,10 @@ class Upgrade:
             return row is not None and row[0] >= wanted
 
         self._wait(completed, f"{wanted} turns submitted after {name!r} to complete")
+        self._mark(name)
+
+    def _mark(self, name: str) -> None:
+        """The time since the last mark, and the turns completed so far, in the report."""
         done = self.db.execute("SELECT count(*) FROM turns WHERE status = 'completed'").fetchone()
         now = time.monotonic()
         self.report.steps.append((name, now - self._clock, done[0] if done else 0))
@@ -443,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--in-flight", type=int, default=2)
     options = parser.parse_args(argv)
+    # this release's processes forked from a warm zygote, as under pytest (tests/conftest.py)
+    os.environ.setdefault(ZYGOTE_ENV, "1")
     plan = Plan(options.conversations, options.turns, options.in_flight)
     postgres, redis = services.provide_postgres(), services.provide_redis()
     name = services.unique_name("upgrade")

@@ -4,8 +4,11 @@ git) run against this release's schema, in docs/OPERATIONS.md's order, with turn
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, inspect
 
 from app.migrate import upgrade
@@ -13,6 +16,7 @@ from app.testing.fake_llm import FakeLLMServer
 from tests.upgrade import PREVIOUS_REVISION, Plan, Upgrade
 
 
+@pytest.mark.slow
 def test_an_upgrade_with_turns_in_flight_keeps_every_tree_and_transcript(
     empty_database_url: str, redis_url: str, fake_llm: FakeLLMServer, tmp_path: Path
 ) -> None:
@@ -22,41 +26,75 @@ def test_an_upgrade_with_turns_in_flight_keeps_every_tree_and_transcript(
     assert sum(len(turns) for turns in report.accepted.values()) >= 4 * Plan().conversations
 
 
-def columns(url: str) -> dict[str, dict[str, tuple[bool, object]]]:
-    """Each table's columns: whether NULL is allowed, and the server's default."""
+LITERAL = re.compile(r"'((?:[^']|'')*)'(?:::[a-z ]+)?")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the previous release's writes meet in a table: its columns (whether NULL is allowed,
+    the server's default) and its CHECK constraints' texts, by name."""
+
+    columns: dict[str, tuple[bool, object]]
+    checks: dict[str, str]
+
+
+def shapes(url: str) -> dict[str, Shape]:
     engine = create_engine(url)
     try:
         found = inspect(engine)
         return {
-            table: {c["name"]: (c["nullable"], c.get("default")) for c in found.get_columns(table)}
+            table: Shape(
+                {c["name"]: (c["nullable"], c.get("default")) for c in found.get_columns(table)},
+                {c["name"]: c["sqltext"] for c in found.get_check_constraints(table)},
+            )
             for table in found.get_table_names()
         }
     finally:
         engine.dispose()
 
 
+def only_grew(before: str, after: str) -> bool:
+    """A CHECK whose closed set of literals grew and is otherwise the same (`x IN (...)`)."""
+    values_before, values_after = set(LITERAL.findall(before)), set(LITERAL.findall(after))
+
+    def skeleton(text: str) -> str:
+        return re.sub(r"'\?'(, '\?')*", "'?'", LITERAL.sub("'?'", text))
+
+    return values_before < values_after and skeleton(before) == skeleton(after)
+
+
 def test_every_migration_since_the_previous_release_only_expands(
     empty_database_url: str,
 ) -> None:
     """What the previous release writes stays valid: every table and column it knows is still
-    there and takes NULL wherever it did, and a column added to one of its tables takes NULL or
-    has a default (it never names it). Tightening waits for the release after."""
+    there and takes NULL wherever it did; a column added to one of its tables takes NULL or has
+    a default (it never names it); a CHECK it met is gone or only lets more through (a closed
+    set grew), and a new CHECK on its tables constrains new columns. Tightening waits for the
+    release after."""
     upgrade(empty_database_url, PREVIOUS_REVISION)
-    before = columns(empty_database_url)
+    before = shapes(empty_database_url)
     upgrade(empty_database_url)
-    after = columns(empty_database_url)
+    after = shapes(empty_database_url)
     problems = []
     for table, known in before.items():
         now = after.get(table)
         if now is None:
             problems.append(f"{table} was dropped")
             continue
-        for name, (nullable, _default) in known.items():
-            if name not in now:
+        for name, (nullable, _default) in known.columns.items():
+            if name not in now.columns:
                 problems.append(f"{table}.{name} was dropped")
-            elif nullable and not now[name][0]:
+            elif nullable and not now.columns[name][0]:
                 problems.append(f"{table}.{name} no longer takes NULL")
-        for name, (nullable, default) in now.items():
-            if name not in known and not nullable and default is None:
+        added = set(now.columns) - set(known.columns)
+        for name in added:
+            nullable, default = now.columns[name]
+            if not nullable and default is None:
                 problems.append(f"{table}.{name} is new, NOT NULL and has no default")
-    assert problems == []
+        for name, text in now.checks.items():
+            if name not in known.checks:
+                if not any(re.search(rf"\b{column}\b", text) for column in added):
+                    problems.append(f"{table}: the new CHECK {name} constrains old columns only")
+            elif text != known.checks[name] and not only_grew(known.checks[name], text):
+                problems.append(f"{table}: the CHECK {name} changed: {text}")
+    assert problems == [], "\n".join(problems)
