@@ -311,19 +311,21 @@ class Upgrade:
         self._mark("the checks")
 
     def _step(self, name: str) -> None:
-        """Wait until `turns` turns of each conversation submitted from now on have completed."""
+        """Wait until `turns` turns of each conversation submitted from now on have completed,
+        then mark the step."""
         since = self._now()
         self._times[name] = since
-        wanted = self.plan.conversations * self.plan.turns
 
         def completed() -> bool:
             row = self.db.execute(
-                "SELECT count(*) FROM turns WHERE status = 'completed' AND created_at > %s",
-                (since,),
+                "SELECT count(*) FROM (SELECT conversation_id FROM turns WHERE status ="
+                " 'completed' AND created_at > %s GROUP BY conversation_id HAVING count(*) >= %s)"
+                " AS done",
+                (since, self.plan.turns),
             ).fetchone()
-            return row is not None and row[0] >= wanted
+            return row is not None and row[0] == self.plan.conversations
 
-        self._wait(completed, f"{wanted} turns submitted after {name!r} to complete")
+        self._wait(completed, f"{self.plan.turns} turns each submitted after {name!r} to complete")
         self._mark(name)
 
     def _mark(self, name: str) -> None:
@@ -334,12 +336,13 @@ class Upgrade:
         self._clock = now
 
     def _edit(self, api: str, conversation: uuid.UUID, written: tuple[str, str]) -> None:
-        """The new API edits, at rest, the last user message submitted through the previous
-        API while only the previous workers ran (between the steps `written` names): on the
-        previous release's processes, both its message and its answer."""
+        """The new API edits, at rest, the last user message the previous release wrote on the
+        migrated schema while only its processes ran (between the steps `written` names): its
+        API (a submit at rest) or its worker (a queued message it took in) placed it."""
         found = self.db.execute(
-            "SELECT id, message_seq FROM turns WHERE conversation_id = %s AND created_at > %s"
-            " AND created_at < %s ORDER BY number DESC LIMIT 1",
+            "SELECT t.id, t.message_seq FROM turns t JOIN messages m ON m.conversation_id ="
+            " t.conversation_id AND m.seq = t.message_seq WHERE t.conversation_id = %s"
+            " AND t.created_at > %s AND m.created_at < %s ORDER BY t.number DESC LIMIT 1",
             (conversation, self._times[written[0]], self._times[written[1]]),
         ).fetchone()
         if found is None:
