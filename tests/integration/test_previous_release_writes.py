@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, text
 
-from app.migrate import upgrade
+from app.migrate import alembic_config, upgrade
 from tests.invariants import tree_violations
 
 pytestmark = pytest.mark.raw_rows  # (rows by hand: no event log to check afterwards)
+
+REPAIR = "0023"  # the migration that derives what the previous release leaves out, and repairs
 
 
 @pytest.fixture
@@ -299,24 +302,27 @@ class History:
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])
-def at_0022(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    """A database at migration 0022 (0019's tree, before its repair)."""
+def before_repair(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    """A database at the migration before 0023's repair (0019's tree, as it was)."""
     fixture = "empty_database_url" if request.param == "postgresql" else "sqlite_url"
     url = str(request.getfixturevalue(fixture))
-    upgrade(url, "0022")
+    script = ScriptDirectory.from_config(alembic_config(url))
+    upgrade(url, str(script.get_revision(REPAIR).down_revision))
     engine = create_engine(url)
     yield engine
     engine.dispose()
 
 
-def test_messages_0019_let_in_without_a_parent_hang_where_the_leaf_was(at_0022: Engine) -> None:
+def test_messages_0019_let_in_without_a_parent_hang_where_the_leaf_was(
+    before_repair: Engine,
+) -> None:
     """Four conversations as an upgrade under 0019 left them: the previous release appended
     below the leaf but wrote no parent (each such message a root to the new release), before and
     after the new web side moved the path. The repair hangs each where the leaf was when it was
     committed (the event log says), makes every active path one path from a root again, keeps
     a root this release made, and says where each turn hangs."""
-    sqlite = at_0022.dialect.name == "sqlite"
-    with at_0022.begin() as connection:
+    sqlite = before_repair.dialect.name == "sqlite"
+    with before_repair.begin() as connection:
         # Plain: 1-4 before the upgrade (0019 gave them parents), 5-8 by the previous release.
         plain = History(connection, sqlite)
         first = plain.turn(1, "message", 1, 1)  # started by the new release: "its own message"
@@ -359,8 +365,8 @@ def test_messages_0019_let_in_without_a_parent_hang_where_the_leaf_was(at_0022: 
             text("UPDATE conversations SET lease_token = 7, lease_owner = NULL WHERE id = :c"),
             {"c": plain.key(plain.id)},
         )
-    upgrade(str(at_0022.url.render_as_string(hide_password=False)))
-    with at_0022.connect() as connection:
+    upgrade(str(before_repair.url.render_as_string(hide_password=False)))
+    with before_repair.connect() as connection:
         assert plain.rows(connection) == [(seq, seq - 1 or None, True) for seq in range(1, 9)]
         assert switched.rows(connection) == [
             (1, None, True),
