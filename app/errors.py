@@ -23,6 +23,9 @@
         ├── ConversationConflict    a caller-chosen id already names another conversation
         ├── KeyNotFound             no API key has that id
         ├── BudgetExceeded          the conversation's or its owner's budget is used up
+        ├── StorageQuotaExceeded    a message's files or a fork would take the owner past
+        │   │                       CHATWORKER_OWNER_STORAGE_BYTES (delete conversations)
+        │   └── LargerThanStorageQuota  it alone holds more than the whole quota
         ├── TooManyRunningTurns     the owner runs its limit of turns (`retry_after` seconds)
         ├── WebhookNotFound         no webhook (or delivery) has that id
         ├── UnknownTool             a tool name no worker offers
@@ -80,6 +83,17 @@ class ConversationBusy(InvalidRequest):
 class BudgetExceeded(InvalidRequest):
     """A budget of the conversation or of its owner is used up: no new turn until it resets
     (a daily one, at midnight UTC) or is raised."""
+
+
+class StorageQuotaExceeded(InvalidRequest):
+    """What the request would store (a message's new files, a fork's copied messages) takes the
+    owner past `CHATWORKER_OWNER_STORAGE_BYTES`: deleting conversations makes room (their
+    messages, and the files no other conversation uses, go with them)."""
+
+
+class LargerThanStorageQuota(StorageQuotaExceeded):
+    """What the request would store is more than the owner's whole storage quota: no deletion
+    makes room for it."""
 
 
 class TooManyRunningTurns(InvalidRequest):

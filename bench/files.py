@@ -35,6 +35,7 @@ FILE_ENV = {
     "CHATWORKER_MODEL_FILE_KINDS": KINDS,
     "CHATWORKER_MAX_FILE_BYTES": str(IMAGE_BYTES + 1_000),
     "CHATWORKER_MAX_MESSAGE_FILE_BYTES": str(IMAGE_BYTES + 1_000),
+    "CHATWORKER_OWNER_STORAGE_BYTES": str(10**12),  # (hundreds of 5 MB images, one owner)
 }
 HOLD_SECONDS = 600  # the model holds every call: the turns stay in flight until stopped
 
@@ -160,6 +161,7 @@ def _worker(
             model_file_kinds={FAKE_MODEL: ["image"]},
             max_file_bytes=IMAGE_BYTES + 1_000,
             max_message_file_bytes=IMAGE_BYTES + 1_000,
+            owner_storage_bytes=10**12,
         )
         engine = make_engine(database_url)
         broker = make_broker(settings)

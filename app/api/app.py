@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from app.api import heap
 from app.api.body_limit import BodyLimit
+from app.api.gate import body_limits, document_limits
 from app.api.handoff import Handoff
 from app.api.observed import Observed, add_metrics_route
 from app.api.problems import Problem, install_handlers
@@ -33,8 +34,6 @@ from app.db import make_engine
 from app.telemetry import metrics, tracing
 
 PAGE = Path(__file__).parent / "page"
-# Beyond the largest message, its JSON escaping and the other fields: no valid request is larger.
-BODY_OVERHEAD_BYTES = 64 * 1024
 
 
 def create_app(settings: Settings | None = None, *, client: ChatClient | None = None) -> FastAPI:
@@ -91,7 +90,7 @@ def create_server_app(
 def install(
     app: FastAPI, settings: Settings | None = None, *, client: ChatClient | None = None
 ) -> ApiState:
-    """Mount the `/v1` routes and `/metrics` on `app` with the problem handlers, the body limit
+    """Mount the `/v1` routes and `/metrics` on `app` with the problem handlers, the body limits
     and the request metrics; returns the `ApiState` (close it when the app stops; `create_app`
     does)."""
     settings = settings or get_settings()
@@ -106,11 +105,8 @@ def install(
     install_handlers(app)
     app.add_middleware(
         BodyLimit,
-        # (files come base64-encoded: 4 characters for 3 bytes, and their JSON around them)
-        max_bytes=settings.max_message_chars * 6
-        + settings.max_message_file_bytes * 4 // 3
-        + settings.max_message_files * 1_000
-        + BODY_OVERHEAD_BYTES,
+        # (at the door, the largest route's: each route holds its own, `gate.GuardedRoute`)
+        max_bytes=max(body_limits(settings).values()),
         timeout=settings.api_body_timeout_seconds,
     )
     app.add_middleware(Observed)
@@ -118,17 +114,19 @@ def install(
     app.add_middleware(Handoff)  # (the outermost of ours: a stream's rest runs from its frame)
     app.include_router(router)
     add_metrics_route(app)
-    _document_problems(app)
+    _document(app, settings)
     return api
 
 
-def _document_problems(app: FastAPI) -> None:
-    """The `Problem` schema in the OpenAPI components, for every route's error responses."""
+def _document(app: FastAPI, settings: Settings) -> None:
+    """The `Problem` schema in the OpenAPI components, for every route's error responses, and
+    each operation's body limit in bytes."""
     original = app.openapi
 
     def openapi() -> dict[str, object]:
         if app.openapi_schema is None:
             schema = original()
+            document_limits(schema, settings)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.setdefault(
                 "Problem", Problem.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.problems import ApiProblem
 from app.api.rate import caller_of_key
-from app.api.state import Api
+from app.api.state import Api, ApiState
 from app.client.keys import PREFIX, KeyRefused
 from app.config import API_KEY_AUTH, JWT_AUTH, NO_AUTH
 from app.models import MAX_OWNER_CHARS
@@ -35,6 +35,8 @@ from app.models import MAX_OWNER_CHARS
 _bearer = HTTPBearer(auto_error=False, description="an API key (cwk_...) or an HS256 JWT")
 _key_header = APIKeyHeader(name="X-API-Key", auto_error=False, description="an API key")
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+#: Where a request's scope keeps its caller once known (`admit`).
+ADMITTED = "chatworker.admitted"
 LEEWAY_SECONDS = 30
 
 
@@ -51,17 +53,36 @@ async def authenticate(
     request: Request,
     response: Response,
     api: Api,
-    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    key_header: Annotated[str | None, Depends(_key_header)],
+    _bearer_given: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    _key_given: Annotated[str | None, Depends(_key_header)],
 ) -> Caller:
-    """The caller; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`; a
-    client address past its rate of failed authentications
+    """The caller (the `/v1` routes learn it before their body is read: `gate.GuardedRoute`
+    calls `admit`); the credentials' parameters put the schemes in the OpenAPI document."""
+    admitted: Admitted | None = request.scope.get(ADMITTED)
+    if admitted is None:
+        admitted = await admit(request, api)
+    response.headers.update(admitted.headers)
+    return admitted.caller
+
+
+@dataclass(frozen=True)
+class Admitted:
+    caller: Caller
+    headers: dict[str, str]  # the request rate's, for the answer
+
+
+async def admit(request: Request, api: ApiState) -> Admitted:
+    """The caller, from the request's headers alone (its body unread), kept in its scope for
+    `authenticate`; past its request rate (`CHATWORKER_API_RATE_LIMIT`), 429 `rate_limited`;
+    a client address past its rate of failed authentications
     (`CHATWORKER_API_AUTH_FAILURE_LIMIT`), 429 `rate_limited` instead of 401.
 
     On the event loop: only what may block goes to a thread (a key's lookup when the cache has
     not kept it, a rate shared through Redis), so a known key costs no thread hop."""
     try:
-        caller, identity = await _identify(request, api, bearer, key_header)
+        caller, identity = await _identify(
+            request, api, await _bearer(request), await _key_header(request)
+        )
     except ApiProblem as problem:
         if problem.status == 401 and api.failures is not None:
             address = request.client.host if request.client else "unknown"
@@ -76,6 +97,7 @@ async def authenticate(
                     {"Retry-After": verdict.headers()["Retry-After"]},
                 ) from None
         raise
+    headers: dict[str, str] = {}
     if api.limiter is not None and identity is not None:
         verdict = await run_in_threadpool(api.limiter.check, identity)
         if not verdict.allowed:
@@ -86,13 +108,15 @@ async def authenticate(
                 f"{verdict.headers()['Retry-After']} s",
                 verdict.headers(),
             )
-        response.headers.update(verdict.headers())
-    return caller
+        headers = verdict.headers()
+    admitted = Admitted(caller, headers)
+    request.scope[ADMITTED] = admitted
+    return admitted
 
 
 async def _identify(
     request: Request,
-    api: Api,
+    api: ApiState,
     bearer: HTTPAuthorizationCredentials | None,
     key_header: str | None,
 ) -> tuple[Caller, str | None]:
@@ -126,7 +150,7 @@ async def _identify(
     return Caller(subject), "sub:" + subject
 
 
-def _owner_of_token(api: Api, token: str) -> str:
+def _owner_of_token(api: ApiState, token: str) -> str:
     settings = api.settings
     assert settings.jwt_secret is not None  # the settings refuse jwt without one
     try:

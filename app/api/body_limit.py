@@ -1,7 +1,8 @@
-"""Requests larger than any valid one are refused before they are read into memory (413
-`request_too_large`), and a body sent slower than `CHATWORKER_API_BODY_TIMEOUT_SECONDS` allows is
-cut off (408 `request_timeout`): a pure ASGI middleware, so streaming responses are untouched (the
-deadline ends with the body: a stream's wait for its client's disconnect is not bounded)."""
+"""At the door, requests larger than the largest route's limit are refused before they are read
+into memory (413 `request_too_large`; each route holds its own, smaller or not, `gate.py`), and a
+body sent slower than `CHATWORKER_API_BODY_TIMEOUT_SECONDS` allows is cut off (408
+`request_timeout`): a pure ASGI middleware, so streaming responses are untouched (the deadline
+ends with the body: a stream's wait for its client's disconnect is not bounded)."""
 
 from __future__ import annotations
 

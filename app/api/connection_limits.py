@@ -2,7 +2,10 @@
 httptools protocol with a cap on a request's line and headers (431, `CHATWORKER_API_MAX_HEADER_
 BYTES`) and a deadline for sending them once begun (408, `CHATWORKER_API_HEADER_TIMEOUT_SECONDS`),
 so a client that sends a huge or a trickling request head holds nothing for long. The idle
-keep-alive timeout is uvicorn's (5 s); a body is bounded by `body_limit.py`."""
+keep-alive timeout is uvicorn's (5 s); a body is bounded by its route (`gate.py`) and at the door
+(`body_limit.py`), and the rest of one answered before it was read (a 401, a 413) is dropped as it
+arrives for at most `CHATWORKER_API_BODY_TIMEOUT_SECONDS`, then the connection is closed (closing
+at once would reset the client before it read its answer)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     max_head_bytes: int | None = None
     head_timeout: float = 10.0
+    body_timeout: float = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -32,9 +36,11 @@ class GuardedHttpTools(HttpToolsProtocol):
             settings = get_settings()
             GuardedHttpTools.max_head_bytes = settings.api_max_header_bytes
             GuardedHttpTools.head_timeout = settings.api_header_timeout_seconds
+            GuardedHttpTools.body_timeout = settings.api_body_timeout_seconds
         self._head_bytes = 0
         self._in_head = True  # between a request's first byte (or none yet) and its blank line
         self._head_timer: asyncio.TimerHandle | None = None
+        self._unread_timer: asyncio.TimerHandle | None = None
         self._refused = False
 
     # --- the head's deadline: from its first byte to its end ------------------------------------
@@ -54,6 +60,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_unread_timer()
         super().connection_lost(exc)
 
     def _start_head_timer(self) -> None:
@@ -87,6 +94,30 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
         self._in_head = True  # the next request's head, if any
         self._head_bytes = 0
+        if self._unread_timer is not None and not self.transport.is_closing():
+            # The rest of a body answered early has come: an idle keep-alive connection again
+            # (uvicorn armed its timeout at the answer, and each byte since cancelled it).
+            self._stop_unread_timer()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    # --- the rest of a body answered before it was read: dropped, within the body's deadline --
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._in_head and not self.transport.is_closing():  # (its body still comes)
+            self._unread_timer = self.loop.call_later(self.body_timeout, self._unread_too_slow)
+
+    def _stop_unread_timer(self) -> None:
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
+
+    def _unread_too_slow(self) -> None:
+        self._unread_timer = None
+        self.transport.close()
 
     def _refuse(self, status: int, message: str) -> None:
         if self._refused or self.transport.is_closing():

@@ -38,11 +38,16 @@
     409     not_retryable             retry of a conversation that has not failed
     409     action_already_answered   the call has another answer already (or was cancelled)
     413     message_too_large         a message over `CHATWORKER_MAX_MESSAGE_CHARS`
-    413     request_too_large         a body larger than any valid request
+    413     larger_than_storage_quota a message's new files, or a fork, alone hold more than the
+                                      owner's whole `CHATWORKER_OWNER_STORAGE_BYTES`
+    413     request_too_large         a body over its route's limit (`gate.py`), or JSON of more
+                                      values than any request needs (`bounded_json.py`)
     415     unsupported_media_type    a body that is not `application/json`
     422     validation_failed         wrong types, unknown fields, bad values: `errors` says where
     422     idempotency_key_reused    the `Idempotency-Key` was used with another message
     429     budget_exceeded           the conversation's or its owner's budget is used up
+    429     storage_quota_exceeded    a message's new files, or a fork, would take the owner's
+                                      stored bytes past `CHATWORKER_OWNER_STORAGE_BYTES`
     429     too_many_running_turns    the owner runs its limit of turns; `Retry-After`
     429     rate_limited              this key's request rate is spent; `Retry-After`
     429     too_many_owner_streams    the owner holds `CHATWORKER_API_MAX_STREAMS_PER_OWNER`
@@ -88,10 +93,12 @@ from app.errors import (
     InvalidOutputSchema,
     InvalidRequest,
     KeyNotFound,
+    LargerThanStorageQuota,
     MessageNotFound,
     MessageTooLarge,
     NotBranchable,
     NotRetryable,
+    StorageQuotaExceeded,
     TooManyRunningTurns,
     TurnNotFound,
     UnknownTool,
@@ -117,6 +124,8 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ConversationBusy: (409, "conversation_busy"),
     NotBranchable: (409, "not_branchable"),
     BudgetExceeded: (429, "budget_exceeded"),
+    LargerThanStorageQuota: (413, "larger_than_storage_quota"),
+    StorageQuotaExceeded: (429, "storage_quota_exceeded"),
     ConversationConflict: (409, "conversation_conflict"),
     NotRetryable: (409, "not_retryable"),
     MessageTooLarge: (413, "message_too_large"),
@@ -230,7 +239,7 @@ def documented(
     }
 
 
-def _is_json(content_type: str | None) -> bool:
+def is_json(content_type: str | None) -> bool:
     """A JSON media type, as FastAPI decides whether to parse a body (else it hands the route
     bytes, which no body model accepts)."""
     media = (content_type or "").split(";")[0].strip().lower()
@@ -280,7 +289,7 @@ def install_handlers(app: FastAPI) -> None:
             return problem_response(
                 request, 400, "malformed_json", "the request body is not valid JSON"
             )
-        if not _is_json(request.headers.get("content-type")) and any(
+        if not is_json(request.headers.get("content-type")) and any(
             tuple(error["loc"])[:1] == ("body",) and error.get("type") != "missing"
             for error in errors
         ):

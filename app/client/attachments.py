@@ -1,14 +1,7 @@
 """The files a user message carries, checked before anything is written: their bytes (given as
-bytes, base64 or a `data:` URL), their media type read from the bytes (a name or a claimed type
-that the bytes belie is refused), the size caps, and whether the conversation's model takes that
-kind of file (`capabilities`). No I/O.
-
-    kind    media types (from the bytes)                     sent to the model as
-    ------  -----------------------------------------------  ---------------------------------
-    image   image/png, image/jpeg, image/gif, image/webp     an image part (a vision model)
-    pdf     application/pdf                                  a file part (a model taking PDFs)
-    text    text/plain, text/markdown, text/csv,             its text, in the message (any
-            application/json (UTF-8, no NUL)                 model)
+bytes, base64 or a `data:` URL), their media type read from the bytes (`app/files/media.py`: a
+name, or a claimed type, that the bytes belie is refused), the size caps, and whether the
+conversation's model takes that kind of file (`app/files/capabilities.py`). No I/O.
 """
 
 from __future__ import annotations
@@ -22,38 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.client import capabilities
 from app.errors import FileNotTaken, FileTooLarge, InvalidFile
+from app.files import capabilities
+from app.files.media import TEXT, TEXT_TYPES, CheckedFile, agrees, named_type, sniff
 from app.models import MAX_FILE_NAME_CHARS
 
-IMAGE, PDF, TEXT = "image", "pdf", "text"
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-TEXT_TYPES = ("text/plain", "text/markdown", "text/csv", "application/json")
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[\w-]+=[\w.-]+)*;base64,(.*)$", re.DOTALL)
 _FIELDS = frozenset({"name", "media_type", "data"})
-
-
-@dataclass(frozen=True)
-class CheckedFile:
-    """A file ready to store: its bytes, their hash, the media type read from them."""
-
-    data: bytes
-    sha256: str
-    media_type: str
-    name: str | None
-
-    @property
-    def kind(self) -> str:
-        return kind_of(self.media_type)
-
-    def reference(self, file_id: str) -> dict[str, Any]:
-        """What a message keeps of it (`messages.files`)."""
-        return {
-            "id": file_id,
-            "media_type": self.media_type,
-            "name": self.name,
-            "size": len(self.data),
-        }
 
 
 @dataclass(frozen=True)
@@ -65,14 +33,6 @@ class Limits:
     files: int
     # model -> the file kinds it takes (`CHATWORKER_MODEL_FILE_KINDS`), over litellm's map
     declared: Mapping[str, Sequence[str]] = field(default_factory=dict)
-
-
-def kind_of(media_type: str) -> str:
-    if media_type in IMAGE_TYPES:
-        return IMAGE
-    if media_type == "application/pdf":
-        return PDF
-    return TEXT
 
 
 def check_files(files: Sequence[Any] | None, limits: Limits) -> tuple[CheckedFile, ...]:
@@ -143,6 +103,14 @@ def _check(item: Any, where: str, limits: Limits) -> CheckedFile:
             f"{where}: its bytes are none of the types taken (PNG, JPEG, GIF or WebP images, "
             "PDF, UTF-8 text)"
         )
+    said = named_type(name)
+    if said is not None and not agrees(found, said):
+        raise InvalidFile(
+            f"{where}: its name {name!r} says {said}, but its bytes are {_described(found)}: "
+            "name it for what it is"
+        )
+    if claimed is None and said is not None and found == "text/plain":
+        claimed = said  # (data.csv: text/csv)
     media_type = _agreed(found, claimed, data, where)
     return CheckedFile(data, hashlib.sha256(data).hexdigest(), media_type, name)
 
@@ -163,32 +131,6 @@ def _bytes(data: Any, where: str) -> tuple[bytes, str | None]:
         return base64.b64decode(data, validate=True), media_type
     except (binascii.Error, ValueError):
         raise InvalidFile(f"{where}.data is not base64 (nor a data: URL)") from None
-
-
-# The first bytes of each binary type taken (WebP: RIFF, a size, then WEBP).
-MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"%PDF-", "application/pdf"),
-)
-
-
-def sniff(data: bytes) -> str | None:
-    """The media type the bytes themselves show, or None for none taken here."""
-    for magic, media_type in MAGIC:
-        if data.startswith(magic):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    if b"\x00" in data:
-        return None
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return "text/plain"
 
 
 def _agreed(found: str, claimed: str | None, data: bytes, where: str) -> str:
@@ -216,14 +158,4 @@ def _described(media_type: str) -> str:
     return "text" if media_type == "text/plain" else media_type
 
 
-__all__ = [
-    "IMAGE",
-    "PDF",
-    "TEXT",
-    "CheckedFile",
-    "Limits",
-    "check_files",
-    "check_taken",
-    "kind_of",
-    "sniff",
-]
+__all__ = ["Limits", "check_files", "check_taken"]

@@ -17,10 +17,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
-from app.client import attachments, branching, intake
+from app.client import attachments, branching, filing, intake, quota
 from app.client.admin import AdminClient
 from app.client.admission import REJECT
 from app.client.checks import (
@@ -282,13 +282,13 @@ class ChatClient(ChatReader):
         tags = check_metadata(metadata)
         after = None if after_seq is None else check_seq(after_seq)
         schema = check_output_schema(output_schema)
-        checked = attachments.check_files(files, self._file_limits)
+        checked = attachments.check_files(files, filing.limits(self.settings))
         with (
             tracing.submit_span("chat submit") as span,
             self.engine.begin() as connection,
         ):
             reads.check_owner(connection, conversation_id, owner)
-            kept = self._keep_files(connection, conversation_id, checked)
+            kept = filing.keep(connection, conversation_id, checked, self.settings)
             if after is None:
                 turn = intake.submit(
                     connection,
@@ -453,7 +453,9 @@ class ChatClient(ChatReader):
         at = None if seq is None else check_seq(seq)
         with self.engine.begin() as connection:
             reads.check_owner(connection, conversation_id, owner)
+            stored = quota.stored_before_fork(connection, conversation_id)
             branching.fork(connection, conversation_id, at, fork_id)
+            quota.check_fork(connection, stored, fork_id, self.settings.owner_storage_bytes)
             return reads.read_conversation(connection, fork_id, None)
 
     def retry_conversation(
@@ -580,37 +582,15 @@ class ChatClient(ChatReader):
             return None
         return self.settings.owner_max_running_turns
 
-    @property
-    def _file_limits(self) -> attachments.Limits:
-        settings = self.settings
-        return attachments.Limits(
-            settings.max_file_bytes,
-            settings.max_message_file_bytes,
-            settings.max_message_files,
-            settings.model_file_kinds,
-        )
-
-    def _keep_files(
-        self,
-        connection: Connection,
-        conversation_id: uuid.UUID,
-        checked: Sequence[attachments.CheckedFile],
-    ) -> list[dict[str, Any]] | None:
-        """The message's files, if the conversation's model takes them, stored for its owner."""
-        if not checked:
-            return None
-        model, file_owner = stored_files.conversation_setup(connection, conversation_id)
-        attachments.check_taken(checked, model, self._file_limits)
-        return stored_files.keep(connection, file_owner, conversation_id, checked)
-
     def check_files(
         self, files: Sequence[Mapping[str, Any] | bytes] | None, model: str | None = None
     ) -> None:
         """Check files as `submit_message` does (and, with `model`, that it takes them),
         writing nothing: for a caller that creates a conversation before its first message."""
-        checked = attachments.check_files(files, self._file_limits)
+        limits = filing.limits(self.settings)
+        checked = attachments.check_files(files, limits)
         if model is not None:
-            attachments.check_taken(checked, model, self._file_limits)
+            attachments.check_taken(checked, model, limits)
 
     def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
         """A message's file: its media type, name and bytes (`FileNotFound` for another

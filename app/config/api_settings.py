@@ -116,6 +116,15 @@ class ApiSettings(Section):
         "(a safety net: every commit wakes its readers through the live channel); stretched so "
         "one process's streams make at most 100 such reads a second",
     )
+    api_max_body_bytes: int = Field(
+        1_048_576,
+        ge=16_384,
+        le=1_073_741_824,
+        description="the largest request body of a route that takes no files (then 413 "
+        "`request_too_large`, counted as it arrives); at least `CHATWORKER_MAX_MESSAGE_CHARS` "
+        "x 6 + 64 KiB is taken (a message's text escaped); the routes that take files add "
+        "their files to it (docs/SECURITY.md)",
+    )
     max_message_chars: int = Field(100_000, ge=1, description="the largest user message accepted")
     max_file_bytes: int = Field(
         10_000_000,
@@ -132,6 +141,14 @@ class ApiSettings(Section):
     )
     max_message_files: int = Field(
         10, ge=0, le=100, description="the most files one message may carry (0: none)"
+    )
+    owner_storage_bytes: int = Field(
+        1_000_000_000,
+        ge=1,
+        description="the most bytes one owner may store: its files (each once) and the text of "
+        "its conversations' messages and kept tool outputs (a fork's copies count); a message "
+        "with new files or a fork past it: 429 `storage_quota_exceeded` (413 "
+        "`larger_than_storage_quota` when it alone holds more)",
     )
 
     @field_validator("api_auth", mode="before")

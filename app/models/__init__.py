@@ -43,7 +43,7 @@ from app.models.event import (
     TURN_STARTED,
     Event,
 )
-from app.models.file import FILES_NAMESPACE, MAX_FILE_NAME_CHARS, File, FileUse, file_id
+from app.models.file import MAX_FILE_NAME_CHARS, STORAGE_LOCK_SEED, File, FileName, FileUse
 from app.models.message import (
     ASSISTANT,
     CANCELLED_CALL_RESULT,
@@ -134,7 +134,6 @@ __all__ = [
     "ELIDE",
     "EVENT_TYPES",
     "FAILED",
-    "FILES_NAMESPACE",
     "FINISHED_TURN_STATUSES",
     "FOR_MESSAGE",
     "FOR_REGENERATE",
@@ -164,6 +163,7 @@ __all__ = [
     "STANDARD_BODY",
     "STATUSES",
     "STATUS_CHANGED",
+    "STORAGE_LOCK_SEED",
     "SUMMARY",
     "SYSTEM",
     "TERMINAL_EVENTS",
@@ -190,6 +190,7 @@ __all__ = [
     "Conversation",
     "Event",
     "File",
+    "FileName",
     "FileUse",
     "Message",
     "ToolOutput",
@@ -203,7 +204,6 @@ __all__ = [
     "conversations",
     "deliveries",
     "events",
-    "file_id",
     "message_id",
     "messages",
     "tool_outputs",

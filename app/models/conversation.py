@@ -137,6 +137,8 @@ class Conversation(Base):
     # The liveness token the lease holder's process held when it claimed (`worker/store/liveness`):
     # once the database no longer shows it held, the holder is dead and the lease is free at once.
     # None: the lease lasts until `lease_expires_at` (no token: a pooler, SQLite, turned off).
+    # A lease that changes hands keeping its last holder's token (a claim of the previous
+    # release, which knows no tokens) loses it: a trigger on PostgreSQL (migration 0023).
     lease_token: Mapped[int | None] = mapped_column(Integer)
     # The last sign of life (submit, claim or heartbeat): what the janitor keys on.
     heartbeat_at: Mapped[datetime] = mapped_column(

@@ -1,13 +1,16 @@
 """Files a user message carries (images, PDF, text): stored once per owner by content hash, in
-the database, and the conversations that use them.
+the database, the names they were sent under, and the conversations that use them.
 
-A file's id is derived from its owner and the SHA-256 of its bytes (`file_id`), so the same bytes
-sent again by the same owner are the same row (an INSERT that finds it does nothing); another
-owner's identical bytes are another row (an id reveals nothing across owners). Each conversation
-whose messages hold a file has a `file_uses` row; a file goes when its last use does (a deleted
-conversation, a pruned one: `client/store/files.py`). A message names its files in
-`messages.files` (id, media type, name, size), a waiting turn in `turns.files` until its message
-goes into the transcript.
+A file's id is random (`uuid4`), chosen when its owner first sends its bytes; the same bytes sent
+again by the same owner find that row by `(owner, sha256)` (`app/files/store.py`, under the
+owner's storage lock), so an id says nothing about its bytes or its owner and cannot be guessed.
+(Rows written before ids were random keep theirs, derived from owner and hash.) Each name (and
+media type) an owner sent the bytes under is a `file_names` row with an id of its own, which is
+what a message shows and `GET /v1/files/{id}` serves under that name. Each conversation whose
+messages hold a file has a `file_uses` row; a file goes when its last use does (a deleted
+conversation, a pruned one), its names with it. A message names its files in `messages.files`
+(id, name_id, media type, name, size), a waiting turn in `turns.files` until its message goes
+into the transcript.
 """
 
 from __future__ import annotations
@@ -30,25 +33,26 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base
 
-#: The namespace of file ids: uuid5(FILES, owner + NUL + sha256 hex).
-FILES_NAMESPACE = uuid.UUID("6d0c2f4e-8b1a-4c7e-9a53-2f6e1b7d4c90")
 MAX_FILE_NAME_CHARS = 255
-
-
-def file_id(owner: str | None, sha256: str) -> uuid.UUID:
-    """The id of these bytes (their SHA-256, hex) for this owner."""
-    return uuid.uuid5(FILES_NAMESPACE, f"{owner or ''}\x00{sha256}")
+#: The seed of an owner's storage lock (`hashtextextended(owner, seed)`): what keeps files once
+#: per owner and counts the owner's stored bytes against its quota, one writer at a time.
+STORAGE_LOCK_SEED = 11
 
 
 class File(Base):
     __tablename__ = "files"
-    __table_args__ = (CheckConstraint("size >= 0", name="size_not_negative"),)
+    __table_args__ = (
+        CheckConstraint("size >= 0", name="size_not_negative"),
+        # An owner's file of these bytes (kept once per owner) and the owner's stored bytes.
+        Index("ix_files_owner_sha256", "owner", "sha256"),
+    )
 
-    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     owner: Mapped[str | None] = mapped_column(String(200))
     sha256: Mapped[str] = mapped_column(String(64))
     media_type: Mapped[str] = mapped_column(String(100))  # checked from the bytes
-    name: Mapped[str | None] = mapped_column(String(MAX_FILE_NAME_CHARS))  # the first sender's
+    # the first sender's: a message's name is its `file_names` row's
+    name: Mapped[str | None] = mapped_column(String(MAX_FILE_NAME_CHARS))
     size: Mapped[int] = mapped_column(BigInteger)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(
@@ -57,6 +61,22 @@ class File(Base):
 
     def __repr__(self) -> str:
         return f"<File {self.id} {self.media_type} {self.size} bytes>"
+
+
+class FileName(Base):
+    """A name (and media type) an owner sent a file's bytes under: what a message shows, and
+    what `GET /v1/files/{id}` serves the bytes as, by this row's own id."""
+
+    __tablename__ = "file_names"
+    __table_args__ = (Index("ix_file_names_file", "file_id"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    file_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("files.id", ondelete="CASCADE"))
+    name: Mapped[str | None] = mapped_column(String(MAX_FILE_NAME_CHARS))
+    media_type: Mapped[str] = mapped_column(String(100))  # checked from the bytes
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=sql_text("CURRENT_TIMESTAMP")
+    )
 
 
 class FileUse(Base):

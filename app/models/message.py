@@ -82,6 +82,8 @@ class Message(Base):
     )
     seq: Mapped[int] = mapped_column(Integer)
     # The message it answers or follows (None: a first message, a root); its siblings share it.
+    # Every insert names it. On PostgreSQL one that does not (the previous release, during an
+    # upgrade) gets -1, which a trigger makes the leaf (migration 0023; docs/OPERATIONS.md).
     parent_seq: Mapped[int | None] = mapped_column(Integer)
     # On the conversation's active path (`Message`'s docstring).
     # (no Python-side default: the worker's prebuilt INSERT ... SELECT leaves it to the server)

@@ -12,7 +12,7 @@ from app.models.budget import Budget
 from app.models.compaction import Compaction
 from app.models.conversation import Conversation
 from app.models.event import Event
-from app.models.file import File, FileUse
+from app.models.file import File, FileName, FileUse
 from app.models.message import Message
 from app.models.tool import CatalogTool
 from app.models.tool_output import ToolOutput
@@ -27,6 +27,7 @@ conversations = cast(Table, Conversation.__table__)
 deliveries = cast(Table, WebhookDelivery.__table__)
 events = cast(Table, Event.__table__)
 files = cast(Table, File.__table__)
+file_names = cast(Table, FileName.__table__)
 file_uses = cast(Table, FileUse.__table__)
 messages = cast(Table, Message.__table__)
 tool_outputs = cast(Table, ToolOutput.__table__)
@@ -41,6 +42,7 @@ __all__ = [
     "conversations",
     "deliveries",
     "events",
+    "file_names",
     "file_uses",
     "files",
     "messages",

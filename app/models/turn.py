@@ -91,7 +91,9 @@ class Turn(Base):
     files: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
     # Where the turn's own messages hang in the tree (its first message's parent): set for an
     # edit, a regenerate, a rollback (the active path is cut there when the turn starts); None
-    # for a turn queued behind another until it starts (then the leaf).
+    # for a turn queued behind another until it starts (then the leaf). A turn that says nothing
+    # once its message is placed or it starts (the previous release's) is given the leaf by a
+    # trigger on PostgreSQL (migration 0023).
     parent_seq: Mapped[int | None] = mapped_column(Integer)
     idempotency_key: Mapped[str | None] = mapped_column(String(MAX_IDEMPOTENCY_KEY_CHARS))
     # The JSON Schema this message's answer must match, over the conversation's own.

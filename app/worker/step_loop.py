@@ -131,7 +131,8 @@ class StepLoop:
         self._steering: Steering | None = None
         self._in_flight: asyncio.Future[Any] | None = None  # the model or tool call awaited now
         self._readers = False  # the session cache's readers are offered
-        self._inlined: dict[str, str] = {}  # the files this run sent, as the requests hold them
+        # the files this run sent, as the requests hold them (None: not the conversation's)
+        self._inlined: dict[files.FileRef, str | None] = {}
         self.compactor = Compactor(self)  # what the model is sent, fitted to its window
 
     def request_cancel(self) -> None:
@@ -351,13 +352,12 @@ class StepLoop:
             return replace(request, messages=files.resolve(request.messages, {}, media=False))
         missing = named - self._inlined.keys()
         if missing:
-            found = await self.db.run(self.store.read_files, missing)
-            for file_id in missing:
-                stored = found.get(file_id)
-                self._inlined[file_id] = (
-                    files.GONE
-                    if stored is None
-                    else files.inline(stored.media_type, stored.name, stored.data)
+            ids = {ref.file_id for ref in missing if ref.file_id is not None}
+            found = await self.db.run(self.store.read_files, self.claim.conversation_id, ids)
+            for ref in missing:
+                data = found.get(ref.file_id)
+                self._inlined[ref] = (
+                    None if data is None else files.inline(ref.media_type, ref.name, data)
                 )
         messages = files.resolve(request.messages, self._inlined, media=media)
         return replace(request, messages=messages)

@@ -42,10 +42,13 @@ API_ENV = {
     "CHATWORKER_MAX_FILE_BYTES": str(MAX_FILE_BYTES),
     "CHATWORKER_MAX_MESSAGE_FILE_BYTES": str(MAX_FILE_BYTES),
     "CHATWORKER_MAX_MESSAGE_FILES": "1",
+    "CHATWORKER_OWNER_STORAGE_BYTES": "600",
 }
-# The body limit (app/api/app.py): six bytes a character of the largest message, a message's
-# files in base64 with 1,000 bytes each around them, plus 64 KiB.
-BODY_LIMIT = MAX_MESSAGE_CHARS * 6 + MAX_FILE_BYTES * 4 // 3 + 1_000 + 64 * 1024
+# The body limits (app/api/gate.py): a route's, `CHATWORKER_API_MAX_BODY_BYTES` (1 MiB); the
+# routes files go to add a message's files in base64, with 1,000 bytes each around them.
+SMALL_LIMIT = 1_048_576
+FILES_LIMIT = SMALL_LIMIT + MAX_FILE_BYTES * 4 // 3 + 1_000
+TOO_MANY_VALUES = b'{"context": {"x": [' + b"0," * 250_000 + b"0]}}"  # (250,001 values, 500 KB)
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40).decode()
 PDF = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
 USED_KEY = "the-key-of-the-first-message"
@@ -152,15 +155,35 @@ CASES = [
     Case("message too large", "POST", MESSAGES, 413, "message_too_large",
          json={"text": "x" * (MAX_MESSAGE_CHARS + 1)}),
     Case("request too large", "POST", MESSAGES, 413, "request_too_large",
-         content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON),
+         content=json.dumps({"text": "x" * FILES_LIMIT}).encode(), headers=JSON),
     Case("request too large chunked", "POST", MESSAGES, 413, "request_too_large",
-         content=json.dumps({"text": "x" * BODY_LIMIT}).encode(), headers=JSON, chunked=True),
+         content=json.dumps({"text": "x" * FILES_LIMIT}).encode(), headers=JSON, chunked=True),
+    Case("a body over a route that takes no files", "POST", CONVERSATIONS, 413,
+         "request_too_large", content=json.dumps({"context": {"x": "y" * SMALL_LIMIT}}).encode(),
+         headers=JSON),
+    Case("a body over a route that takes no files chunked", "POST", CONVERSATIONS, 413,
+         "request_too_large", content=json.dumps({"context": {"x": "y" * SMALL_LIMIT}}).encode(),
+         headers=JSON, chunked=True),
+    Case("json of more values than any request needs", "POST", CONVERSATIONS, 413,
+         "request_too_large", content=TOO_MANY_VALUES, headers=JSON),
+    Case("json of more values than any request needs to a message", "POST", MESSAGES, 413,
+         "request_too_large", content=b'{"text": "hi", "output_schema": ' + TOO_MANY_VALUES + b"}",
+         headers=JSON),
+    Case("json nested too deeply", "POST", CONVERSATIONS, 413, "request_too_large",
+         content=b"[" * 100_000 + b"]" * 100_000, headers=JSON),
     Case("file larger than the cap", "POST", MESSAGES, 413, "file_too_large",
          json={"text": "x", "files": [{"data": base64.b64encode(b"y" * 1001).decode()}]}),
     Case("two files, one allowed", "POST", MESSAGES, 400, "invalid_file",
          json={"text": "x", "files": [{"data": PDF}, {"data": PDF}]}),
     Case("a media type the bytes belie", "POST", MESSAGES, 400, "invalid_file",
          json={"text": "x", "files": [{"data": PDF, "media_type": "image/png"}]}),
+    Case("a name its bytes belie", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"name": "photo.png", "data": PDF}]}),
+    Case("a file larger than the owner's storage quota", "POST", MESSAGES, 413,
+         "larger_than_storage_quota",
+         json={"text": "x", "files": [{"data": base64.b64encode(b"z" * 700).decode()}]}),
+    Case("a file reference as a file", "POST", MESSAGES, 400, "invalid_file",
+         json={"text": "x", "files": [{"data": f"chatworker-file:{uuid.UUID(int=1)}"}]}),
     Case("a file that is not base64", "POST", MESSAGES, 400, "invalid_file",
          json={"text": "x", "files": [{"data": "%%%"}]}),
     Case("an image to a text-only model", "POST", MESSAGES, 400, "file_not_taken",
@@ -185,9 +208,6 @@ CASES = [
     Case("client tool parameters with a pattern RE2 cannot run", "POST", CONVERSATIONS, 400,
          "invalid_request",
          json={"client_tools": [{"name": "t", "parameters": with_pattern("(a)\\1")}]}),
-    Case("a body nested 30,000 levels deep (past the JSON parser)", "POST", CONVERSATIONS, 400,
-         "malformed_json", content=b'{"context": {"a": ' + b"[" * 30_000 + b"]" * 30_000 + b"}}",
-         headers=JSON),
     Case("client tool parameters whose $ref loops", "POST", CONVERSATIONS, 400,
          "invalid_request", json={"client_tools": [{"name": "t", "parameters": REF_LOOP}]}),
     Case("idempotency key reused", "POST", MESSAGES, 422, "idempotency_key_reused",
@@ -280,6 +300,16 @@ CASES = [
     Case("no credentials to create", "POST", CONVERSATIONS, 401, "unauthenticated", json={},
          auth="none"),
     Case("bad token to list tools", "GET", "/v1/tools", 401, "invalid_token",
+         auth="garbage token"),
+    # --- the caller before the body: a body is not read for a caller who is not known
+    Case("no credentials and malformed json", "POST", MESSAGES, 401, "unauthenticated",
+         content=b'{"text": "hi"', headers=JSON, auth="none"),
+    Case("no credentials and json of too many values", "POST", CONVERSATIONS, 401,
+         "unauthenticated", content=TOO_MANY_VALUES, headers=JSON, auth="none"),
+    Case("no credentials and a body over the route's limit", "POST", CONVERSATIONS, 401,
+         "unauthenticated", content=b"x" * (SMALL_LIMIT + 1_000), headers=JSON, auth="none"),
+    Case("bad token and a form body", "POST", CONVERSATIONS, 401, "invalid_token",
+         content=b"tools=add", headers={"Content-Type": "application/x-www-form-urlencoded"},
          auth="garbage token"),
 ]  # fmt: skip
 

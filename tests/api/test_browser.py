@@ -7,7 +7,8 @@ result, a cancelled turn, and, after a dropped connection and a reload mid-turn,
 transcript as `GET /v1/conversations/{id}`, nothing missing and nothing twice.
 
 A reply in Markdown is drawn as such (code, lists, tables, links), and what it holds that would
-run (a script, an event handler, a `javascript:` link) never reaches the page.
+run (a script, an event handler, a `javascript:` link) or pose as the page (a form asking for a
+key, a frame, a style of its own) never reaches the page.
 
 `CHATWORKER_SCREENSHOT=1` saves the page mid-turn to docs/chat-page.png.
 """
@@ -375,7 +376,15 @@ See [the docs](https://example.com/docs).
 
 <script>window.pwned = "script"</script>
 <img src="data:," onerror="window.pwned = 'img'">
-<a href="javascript:window.pwned = 'link'">a trap</a>"""
+<a href="javascript:window.pwned = 'link'">a trap</a>
+
+1. [x] a task, done
+
+<form action="/v1/api-keys" method="post"><label>Your session expired: paste your API key
+<input name="key" autofocus></label><textarea name="note"></textarea><select><option>a</option>
+</select><button formaction="/v1/api-keys">Sign in again</button></form>
+<iframe src="/"></iframe><style>#transcript { display: none }</style>
+<p style="position: fixed; inset: 0">an overlay</p>"""
 
 
 def test_a_reply_in_markdown_shows_its_code_list_table_and_link_and_runs_no_script(
@@ -400,6 +409,16 @@ def test_a_reply_in_markdown_shows_its_code_list_table_and_link_and_runs_no_scri
     expect(page.locator("#transcript a[href^='javascript:']")).to_have_count(0)
     expect(code.locator("b")).to_have_count(0)
     assert page.evaluate("window.pwned") is None
+
+    # A reply draws no control to fill in or press (a fake "paste your key" form), no frame, no
+    # style of its own; its words stay as text. A task list's checkbox stays, disabled.
+    for control in ("form", "textarea", "select", "button", "iframe", "style", "label"):
+        expect(reply.locator(control)).to_have_count(0)
+    expect(reply.locator("[style]")).to_have_count(0)
+    expect(reply).to_contain_text("paste your API key")
+    expect(reply).to_contain_text("an overlay")
+    expect(reply.locator("input")).to_have_count(1)
+    expect(reply.locator("li input[type=checkbox][disabled]")).to_have_count(1)
 
 
 def test_a_refusal_shows_the_problem_detail(page: Any, server: ApiProcess) -> None:

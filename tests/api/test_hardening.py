@@ -48,6 +48,7 @@ VALUES = {
     "an object holding NaN": '{"k": NaN}',
     "a list holding a NUL": f"[{NUL}]",
 }
+JSON = {"Content-Type": "application/json"}
 QUERY_VALUES = {"a NUL": "%00", "bytes that are not UTF-8": "%ED%A0%80", "a NUL inside": "a%00b"}
 
 
@@ -280,6 +281,39 @@ def test_a_body_sent_slowly_is_cut_off_and_a_long_stream_is_not(
             while time.monotonic() - opened < BODY_TIMEOUT_S + 1.5:
                 next(lines)  # events, then the heartbeat's comments (every second)
             assert not stream.is_closed
+
+
+def test_the_rest_of_a_body_answered_unread_is_dropped_within_the_body_s_deadline(
+    shared_api: Deployment, mine: dict[str, str]
+) -> None:
+    url = httpx.URL(shared_api.apis[0].url)
+    head = (
+        "POST /v1/conversations HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {mine['key']}\r\ncontent-type: application/json\r\n"
+        "content-length: 10000000\r\n\r\n"  # over the route's limit: answered at once
+    ).encode()
+    with socket.create_connection((url.host, url.port or 80), timeout=30) as sock:
+        sock.sendall(head)
+        answer = b""
+        while b"request_too_large" not in answer:
+            piece = sock.recv(65536)
+            assert piece, answer
+            answer += piece
+        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+        started = time.monotonic()
+        with contextlib.suppress(OSError):
+            while time.monotonic() - started < BODY_TIMEOUT_S + 10:
+                sock.sendall(b" " * 1000)  # the rest trickles in, dropped as it comes
+                time.sleep(0.1)
+        took = time.monotonic() - started
+        assert _read_all(sock) == b""  # closed, nothing more said
+    assert took < BODY_TIMEOUT_S + 10, f"still open {took:.1f} s after the answer"
+    # One that arrives in full in time is dropped: its client goes on.
+    with shared_api.http(token=mine["key"]) as http:
+        refused = http.post("/v1/conversations", content=b"[" * 2_000_000, headers=JSON)
+        assert refused.status_code == 413
+        assert http.get(f"/v1/conversations/{mine['conversation_id']}").status_code == 200
+        assert http.get("/v1/tools").status_code == 200
 
 
 def test_failed_authentications_from_an_address_are_limited_and_good_ones_are_not(

@@ -21,6 +21,7 @@ EXPECTED_TABLES = {
     "compactions",
     "conversations",
     "events",
+    "file_names",
     "file_uses",
     "files",
     "messages",

@@ -63,6 +63,35 @@ def test_each_kind_of_crossing_is_caught(tmp_path: Path) -> None:
     ]
 
 
+def test_the_worker_never_imports_the_client_nor_the_files_room_either_side(
+    tmp_path: Path,
+) -> None:
+    write(tmp_path, "app.worker.store.files", "from app.client.attachments import sniff\n")
+    write(tmp_path, "app.worker.store.lifecycle", "from app.client.store import budgets\n")
+    write(tmp_path, "app.files.media", "from app.worker import files\n")
+    write(tmp_path, "app.files.store", "import app.client.views\n")
+    write(tmp_path, "app.client.attachments", "from app.files.media import sniff\n")
+    write(tmp_path, "app.client.store.budgets", "")
+    write(tmp_path, "app.client.views", "")
+
+    found = {c for c in check(tmp_path) if "light" not in c.rule}
+    assert found == {
+        Crossing(
+            "app.files.media", "app.worker", "app.files is imported by both sides, never theirs"
+        ),
+        Crossing(
+            "app.files.store",
+            "app.client.views",
+            "app.files is imported by both sides, never theirs",
+        ),
+        Crossing(
+            "app.worker.store.files",
+            "app.client.attachments",
+            "the worker never imports the client",
+        ),
+    }
+
+
 def test_admission_may_import_only_the_standard_library_and_the_views(tmp_path: Path) -> None:
     write(
         tmp_path,

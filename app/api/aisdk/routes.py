@@ -33,6 +33,7 @@ from app.api.aisdk.requests import (
 )
 from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
+from app.api.gate import TAKES_FILES, GuardedRoute
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
 from app.api.responses.routes import NO_MESSAGES
@@ -42,7 +43,7 @@ from app.client.schemas import check_output_schema
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
 from app.models import ACTION_REQUIRED, REQUIRES_ACTION
 
-router = APIRouter(prefix="/ai-sdk/chat", tags=["chat (AI SDK)"])
+router = APIRouter(prefix="/ai-sdk/chat", tags=["chat (AI SDK)"], route_class=GuardedRoute)
 
 HEADERS = {
     "x-vercel-ai-ui-message-stream": "v1",
@@ -53,7 +54,9 @@ HEADERS = {
 MESSAGE_KEY = "ai-sdk:"
 
 
-@router.post("", responses=documented(400, 401, 404, 409, 413, 422, 429, 503))
+@router.post(
+    "", responses=documented(400, 401, 404, 409, 413, 422, 429, 503), openapi_extra=TAKES_FILES
+)
 async def send_messages(
     caller: Authenticated, api: Api, body: Annotated[Any, Body()]
 ) -> EventStream:

@@ -17,6 +17,7 @@ from sse_starlette import ServerSentEvent
 
 from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
+from app.api.gate import TAKES_FILES, GuardedRoute
 from app.api.problems import documented
 from app.api.rendered import RenderedTurn
 from app.api.responses.errors import ResponseNotFound, Unsupported
@@ -36,7 +37,7 @@ from app.errors import TurnNotFound
 from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"])
+router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"], route_class=GuardedRoute)
 
 #: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
 #: finds the conversation its first attempt made).
@@ -50,7 +51,9 @@ WAIT_ROUND_SECONDS = 2.0
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 
 
-@router.post("", responses=documented(400, 401, 404, 409, 413, 422, 429, 503))
+@router.post(
+    "", responses=documented(400, 401, 404, 409, 413, 422, 429, 503), openapi_extra=TAKES_FILES
+)
 async def create_response(
     caller: Authenticated,
     api: Api,

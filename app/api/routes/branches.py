@@ -10,13 +10,14 @@ from fastapi import APIRouter, Path, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import MAX_SEQ, BranchSwitch, Fork, MessageEdit, Regenerate
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.routes.conversations import IdempotencyKey
 from app.api.schemas import Conversation, Submission
 from app.api.state import Api
 from app.client import Submitted
 
-router = APIRouter(prefix="/conversations", tags=["conversations"])
+router = APIRouter(prefix="/conversations", tags=["conversations"], route_class=GuardedRoute)
 
 Seq = Annotated[int, Path(ge=1, le=MAX_SEQ, description="a message's seq")]
 
@@ -97,14 +98,16 @@ def switch_branch(
     "/{conversation_id}/fork",
     status_code=201,
     response_model=Conversation,
-    responses=documented(400, 401, 404, 409, 422, 503),
+    responses=documented(400, 401, 404, 409, 413, 422, 429, 503),
 )
 def fork_conversation(
     conversation_id: uuid.UUID, body: Fork, caller: Authenticated, api: Api, response: Response
 ) -> Conversation:
     """A new conversation of yours, set up as this one, holding a copy of its path up to `seq`
     (omitted: all of it), idle (201, `Location` names it). 409 `not_branchable` at a message
-    whose tool calls have no results up to it; `conversation_conflict` for a taken `id`."""
+    whose tool calls have no results up to it; `conversation_conflict` for a taken `id`; 429
+    `storage_quota_exceeded` when the copy would take you past your storage quota (413
+    `larger_than_storage_quota` when it alone holds more)."""
     view = api.client.fork_conversation(
         conversation_id, body.seq, new_id=body.id, owner=caller.owner
     )

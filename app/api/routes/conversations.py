@@ -10,13 +10,14 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
 from app.api.bodies import MAX_SEQ, ConversationCreate, MessageCreate
+from app.api.gate import TAKES_FILES, GuardedRoute
 from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import Conversation, ConversationList, Submission, Turn, TurnResult
 from app.api.state import Api
 from app.models import REQUIRES_ACTION
 
-router = APIRouter(prefix="/conversations", tags=["conversations"])
+router = APIRouter(prefix="/conversations", tags=["conversations"], route_class=GuardedRoute)
 
 
 IdempotencyKey = Annotated[
@@ -138,6 +139,7 @@ def delete_conversation(conversation_id: uuid.UUID, caller: Authenticated, api: 
             202: {"description": "the turn is queued or running"},
         },
     ),
+    openapi_extra=TAKES_FILES,
 )
 async def submit_message(
     conversation_id: uuid.UUID,

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Header, Query
 
 from app.api.auth import Authenticated
 from app.api.event_stream import EventStream
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import Event, EventList
 from app.api.state import Api
@@ -17,7 +18,7 @@ from app.client import Cursor
 from app.client.following import REST, TURN_END
 from app.client.reader import await_events
 
-router = APIRouter(prefix="/conversations", tags=["events"])
+router = APIRouter(prefix="/conversations", tags=["events"], route_class=GuardedRoute)
 
 # A stream waits this long on the live channel before it looks around (the log is due): each wake
 # costs the loop a turn, and a process may serve thousands of streams. While Redis is down, the

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.state import Api
 
-router = APIRouter(prefix="/files", tags=["files"])
+router = APIRouter(prefix="/files", tags=["files"], route_class=GuardedRoute)
 
 #: Shown in the page (an image); anything else is downloaded, never rendered by the browser.
 INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})

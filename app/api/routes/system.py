@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import Health, Readiness, Tool, ToolList
 from app.api.state import Api
 
-router = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"], route_class=GuardedRoute)
 
 
 @router.get("/health", response_model=Health)

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import ActionOutput, ActionsSubmit
+from app.api.gate import TAKES_OUTPUTS, GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import Turn
 from app.api.state import Api
 from app.client import Decision, TurnView
 from app.errors import InvalidRequest
 
-router = APIRouter(prefix="/turns", tags=["turns"])
+router = APIRouter(prefix="/turns", tags=["turns"], route_class=GuardedRoute)
 
 #: A cancel answers 200 with a turn that has ended, 202 with one whose worker is being told.
 CANCEL_RESPONSES = documented(
@@ -57,6 +58,7 @@ def cancel_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api, response: R
     "/{turn_id}/actions",
     response_model=Turn,
     responses=documented(400, 401, 404, 409, 413, 422, 503),
+    openapi_extra=TAKES_OUTPUTS,
 )
 def answer_actions(
     turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, api: Api

@@ -10,11 +10,12 @@ from fastapi import APIRouter, Path, Query, Response
 
 from app.api.auth import Authenticated
 from app.api.bodies import WebhookCreate
+from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import DeliveryList, DeliveryOut, WebhookList, WebhookOut
 from app.api.state import Api
 
-router = APIRouter(prefix="/webhooks", tags=["webhooks"])
+router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=GuardedRoute)
 
 
 @router.post(

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, func, insert, select, update
 
-from app.client.store import files
 from app.errors import MessageNotFound
+from app.files import store as files
 from app.models.tables import messages, tool_outputs
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Integer, Uuid, delete, insert, literal, select
 
 from app.client.admission import Keyed
-from app.client.store import branches, files
+from app.client.store import branches
 from app.client.store.journal import (
     AT_REST,
     append,
@@ -28,6 +28,7 @@ from app.client.store.journal import (
     turn_id_of,
 )
 from app.errors import ConversationBusy, ConversationConflict, ConversationNotFound
+from app.files import store as files
 from app.models import (
     BRANCH_SWITCHED,
     FOR_MESSAGE,

@@ -26,6 +26,7 @@ from app.client.views import (
     TurnView,
 )
 from app.errors import ConversationNotFound, InvalidCursor, TurnNotFound
+from app.files.media import shown
 from app.models import APPROVED, MESSAGE_COMMITTED
 from app.models import tables as table
 from app.models.tables import catalog, conversations, events, messages, turns
@@ -241,9 +242,8 @@ def with_answered(turn: TurnView, answered: set[str]) -> TurnView:
     return replace(turn, actions=actions)
 
 
-# Prefixed: events, turns and messages share column names.
-# (a turn's columns but what no view shows: a waiting message's text and files, the trace)
-_TURN_COLUMNS = [
+# Prefixed (events, turns and messages share column names); a turn's but a waiting message's
+_TURN_COLUMNS = [  # text and files, and the trace: no view shows them
     column.label(f"trn_{column.key}")
     for column in turns.c
     if column.key not in ("input", "files", "trace_context")
@@ -493,7 +493,7 @@ def _message_view(row: Any) -> MessageView:
         parent_seq=row.get("parent_seq"),
         active=bool(row.get("active", True)),
         output=row.get("output"),
-        files=list(row.get("files") or ()),
+        files=[shown(entry) for entry in row.get("files") or ()],
     )
 
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from app.client import capabilities
 from app.demo.model import DEMO_PROVIDER, demo_handler
+from app.files import capabilities
 from app.telemetry import logs, metrics
 from app.worker.llm import windows
 from app.worker.llm.retry import MAX_RETRY_AFTER_SECONDS, Sleep, call_with_retries

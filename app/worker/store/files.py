@@ -1,23 +1,17 @@
-"""The files a model call sends, read by id (the bytes of a user message's images, PDFs and
-text files: `worker/files.py` puts them into the request)."""
+"""The files a model call sends, read for the conversation (the bytes of a user message's
+images, PDFs and text files: `worker/files.py` puts them into the request), and a tool's binary
+output checked as a file to keep (`app/files/store.py` keeps it)."""
 
 from __future__ import annotations
 
 import hashlib
 import uuid
 from collections.abc import Collection
-from typing import NamedTuple
 
 from sqlalchemy import Engine, select
 
-from app.client.attachments import CheckedFile, sniff
-from app.models.tables import files
-
-
-class FileBytes(NamedTuple):
-    media_type: str
-    name: str | None
-    data: bytes
+from app.files.media import CheckedFile, sniff
+from app.models.tables import conversations, file_uses, files
 
 
 def checked(data: bytes, claimed: str, name: str | None) -> CheckedFile:
@@ -28,16 +22,23 @@ def checked(data: bytes, claimed: str, name: str | None) -> CheckedFile:
     return CheckedFile(data, hashlib.sha256(data).hexdigest(), media_type, name)
 
 
-def read_files(engine: Engine, ids: Collection[str]) -> dict[str, FileBytes]:
-    """The files of `ids` that exist, by id (one query)."""
+def read_files(
+    engine: Engine, conversation_id: uuid.UUID, ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, bytes]:
+    """The bytes of those of `ids` that belong to the conversation's owner and that the
+    conversation uses (`file_uses`), by id (one query: any other id is simply not found)."""
     if not ids:
         return {}
-    query = select(files.c.id, files.c.media_type, files.c.name, files.c.data).where(
-        files.c.id.in_([uuid.UUID(found) for found in ids])
+    owner = select(conversations.c.owner).where(conversations.c.id == conversation_id)
+    used = select(file_uses.c.file_id).where(file_uses.c.conversation_id == conversation_id)
+    query = select(files.c.id, files.c.data).where(
+        files.c.id.in_(list(ids)),
+        files.c.id.in_(used),
+        files.c.owner.is_not_distinct_from(owner.scalar_subquery()),
     )
     with engine.connect() as connection:
         rows = connection.execute(query).all()
-    return {str(row.id): FileBytes(row.media_type, row.name, bytes(row.data)) for row in rows}
+    return {uuid.UUID(str(row.id)): bytes(row.data) for row in rows}
 
 
-__all__ = ["FileBytes", "checked", "read_files"]
+__all__ = ["checked", "read_files"]

@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 from sqlalchemy import Engine
 
 from app.client.store import budgets
-from app.client.store import files as stored_files
 from app.db import autocommit_reads
 from app.errors import ChatWorkerError
+from app.files import store as stored_files
 from app.loop_connections import LoopConnections
 from app.models import APPROVED, BUILTIN_TOOL_NAMES, TOOL_LOOP
 from app.worker.context import Compacted
@@ -40,7 +40,6 @@ from app.worker.store.driver import (
     make_driver,
 )
 from app.worker.store.fence import StepKind, Write
-from app.worker.store.files import FileBytes
 from app.worker.store.liveness import LivenessToken
 from app.worker.store.outputs import ListedOutput, OutputPage
 from app.worker.transcript import Transcript
@@ -346,9 +345,9 @@ class TurnStore:
             _, owner = stored_files.conversation_setup(connection, conversation_id)
             return stored_files.keep(connection, owner, conversation_id, checked)
 
-    def read_files(self, ids: Collection[str]) -> dict[str, FileBytes]:
-        """The bytes of the files a request sends, by id."""
-        return files.read_files(self.reads, ids)
+    def read_files(self, conversation: uuid.UUID, ids: Collection[uuid.UUID]) -> dict[Any, bytes]:
+        """The bytes of the files a request sends: the conversation's owner's, that it uses."""
+        return files.read_files(self.reads, conversation, ids)
 
     def record_answer(
         self,

@@ -30,8 +30,8 @@ from sqlalchemy import (
     update,
 )
 
-from app.client.store import files as stored_files
 from app.db import autocommit_reads
+from app.files import store as stored_files
 from app.models import (
     FAILED,
     IDLE,
