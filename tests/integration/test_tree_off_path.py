@@ -13,6 +13,7 @@ behind a running turn at the claim that starts it. The model is sent exactly the
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -163,3 +164,48 @@ def test_wait_for_turn_shows_each_message_s_versions_as_the_conversation_does(
     read = world.client.get_conversation(conversation_id).messages
     assert [(m.seq, m.siblings) for m in finished.messages] == [(3, [1, 3]), (4, [4])]
     assert [(m.seq, m.siblings) for m in finished.messages] == [(m.seq, m.siblings) for m in read]
+
+
+def test_a_queued_edit_s_new_call_ids_are_unique_against_the_path_its_claim_leaves(
+    world: World,
+) -> None:
+    conversation_id = world.conversation("1 + 2?", tools=["add"])  # its turn not run yet
+    world.client.edit_message(conversation_id, 1, "2 + 2?", on_busy="enqueue")
+
+    def add_then_answer(request: ModelRequest) -> Any:  # the same call id every time
+        if request.messages[-1]["role"] == "user":
+            return fakes.calls(("c1", "add", {"a": 1, "b": 2}))
+        return fakes.text("Done.")
+
+    # the edit's claim leaves the path holding the first turn's result for c1
+    assert run(world.runner(fakes.ScriptedModel(add_then_answer)), conversation_id) is (
+        Outcome.IDLE
+    )
+    view = world.client.get_conversation(conversation_id)
+    assert [m.role for m in view.messages] == ["user", "assistant", "tool", "assistant"]
+    assert view.messages[0].content == "2 + 2?"
+    assert view.messages[2].tool_call_id not in (None, "c1")
+
+
+def test_a_cancel_answers_only_the_open_calls_of_the_active_path(world: World) -> None:
+    conversation_id = world.conversation("one", tools=["add"])
+    answered(world, conversation_id)  # 1 and 2
+
+    async def add(a: int, b: int) -> str:  # the janitor fails the turn while its tool runs
+        await asyncio.to_thread(world.upkeep.fail_stale, -1, "silent too long")
+        return str(a + b)
+
+    world.tools.tools["add"] = add
+    world.client.submit_message(conversation_id, "two")
+    calls = fakes.ScriptedModel(lambda _: fakes.calls(("c1", "add", {"a": 1, "b": 2})))
+    assert run(world.runner(calls), conversation_id) is Outcome.LEASE_LOST
+    assert world.client.get_conversation(conversation_id).status == "failed"  # c1 left open
+
+    # a regenerate of the first answer, cancelled before a worker claims it
+    again = world.client.regenerate(conversation_id, 2)
+    assert again.turn is not None
+    world.client.cancel(conversation_id)
+    assert world.client.get_turn(again.turn.id).status == "cancelled"
+    assert path(world, conversation_id) == [(1, "one")]  # nothing answers c1 on this path
+    every = world.client.get_conversation(conversation_id, all_versions=True).messages
+    assert [m.role for m in every] == ["user", "assistant", "user", "assistant"]
