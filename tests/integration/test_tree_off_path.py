@@ -22,7 +22,7 @@ import pytest
 
 from app.testing import fakes
 from app.worker.lease_runner import Outcome
-from app.worker.ports import ModelRequest
+from app.worker.ports import ModelError, ModelRequest
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_user_in_the_loop import world_of
 
@@ -209,3 +209,24 @@ def test_a_cancel_answers_only_the_open_calls_of_the_active_path(world: World) -
     assert path(world, conversation_id) == [(1, "one")]  # nothing answers c1 on this path
     every = world.client.get_conversation(conversation_id, all_versions=True).messages
     assert [m.role for m in every] == ["user", "assistant", "user", "assistant"]
+
+
+def test_a_retry_after_a_switch_to_an_answered_version_completes_without_a_model_call(
+    world: World,
+) -> None:
+    conversation_id = world.conversation("one", tools=[])
+    answered(world, conversation_id)  # 1 and 2
+    world.client.edit_message(conversation_id, 1, "uno")
+    answered(world, conversation_id)  # 3 and 4
+    world.client.submit_message(conversation_id, "dos")
+    broken = fakes.ScriptedModel(fakes.by_iteration([ModelError("the model broke")]))
+    assert run(world.runner(broken), conversation_id) is Outcome.FAILED
+
+    world.client.switch_branch(conversation_id, 1)  # the first version, answered; still failed
+    retried = world.client.retry_conversation(conversation_id)
+    model = fakes.ScriptedModel(echo)
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
+    assert model.requests == []  # its path ends with an answer: nothing to do
+    assert retried.turn_id is not None
+    assert world.client.get_turn(retried.turn_id).status == "completed"
+    assert path(world, conversation_id) == [(1, "one"), (2, "ONE")]
