@@ -39,8 +39,8 @@ def edit_message(
 ) -> Submission:
     """A new version of the user message `seq` of any branch (a sibling) with `text`, after the
     messages before it on its own path, made the end of the active path; a turn runs on it
-    (202). The old version stays. 404 `message_not_found`; 409
-    `not_branchable` for a message that is not the user's, `conversation_busy` per `on_busy`."""
+    (202). The old version stays. 404 `message_not_found`; 409 `not_branchable` for a message
+    that is not the user's, `conversation_busy` per `on_busy`."""
     submitted = api.client.edit_message(
         conversation_id,
         seq,

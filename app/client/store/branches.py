@@ -6,8 +6,7 @@ the active path (`messages.active`); the active path runs from a root to the new
 message, the leaf. Moving the path is cheap because a path's seqs only grow: cutting it after a
 message on it is one UPDATE of the active messages past that seq (after a message of another
 branch, the path moves to that branch first: an edit or a regenerate there applies to its own
-path). Flat functions over the caller's
-`Connection`, after `lock_conversation`.
+path). Flat functions over the caller's `Connection`, after `lock_conversation`.
 """
 
 from __future__ import annotations
