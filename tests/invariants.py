@@ -8,6 +8,8 @@
   whether or not a later turn followed);
 - at most one final answer per user turn, and it ends the turn (an answer its turn's JSON Schema
   refused, `output_error`, is none: the model was asked again);
+- an idle conversation's active path ends with an answer, unless its last turn was cancelled or
+  the path was switched at rest since (a switch may show any version, one left unanswered too);
 - a conversation at rest has a released lease; a failed one says why;
 - the event log: seq is gap-free (1..event_seq); every message has exactly one
   `message.committed` event; every finished turn exactly one terminal event (of its status), an
@@ -62,7 +64,11 @@ def violations(
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
         conversations = conn.execute(
             "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status,"
-            " c.lease_token"
+            " c.lease_token, (SELECT coalesce(max(e.seq), 0) FROM events e"
+            "  WHERE e.conversation_id = c.id AND e.type = 'branch.switched'"
+            "  AND e.turn_id IS NULL) > (SELECT coalesce(max(e.seq), 0) FROM events e"
+            "  WHERE e.conversation_id = c.id AND e.type IN"
+            "  ('turn.completed', 'turn.failed', 'turn.cancelled'))"
             " FROM conversations c LEFT JOIN turns t"
             " ON t.conversation_id = c.id AND t.number = c.turn_number"
         ).fetchall()
@@ -81,7 +87,8 @@ def violations(
     for row in rows:
         transcripts[row[0]].append(row[1:])
     now = datetime.now(UTC)
-    for conversation_id, status, error, lease_owner, heartbeat_at, turn, token in conversations:
+    for row in conversations:
+        conversation_id, status, error, lease_owner, heartbeat_at, turn, token, switched = row
         where = f"conversation {conversation_id} ({status})"
         tree = transcripts.get(conversation_id, [])
         checked = tree_violations(tree)
@@ -90,8 +97,9 @@ def violations(
             active_path,
             status,
             # (a turn that waits for the user rests with its calls open: checked above; a
-            # fork that ran no turn yet may end on a user message)
-            complete=at_rest and turn not in ("requires_action", None),
+            # fork that ran no turn yet may end on a user message; a switch at rest since the
+            # last turn ended shows a version as it was left, an unanswered one too)
+            complete=at_rest and turn not in ("requires_action", None) and not switched,
             cancelled=turn == "cancelled",
             numbered=False,
         )

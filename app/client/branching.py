@@ -2,6 +2,10 @@
 somewhere else in the tree: `intake` admits it like any message), a switch of the active path,
 and a fork into a new conversation. The SQL is `store/branches.py`'s.
 
+Each command applies to the path of the message it names, whichever branch that is: an edit, a
+regenerate or a reply after a message of another branch moves the active path there first (its
+turn's start does: the web side's at rest, else the claim that starts it).
+
     command      what it needs                                  what it writes
     -----------  ---------------------------------------------  ------------------------------
     edit         a user message                                 a new sibling of it, made the

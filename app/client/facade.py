@@ -381,11 +381,11 @@ class ChatClient(ChatReader):
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
-        """Edit the user message `seq`: a new version of it (a sibling) with `text` becomes the
-        end of the active path and a turn runs on it; the old version and what followed it
-        stay, inactive (`switch_branch` goes back). Admitted like a message (`on_busy`,
-        `idempotency_key`; `steer` is refused: a new branch cannot join the running turn).
-        `MessageNotFound`; `NotBranchable` for a message that is not the user's."""
+        """Edit the user message `seq` of any branch: its new version (a sibling) with `text`,
+        after the messages before it on its own path, ends the active path; a turn runs on it.
+        The old version and what followed stay, inactive (`switch_branch`). Admitted like a
+        message (`on_busy`, `idempotency_key`; `steer` is refused: a new branch cannot join the
+        running turn). `MessageNotFound`; `NotBranchable` for a message not the user's."""
         conversation_id = parse_conversation_id(conversation_id)
         check_text(text, "message", self._limit)
         seq = check_seq(seq)
@@ -407,9 +407,9 @@ class ChatClient(ChatReader):
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
-        """A new answer to the user message at or above `seq` on its path (None: the last
-        one's): a turn runs from that message again and its answer becomes a new version (a
-        sibling) of the old one, which stays, inactive. Admitted like a message (`steer` is
+        """A new answer to the user message at or above `seq` on its own path, any branch
+        (None: the last one's): a turn runs from it again and its answer becomes a new version
+        (a sibling) of the old one, which stays, inactive. Admitted like a message (`steer` is
         refused). `MessageNotFound`; `NotBranchable` when no user message precedes it."""
         conversation_id = parse_conversation_id(conversation_id)
         at = None if seq is None else check_seq(seq)

@@ -206,7 +206,9 @@ class ChatReader:
                     pass
         with self.reads.connect() as connection:
             turn = reads.read_turn(connection, turn.id)
-            return FinishedTurn(turn, reads.turn_messages(connection, turn.id), turn.is_finished)
+            committed = reads.turn_messages(connection, turn.id)
+            shown = reads.with_versions(connection, turn.conversation_id, committed)
+            return FinishedTurn(turn, shown, turn.is_finished)
 
     def turn_record(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnRecord:
         """The turn, its conversation's setup and every event it committed (with the messages

@@ -266,6 +266,12 @@ def test_wait_true_answers_when_the_turn_ends_with_its_output_text_and_messages(
     assert result["messages"][1]["tool_calls"][0]["name"] == "add"
     assert float(result["messages"][2]["content"]) == 5
     assert result["turn"]["usage"]["total_tokens"] > 0
+    # each message as GET shows it, its versions too
+    read = {m["seq"]: m for m in messages_of(http, conversation["id"])}
+    assert [m["siblings"] for m in result["messages"]] == [[m["seq"]] for m in result["messages"]]
+    assert [read[m["seq"]]["siblings"] for m in result["messages"]] == [
+        m["siblings"] for m in result["messages"]
+    ]
 
 
 TICKET = {

@@ -38,9 +38,10 @@ def edit_message(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> Submission:
-    """A new version of the user message `seq` (a sibling) with `text`, made the end of the
-    active path; a turn runs on it (202). The old version stays. 404 `message_not_found`; 409
-    `not_branchable` for a message that is not the user's, `conversation_busy` per `on_busy`."""
+    """A new version of the user message `seq` of any branch (a sibling) with `text`, after the
+    messages before it on its own path, made the end of the active path; a turn runs on it
+    (202). The old version stays. 404 `message_not_found`; 409 `not_branchable` for a message
+    that is not the user's, `conversation_busy` per `on_busy`."""
     submitted = api.client.edit_message(
         conversation_id,
         seq,
@@ -67,8 +68,9 @@ def regenerate(
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> Submission:
-    """A new answer to the user message at or above `seq` (omitted: the last one): a turn runs
-    from it again (202); its answer is a new version of the old one, which stays."""
+    """A new answer to the user message at or above `seq` on `seq`'s own path, whichever branch
+    (omitted: the last one): a turn runs from it again (202); its answer is a new version of
+    the old one, which stays."""
     submitted = api.client.regenerate(
         conversation_id,
         body.seq,

@@ -4,8 +4,9 @@ moved, a message's versions (its siblings), and a path copied into a fork.
 Every message names its parent (`messages.parent_seq`, always an older one) and whether it is on
 the active path (`messages.active`); the active path runs from a root to the newest active
 message, the leaf. Moving the path is cheap because a path's seqs only grow: cutting it after a
-message is one UPDATE of the active messages past that seq. Flat functions over the caller's
-`Connection`, after `lock_conversation`.
+message on it is one UPDATE of the active messages past that seq (after a message of another
+branch, the path moves to that branch first: an edit or a regenerate there applies to its own
+path). Flat functions over the caller's `Connection`, after `lock_conversation`.
 """
 
 from __future__ import annotations
@@ -122,29 +123,33 @@ def unanswered_calls(
 
 
 def cut_after(connection: Connection, conversation_id: uuid.UUID, seq: int | None) -> bool:
-    """The active path ends at `seq` (None: it is emptied, a new root follows): every active
-    message past it leaves the path. Whether anything left it."""
+    """The active path ends at `seq`, a message of any branch (None: it is emptied, a new root
+    follows): on the path, every active message past it leaves (one UPDATE); on another branch,
+    the path moves to it (`move_to`). Whether anything changed."""
+    if seq is not None and not node(connection, conversation_id, seq).active:
+        return move_to(connection, conversation_id, seq)
     query = update(messages).where(messages.c.conversation_id == conversation_id, messages.c.active)
     if seq is not None:
         query = query.where(messages.c.seq > seq)
     return bool(connection.execute(query.values(active=False)).rowcount)
 
 
-def move_to(connection: Connection, conversation_id: uuid.UUID, leaf: int) -> None:
+def move_to(connection: Connection, conversation_id: uuid.UUID, leaf: int) -> bool:
     """The active path becomes the one from a root to `leaf`: its messages active, every other
-    message inactive."""
+    message inactive. Whether anything changed."""
     on_path = [node.seq for node in path_to(connection, conversation_id, leaf)]
     mine = messages.c.conversation_id == conversation_id
-    connection.execute(
+    left = connection.execute(
         update(messages)
         .where(mine, messages.c.active, messages.c.seq.not_in(on_path))
         .values(active=False)
-    )
-    connection.execute(
+    ).rowcount
+    joined = connection.execute(
         update(messages)
         .where(mine, ~messages.c.active, messages.c.seq.in_(on_path))
         .values(active=True)
-    )
+    ).rowcount
+    return bool(left or joined)
 
 
 def versions(

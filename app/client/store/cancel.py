@@ -213,17 +213,19 @@ def _end_here(
 
 
 def _unanswered_calls(connection: Connection, conversation_id: uuid.UUID) -> list[dict[str, Any]]:
-    """The calls of the current turn's last assistant message that have no result, in order."""
+    """The calls of the current turn's last assistant message that have no result, in order:
+    on the active path (another branch's open calls are that version's)."""
+    on_path = (messages.c.conversation_id == conversation_id) & messages.c.active
     last_user = (
         select(messages.c.seq)
-        .where(messages.c.conversation_id == conversation_id, messages.c.role == USER)
+        .where(on_path, messages.c.role == USER)
         .order_by(messages.c.seq.desc())
         .limit(1)
         .scalar_subquery()
     )
     rows = connection.execute(
         select(messages.c.role, messages.c.tool_calls, messages.c.tool_call_id)
-        .where(messages.c.conversation_id == conversation_id, messages.c.seq >= last_user)
+        .where(on_path, messages.c.seq >= last_user)
         .order_by(messages.c.seq)
     ).all()
     calls: list[dict[str, Any]] = []

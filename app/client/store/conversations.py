@@ -198,8 +198,9 @@ def start_turn(
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as a turn that runs now (`row`: the locked, resting conversation),
-    below the leaf, or where `target` says: the active path is cut there first (an edit, a
-    regenerate, which writes no message: it answers its user message again)."""
+    below the leaf, or where `target` says: the active path ends there first, on whichever
+    branch that is (an edit, a regenerate, which writes no message: it answers its user message
+    again)."""
     number = row.turn_count + 1
     parent = leaf_seq(connection, conversation_id) if target is None else target.parent or None
     switched = target is not None and branches.cut_after(connection, conversation_id, parent)

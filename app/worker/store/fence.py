@@ -45,8 +45,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
 
 from app.models import (
     FAILED,
@@ -61,6 +59,7 @@ from app.models import (
 )
 from app.models.tables import budgets as _budgets
 from app.models.tables import compactions, conversations, messages, turns
+from app.worker.store import tree
 from app.worker.store.liveness import TOKEN_GONE
 
 c = conversations.c
@@ -175,28 +174,6 @@ def _current(column: str) -> Any:
 # liveness token is gone, `liveness.TOKEN_GONE`: checked only when the first two fail).
 LEASE_FREE = or_(c.lease_owner.is_(None), c.lease_expires_at < NOW, TOKEN_GONE)
 
-CALL_ID_SEPARATOR = "\x1f"  # (the ASCII unit separator: no provider's call id holds it)
-
-
-class joined_call_ids(FunctionElement[str]):  # noqa: N801 (a SQL function's name)
-    """Call ids joined by CALL_ID_SEPARATOR: `string_agg` on PostgreSQL, `group_concat`
-    elsewhere (SQLAlchemy's own `aggregate_strings` binds its separator after compiling, which
-    a statement compiled once cannot)."""
-
-    type = String()
-    inherit_cache = True
-
-
-@compiles(joined_call_ids, "postgresql")
-def _string_agg(element: joined_call_ids, compiler: Any, **kw: Any) -> str:
-    return f"string_agg({compiler.process(element.clauses, **kw)}, chr(31))"
-
-
-@compiles(joined_call_ids)
-def _group_concat(element: joined_call_ids, compiler: Any, **kw: Any) -> str:
-    return f"group_concat({compiler.process(element.clauses, **kw)}, char(31))"
-
-
 _ACTIVE = and_(messages.c.conversation_id == bindparam("claim_id"), messages.c.active)
 # The newest message of the active path: where a message that waited outside the transcript
 # hangs, unless its turn says where (an edit, a rollback).
@@ -225,14 +202,10 @@ def _compacted(column: str) -> Any:
 _PROMOTES = _current("input").is_not(None)  # the turn's message waited outside the transcript
 _FIRST = _current("started_at").is_(None)  # the turn's first claim: it starts now
 # A turn that says where its messages hang (an edit, a regenerate, a rollback, queued behind
-# another) moves the active path there as it starts: what is below that point leaves the path.
-# (Idempotent: a turn whose path the web side already moved finds nothing below it.)
+# another) makes the active path end there as it starts, on whichever branch that is (`tree`).
+# (Idempotent: a turn whose path the web side already moved finds it ending there.)
 CUT_AT = func.coalesce(_current("message_seq"), _current("parent_seq"))
-CUTS = and_(
-    _FIRST,
-    _current("parent_seq").is_not(None),
-    select(messages.c.seq).where(_ACTIVE, messages.c.seq > CUT_AT).exists(),
-)
+CUTS = and_(_FIRST, _current("parent_seq").is_not(None), tree.moves(bindparam("claim_id"), CUT_AT))
 # What the claim reads of the latest compaction of the path (`context.Compacted`'s state; its
 # `number` is the conversation's last, `compacted_top`, over every branch).
 COMPACTED_COLUMNS = ("elided_through", "summarized_through", "summary")
@@ -308,14 +281,7 @@ CLAIM = (
         c.turn_count,
         # the call ids other branches' results took: a new call's id is made unique against
         # them too (the results' unique constraint spans the tree)
-        select(joined_call_ids(messages.c.tool_call_id))
-        .where(
-            messages.c.conversation_id == bindparam("claim_id"),
-            ~messages.c.active,
-            messages.c.tool_call_id.is_not(None),
-        )
-        .scalar_subquery()
-        .label("other_branch_calls"),
+        tree.other_branch_calls(bindparam("claim_id"), CUTS).label("other_branch_calls"),
         # what its answer must match (a message's own schema over the conversation's), and the
         # model it moved to when one failed (a fallback), with the conversation's list of them
         _current("output_schema").label("turn_output_schema"),

@@ -59,6 +59,7 @@ from app.models import (
 from app.models.tables import compactions, messages, tool_outputs, turns
 from app.worker.plan import Entry
 from app.worker.ports import Usage
+from app.worker.store import tree
 from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
 from app.worker.store.fence import (
     ADD_CACHED,
@@ -195,22 +196,6 @@ def _insert_compaction(fenced: FromClause) -> Insert:
     return insert(compactions).from_select(columns, source)
 
 
-def _cut_path(fenced: FromClause) -> Update:
-    """A starting turn that says where its messages hang (`fence.CUTS`): the active path is cut
-    there; what was below stays, inactive. (Before the promoted message goes in: on databases
-    that run the parts one by one it would be cut too.)"""
-    return (
-        update(messages)
-        .where(
-            messages.c.conversation_id == select(fenced.c.id).scalar_subquery(),
-            messages.c.active,
-            messages.c.seq > select(fenced.c.cut_at).scalar_subquery(),
-            select(fenced.c.id).where(fenced.c.cuts).exists(),
-        )
-        .values(active=False)
-    )
-
-
 def _promote_message(fenced: FromClause) -> Insert:
     """A turn that waited outside the transcript: its message goes in as the claim starts it,
     below the leaf (or where its turn says: an edit, a rollback)."""
@@ -324,7 +309,7 @@ def _committed(fenced: FromClause) -> Logged:
 # --- the statements ---------------------------------------------------------------------------
 
 _CLAIM_PARTS = (
-    _cut_path,
+    tree.move_path,
     _promote_message,
     _start_turn,
     log(claim_events, turn=lambda f: f.c.turn_id),

@@ -29,7 +29,7 @@ from app.worker.context import Compacted
 from app.worker.history import Histories
 from app.worker.plan import Entry, ToolCall
 from app.worker.ports import ToolMedia, Usage
-from app.worker.store import fence, files, journal, outputs
+from app.worker.store import fence, files, journal, outputs, tree
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import (
     ClaimRows,
@@ -233,7 +233,7 @@ class TurnStore:
             free_seq=row.message_seq + (row.turn_input is not None),
             turn_number=row.turn_number,
             turn_count=row.turn_count,
-            other_calls=frozenset((row.other_branch_calls or "").split(fence.CALL_ID_SEPARATOR))
+            other_calls=frozenset((row.other_branch_calls or "").split(tree.CALL_ID_SEPARATOR))
             - {""},
             output_schema=_json_object(row.turn_output_schema) or _json_object(row.output_schema),
             primary_model=row.model,
@@ -430,8 +430,8 @@ class TurnStore:
         )
 
     def finish(self, claim: Claim, *, status: str) -> Committed:
-        """Complete the turn when its final text is already committed."""
-        return self._run(Write.FINISH, claim, old_status=status)
+        """Complete the turn when its final text is already committed (no call counted)."""
+        return self._run(Write.FINISH, claim, old_status=status, **journal.usage_parameters(None))
 
     def starting(self, claim: Claim, call_id: str, ttl: float) -> Committed:
         """Mark `call_id` as running (and renew the lease) before a call that may not simply
