@@ -39,6 +39,9 @@ TOOL_LOOP = "tool_loop"
 FAILED = "failed"
 STATUSES = (IDLE, PROCESSING, TOOL_LOOP, FAILED)
 RUNNING_STATUSES = (PROCESSING, TOOL_LOOP)
+#: The SQL of a queued conversation: running, and no worker holds it (its partial index's WHERE,
+#: written as constants so a prepared statement's generic plan can use the index too).
+UNHELD_SQL = f"{in_list('status', RUNNING_STATUSES)} AND lease_owner IS NULL"
 
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -75,6 +78,14 @@ class Conversation(Base):
             "id",
             postgresql_where=sql_text(in_list("status", (IDLE, FAILED))),
             sqlite_where=sql_text(in_list("status", (IDLE, FAILED))),
+        ),
+        # The queued ones (running, no worker holds them) by when they were last touched: the
+        # recovery round rings again those nobody took for a few seconds (a lost doorbell).
+        Index(
+            "ix_conversations_queued",
+            "heartbeat_at",
+            postgresql_where=sql_text(UNHELD_SQL),
+            sqlite_where=sql_text(UNHELD_SQL),
         ),
         # An owner's conversations, newest first (`GET /v1/conversations`).
         Index("ix_conversations_owner_created", "owner", "created_at", "id"),

@@ -2,7 +2,9 @@
 loop waits on the model or a tool), and hand the claimed turn to the step loop until it rests.
 
 A fresh turn and a resumed one are the same call. If the lease is lost the run is cancelled and
-writes nothing; a run cancelled otherwise (a shutdown) releases the lease for another worker.
+writes nothing; a run cancelled otherwise (a shutdown) releases the lease for another worker; a
+run the database went away under raises `Interrupted` with its claim, which the host gives back
+once the database answers (an outage is not the turn's fault: it costs no attempt).
 A user's cancel reaches a running turn three ways: the live notice (`TurnRunner.cancel`, at
 once), the heartbeat, and every committed step (`step_loop`; both return the turn's cancel flag).
 """
@@ -23,6 +25,7 @@ from app.worker.broadcast import Broadcaster
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.step_loop import Outcome, StepLoop, next_seq
 from app.worker.store import Claim, Deferred, LeaseLost, Snapshot, TurnStore
+from app.worker.store.outage import Interrupted, interrupted_by_database
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,11 @@ class TurnRunner:
         self.db = db or DatabaseThreads()
         self.broadcaster = broadcaster or Broadcaster(None)
         self._turns: dict[uuid.UUID, StepLoop] = {}  # the turns running in this process
+
+    def live_claims(self) -> list[tuple[uuid.UUID, int]]:
+        """The runs alive in this process: each one's conversation and lease epoch (call on the
+        runner's loop)."""
+        return [(cid, turn.claim.epoch) for cid, turn in self._turns.items()]
 
     def cancel(self, conversation_id: uuid.UUID) -> bool:
         """The user asked to cancel this conversation's turn (call on the runner's loop): abort
@@ -140,6 +148,12 @@ class TurnRunner:
                 metrics.LEASES_LOST.inc()
                 return Outcome.LEASE_LOST, False
             await asyncio.shield(self._release(claim))
+            raise
+        except Exception as exc:
+            # The database went away: not the turn's fault, so it must not count as a crash of
+            # the turn (an attempt); the host gives the claim back once the database answers.
+            if interrupted_by_database(exc):
+                raise Interrupted(claim) from exc
             raise
         finally:
             beating.cancel()

@@ -10,7 +10,7 @@ each test every conversation is at rest and `tests/invariants.py` finds no viola
 |   while it waits on the model (twice)      |   (ledger), each model step was asked once         |
 | Redis restarted while turns run (queued    | running turns end `idle`; the worker process lives |
 |   doorbells lost, consumer disconnected)   |   on, its dramatiq consumer reconnects by itself   |
-| a message submitted while Redis is down    | `enqueued=False`, message stored; the recovery     |
+| a message submitted while Redis is down    | `enqueued=False`, message stored; the lost-doorbell|
 |                                            |   sweep starts it: `idle`, nobody retries          |
 | Redis stopped while a reply streams        | the turn still completes and commits; a follower   |
 |                                            |   reading the live channel falls back to the       |
@@ -333,7 +333,7 @@ def test_a_redis_restart_mid_run_loses_no_turn_and_the_worker_reconnects_by_itse
     log = shared.log()[log_before:]
     assert "Consumer encountered a connection error" in log, log
     assert "Restarting consumer" in log
-    assert "recovery sweep: re-enqueued" in log  # how the late message's turn started
+    assert "lost doorbell sweep: rang" in log  # how the late message's turn started
     shared.assert_at_rest()
 
 
