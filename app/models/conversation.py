@@ -1,7 +1,8 @@
 """A conversation: the unit of state, with its status, its turn counters and its lease.
 
-Status and tool choice are closed sets enforced by CHECK constraints; the partial index on
-`heartbeat_at` lets the janitor find running conversations that went silent without a table scan.
+Status and tool choice are closed sets enforced by CHECK constraints; the partial indexes on
+`heartbeat_at` let the janitor find running conversations that went silent, and the recovery round
+the queued ones nobody took (a lost doorbell), without a table scan.
 """
 
 from __future__ import annotations
