@@ -38,6 +38,7 @@ from tests.crash.conftest import PRODUCTION_LEASE
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
 
+TURNS = 4  # (on two workers)
 POSTGRES_BOUND_S = 3.0  # from PostgreSQL accepting connections to each turn's next commit
 REDIS_BOUND_S = 5.0  # from the flush, or from Redis answering again, to each turn's start
 ANSWER = "The ledger balances: every entry was written once."
@@ -118,20 +119,21 @@ def test_turns_a_postgres_crash_interrupted_continue_within_3_s_of_its_return(
         mode="by_iteration",
     )
     try:
-        worker = deployment.start_worker()
-        ids = [deployment.chat(f"crash {n}: balance the ledger") for n in range(3)]
-        wait_until(lambda: len(fake_llm.requests("crash")) >= 3, 30, "three turns in flight")
+        workers = [deployment.start_worker(f"worker{n}", ready=False) for n in range(2)]
+        for worker in workers:
+            worker.wait_until_ready()
+        ids = [deployment.chat(f"crash {n}: balance the ledger") for n in range(TURNS)]
+        wait_until(lambda: len(fake_llm.requests("crash")) >= TURNS, 30, "every turn in flight")
 
+        logs_before = [len(worker.log_path.read_text(errors="replace")) for worker in workers]
         postgres.stop("immediate")
-        interrupted = worker.log_path.read_text(errors="replace")
 
         def every_run_stopped() -> bool:
-            log = worker.log_path.read_text(errors="replace")[len(interrupted) :]
-            return all(
-                f"conversation {cid}: run crashed" in log
-                or f"conversation {cid}: the database went away" in log
-                for cid in ids
+            log = "".join(
+                worker.log_path.read_text(errors="replace")[before:]
+                for worker, before in zip(workers, logs_before, strict=True)
             )
+            return all(f"conversation {cid}: the database went away" in log for cid in ids)
 
         wait_until(every_run_stopped, 30, "each run to fail its commit")
         postgres.start()  # returns once it accepts connections (polled every 0.1 s)
@@ -148,7 +150,7 @@ def test_turns_a_postgres_crash_interrupted_continue_within_3_s_of_its_return(
         print(f"\nafter PostgreSQL's return, each turn's next commit: {sorted(continued.values())}")
         assert max(continued.values()) <= POSTGRES_BOUND_S, continued
         # a database outage is not the turn's fault: the resumed claim is its first attempt
-        assert attempts_resumed(deployment, ids) == [1, 1, 1]
+        assert attempts_resumed(deployment, ids) == [1] * TURNS
         assert_invariants(database_url, mcp_marker=str(tmp_path))
     finally:
         deployment.close()

@@ -18,7 +18,10 @@ pid, or the lock vanished from under it), after which this process takes no toke
 A process whose token's connection broke (a database restart, a terminated backend) takes a new
 token and moves to it the leases of the runs still alive in it, by conversation and epoch; a
 lease whose run stopped meanwhile (the database went away under it) keeps the token that is gone,
-so it is free at once, like a dead process's.
+so it is free at once, like a dead process's. After a restart every token is gone at once, so a
+missing one counts only once the server has been up `RESTART_GRACE_S`: long enough for each live
+worker to take its token again, move its live runs' leases and give back its stopped runs' claims
+(`outage.py`) before any other worker judges them.
 
 Judging a holder dead is never what stops it writing: the fence (`lease_epoch`) is. A process
 that only lost its token's connection and goes on running finds its lease taken over and
@@ -58,6 +61,11 @@ c = conversations.c
 
 #: The first key of every token's lock ("chwh"); the second is the token, a positive int4.
 NAMESPACE = 0x63687768
+#: A server that just started holds no token until the live workers take theirs again (each
+#: within a round, a second): before this many seconds of its uptime a missing token proves
+#: nothing, and another worker's sweep would take a live run's lease, or the claim of a run the
+#: restart stopped before its own worker gives it back (counting the turn an attempt).
+RESTART_GRACE_S = 3
 _TOKENS = 2**31 - 1  # tokens are 1 .. 2**31 - 1 (an oid compares with them unsigned)
 
 
@@ -73,11 +81,13 @@ class _not_held(FunctionElement[bool]):  # noqa: N801 (a SQL expression's name)
 def _not_in_pg_locks(element: _not_held, compiler: Any, **kw: Any) -> str:
     token = compiler.process(element.clauses, **kw)
     return (
-        "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS held"
+        "(NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS held"
         " WHERE held.locktype = 'advisory' AND held.granted AND held.objsubid = 2"
         f" AND held.classid = {NAMESPACE}::oid AND held.objid = ({token})::oid"
         " AND held.database = (SELECT oid FROM pg_catalog.pg_database"
         " WHERE datname = current_database()))"
+        " AND pg_catalog.pg_postmaster_start_time()"
+        f" < pg_catalog.now() - interval '{RESTART_GRACE_S} seconds')"
     )
 
 
@@ -241,6 +251,7 @@ def dead_leases(connection: Connection, limit: int) -> list[tuple[Any, int]]:
 __all__ = [
     "DEAD_LEASES",
     "NAMESPACE",
+    "RESTART_GRACE_S",
     "TOKEN_GONE",
     "Alive",
     "Check",
