@@ -15,7 +15,7 @@ the test's own (the machine's shared servers are never stopped), the fake LLM ov
 
 The bounds are the product's promise, asserted as stated, with no margin for a loaded machine
 (measured on one with a load average of 7-10, the figures of several runs are in
-docs/RELIABILITY.md: under a second, both sides).
+docs/RELIABILITY.md: p50 0.5-1.0 s, max 1.6 s).
 """
 
 from __future__ import annotations
