@@ -118,9 +118,9 @@ def measure_dialects(
 ) -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     found: dict[str, Any] = {"streams": count, "idle_seconds": idle_seconds, "rate": rate}
-    # The turns wait unrung for their streams: the recovery sweep must not ring them first
-    # (it rings a conversation untouched for a lease's time).
-    held = {"CHATWORKER_LEASE_TTL_SECONDS": "600"}
+    # The turns wait unrung for their streams: the recovery rounds must not ring them first
+    # (a queued turn untouched for the lost-doorbell window, any for a lease's time).
+    held = {"CHATWORKER_LEASE_TTL_SECONDS": "600", "CHATWORKER_LOST_DOORBELL_SECONDS": "600"}
     with deployment(
         database_url, redis_url, workdir, SSE_ANSWER, worker=True, worker_env=held
     ) as d:

@@ -1126,6 +1126,9 @@ def turn_check(
 LOG_SIGNS = {
     "sweep re-enqueues": re.compile(r"recovery sweep: re-enqueued (\d+)"),
     "dead-worker re-enqueues": re.compile(r"dead worker sweep: re-enqueued (\d+)"),
+    "lost doorbells rung": re.compile(r"lost doorbell sweep: rang (\d+)"),
+    "claims given back (database back)": re.compile(r"gave back (\d+) interrupted claim"),
+    "runs the database stopped": re.compile(r"the database went away mid-run"),
     "liveness tokens lost": re.compile(r"liveness token \d+ lost"),
     "leases lost": re.compile(r"lease lost"),
     "runs crashed": re.compile(r"run crashed"),

@@ -46,6 +46,13 @@ class WorkerSettings(Section):
         gt=0,
         description="how often each worker looks for leases whose worker's liveness token is gone",
     )
+    lost_doorbell_seconds: float = Field(
+        3.0,
+        gt=0,
+        description="how long a queued turn may wait for a worker before the dead-worker sweep "
+        "rings its doorbell again (a doorbell Redis lost: a flush, a restart, an outage); then "
+        "again after twice as long each time, up to the lease's length",
+    )
     history_cache_mb: float = Field(
         256,
         ge=0,

@@ -23,6 +23,7 @@ from app.models.conversation import (
     STATUSES,
     TOOL_CHOICES,
     TOOL_LOOP,
+    UNHELD_SQL,
     Conversation,
 )
 from app.models.event import (
@@ -180,6 +181,7 @@ __all__ = [
     "TURN_RESUMED",
     "TURN_STARTED",
     "TURN_STATUSES",
+    "UNHELD_SQL",
     "USER",
     "WEBHOOK_EVENT_TYPES",
     "ApiKey",

@@ -1,7 +1,8 @@
 """A conversation: the unit of state, with its status, its turn counters and its lease.
 
-Status and tool choice are closed sets enforced by CHECK constraints; the partial index on
-`heartbeat_at` lets the janitor find running conversations that went silent without a table scan.
+Status and tool choice are closed sets enforced by CHECK constraints; the partial indexes on
+`heartbeat_at` let the janitor find running conversations that went silent, and the recovery round
+the queued ones nobody took (a lost doorbell), without a table scan.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ TOOL_LOOP = "tool_loop"
 FAILED = "failed"
 STATUSES = (IDLE, PROCESSING, TOOL_LOOP, FAILED)
 RUNNING_STATUSES = (PROCESSING, TOOL_LOOP)
+#: The SQL of a queued conversation: running, and no worker holds it (its partial index's WHERE,
+#: written as constants so a prepared statement's generic plan can use the index too).
+UNHELD_SQL = f"{in_list('status', RUNNING_STATUSES)} AND lease_owner IS NULL"
 
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -75,6 +79,14 @@ class Conversation(Base):
             "id",
             postgresql_where=sql_text(in_list("status", (IDLE, FAILED))),
             sqlite_where=sql_text(in_list("status", (IDLE, FAILED))),
+        ),
+        # The queued ones (running, no worker holds them) by when they were last touched: the
+        # recovery round rings again those nobody took for a few seconds (a lost doorbell).
+        Index(
+            "ix_conversations_queued",
+            "heartbeat_at",
+            postgresql_where=sql_text(UNHELD_SQL),
+            sqlite_where=sql_text(UNHELD_SQL),
         ),
         # An owner's conversations, newest first (`GET /v1/conversations`).
         Index("ix_conversations_owner_created", "owner", "created_at", "id"),

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dramatiq
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware.prometheus import Prometheus
 
 from app.config import get_settings
@@ -41,7 +42,11 @@ def current_host() -> WorkerHost | None:
         if _host is None:
             from app.worker.runtime import build_host
 
-            host = build_host(get_settings(), requeue=lambda cid, delay: ring(cid, broker, delay))
+            host = build_host(
+                get_settings(),
+                requeue=lambda cid, delay: ring(cid, broker, delay),
+                queue=broker.client if isinstance(broker, RedisBroker) else None,
+            )
             host.start()
             _host = host
         return _host

@@ -17,8 +17,9 @@ that raises has used its claim's attempt like a worker killed mid-step would hav
     otherwise                                                  the lease released, the turn rung
                                                                  again after `plan.recovery_delay`
 
-A fault of the database (`database_fault`: the driver's errors) is not the turn's: it is raised
-on as before (the lease expires, the sweep and the claim's attempt count retry it).
+A database that went away (`store.outage.interrupted_by_database`) is not the turn's: the run
+stops with its claim kept and the host gives it back once the database answers, no attempt
+counted. Any other error, a constraint the run's statement broke included, is the turn's.
 
 `decide` is pure; `after_crash` acts on it with the step loop's own commits. A claim that
 raised after it committed (building the turn from what it read) is `claim_crashed`: its lease is
@@ -34,9 +35,6 @@ import random
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import psycopg
-from sqlalchemy.exc import DBAPIError
 
 from app.config import Settings
 from app.models import PROCESSING
@@ -89,12 +87,6 @@ def decide(
     if attempts >= max_attempts:
         return GiveUp(CRASHED_ERROR.format(attempts=attempts, why=why))
     return TryAgain(plan.recovery_delay(attempts, draw))
-
-
-def database_fault(exc: BaseException) -> bool:
-    """Whether `exc` is the database's (a lost connection, a server that went away), not the
-    turn's own: those are not counted here."""
-    return isinstance(exc, DBAPIError | psycopg.Error)
 
 
 def readable(exc: BaseException, secrets: tuple[str, ...] = ()) -> str:

@@ -2,12 +2,13 @@
 
 The queue actor only rings a doorbell (`ring(conversation_id)`) and returns; the host runs the
 conversation as a task, up to `max_in_flight` at once, while they all wait on models and tools.
-Because the queue message is acknowledged at once, recovery comes from the database: a periodic
-sweep re-enqueues running conversations whose lease expired (or whose doorbell was lost). The host
-owns what its turns share for the process's lifetime: the database threads, the tool provider, and
-the live channel (its turns' replies and commit notices go out through it, and the cancels it
-announces reach the turn running here at once). Its chores: the recovery sweep, the liveness
-heartbeat, and the webhook dispatcher (`webhook_dispatcher.py`).
+Because the queue message is acknowledged at once, recovery comes from the database: the rounds
+of `recovery.py` ring again the turns of dead workers, the queued turns whose doorbell was lost,
+the silent ones, and the runs a database outage interrupted here. The host owns what its turns
+share for the process's lifetime: the database threads, the tool provider, and the live channel
+(its turns' replies and commit notices go out through it, and the cancels it announces reach the
+turn running here at once). Its chores: the recovery rounds, the liveness heartbeat, the queue's
+watch (`queue_watch.py`) and the webhook dispatcher (`webhook_dispatcher.py`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import secrets
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -32,15 +32,15 @@ from app.worker.broadcast import Broadcaster
 from app.worker.event_loop import new_event_loop
 from app.worker.history import Histories
 from app.worker.lease_runner import Outcome, TurnRunner
-from app.worker.plan import recovery_delay
 from app.worker.ports import ModelClient, ToolProvider
+from app.worker.queue_watch import QueueWatch
+from app.worker.recovery import Recovery, Ring
 from app.worker.store import DeliveryStore, LivenessToken, TurnStore, Upkeep
+from app.worker.store.outage import Interrupted, interrupted_by_database
 from app.worker.threads import DatabaseThreads
 from app.worker.webhook_dispatcher import WebhookDispatcher
 
 log = logging.getLogger(__name__)
-
-Ring = Callable[[uuid.UUID, float], None]  # (conversation id, delay in seconds)
 
 #: The exit code of a worker process whose host could not start (its tools, its database).
 START_FAILED = 5
@@ -75,7 +75,9 @@ class WorkerHost:
         orphan_after: float | None = None,
         recovery_jitter: float = 1.0,
         live: LiveChannel | None = None,
+        queue: Any = None,
     ) -> None:
+        """`queue`: the Redis client of the queue, watched for lost doorbells (None: not)."""
         self.settings = settings
         metrics.enable(settings.metrics)
         self.tools = tools
@@ -106,16 +108,26 @@ class WorkerHost:
             else None
         )
         self._stop_listening: Callable[[], None] | None = None
-        # A lease's length without a sign of life: its worker is gone (or its doorbell was lost).
-        self.orphan_after = settings.lease_ttl_seconds if orphan_after is None else orphan_after
-        self.recovery_jitter = recovery_jitter
+        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self.requeue = requeue
-        self._resent: dict[uuid.UUID, float] = {}  # doorbells this process re-sent: until when
+        self.recovery = Recovery(
+            settings,
+            upkeep=self.upkeep,
+            liveness=self.liveness,
+            runs=self.runner,
+            db=self.db,
+            ring=self._requeue,
+            running=self._running.__contains__,
+            orphan_after=settings.lease_ttl_seconds if orphan_after is None else orphan_after,
+            jitter=recovery_jitter,
+        )
+        self.queue_watch = (
+            None if queue is None else QueueWatch(queue, self.runner.owner, self.queue_emptied)
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopped = threading.Event()
-        self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
         self._again: set[uuid.UUID] = set()
         self._accepting = False
         self._slots: asyncio.Semaphore | None = None
@@ -146,6 +158,13 @@ class WorkerHost:
     def in_flight(self) -> int:
         return len(self._running)
 
+    def queue_emptied(self) -> None:
+        """The queue lost its doorbells (thread-safe): the next recovery round rings every
+        waiting turn at once."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.recovery.queue_emptied)
+
     def cancel(self, conversation_id: uuid.UUID) -> None:
         """A cancel was announced: stop the conversation's turn if it runs here (thread-safe)."""
         loop = self._loop
@@ -158,6 +177,8 @@ class WorkerHost:
         if loop is None or loop.is_closed() or self._stopped.is_set():
             return
         future = asyncio.run_coroutine_threadsafe(self._drain(grace), loop)
+        if self.queue_watch is not None:
+            self.queue_watch.close()
         try:
             future.result(timeout=grace + 30)
         finally:
@@ -208,16 +229,20 @@ class WorkerHost:
             self._stop_listening = self.live.on_cancel(self.cancel)
         self._accepting = True
         loop = asyncio.get_running_loop()
+        recovery = self.recovery
         self._sweeper = loop.create_task(
-            self._every(self.settings.recovery_interval_seconds, self.sweep, "recovery sweep")
+            self._every(self.settings.recovery_interval_seconds, recovery.sweep, "recovery sweep")
         )
         self._beating = loop.create_task(self._beat_forever())
-        # Every second: keep this process's liveness token, re-ring the dead workers' turns.
+        # Every second: keep this process's liveness token, give back what an outage interrupted,
+        # re-ring the dead workers' turns and the queued ones whose doorbell was lost.
         self._watching = loop.create_task(
             self._every(
-                self.settings.dead_worker_sweep_seconds, self.sweep_dead, "dead worker sweep"
+                self.settings.dead_worker_sweep_seconds, recovery.watch, "dead worker sweep"
             )
         )
+        if self.queue_watch is not None:
+            self.queue_watch.start()
         if self.webhooks is not None:
             self._delivering = loop.create_task(self.webhooks.run_forever())
 
@@ -249,8 +274,20 @@ class WorkerHost:
             log.info("conversation %s: released at shutdown, re-enqueued", conversation_id)
             self._requeue(conversation_id)  # let another worker go on now
             raise
-        except Exception:  # the lease expires and recovery retries, bounded by the attempt count
-            log.exception("conversation %s: run crashed", conversation_id)
+        except Interrupted as stopped:  # not the turn's fault: it costs the turn no attempt
+            log.warning(
+                "conversation %s: the database went away mid-run (%s); its claim is given back"
+                " once it answers",
+                conversation_id, stopped.__cause__,
+            )  # fmt: skip
+            self.recovery.interrupted(stopped.claim)
+        except Exception as exc:  # the lease expires and recovery retries, bounded by attempts
+            if interrupted_by_database(exc):  # before a claim: the recovery round rings it
+                log.warning(
+                    "conversation %s: the database is unreachable (%s)", conversation_id, exc
+                )
+            else:
+                log.exception("conversation %s: run crashed", conversation_id)
         finally:
             self._running.pop(conversation_id, None)
             if conversation_id in self._again:
@@ -285,34 +322,6 @@ class WorkerHost:
             except Exception:
                 log.exception("%s failed", what)
             await asyncio.sleep(seconds)
-
-    async def sweep_dead(self) -> int:
-        """Keep this process's liveness token (take another if it was lost), and re-enqueue the
-        turns of workers whose token is gone; how many."""
-        await self.db.run(self.liveness.keep, self.runner.owner)
-        return self._resend(await self.db.run(self.upkeep.dead_leases), "dead worker")
-
-    async def sweep(self) -> int:
-        """Re-enqueue running conversations that nobody has touched for `orphan_after` seconds,
-        each after `plan.recovery_delay` (a random spread that grows with its crashes)."""
-        return self._resend(await self.db.run(self.upkeep.orphans, self.orphan_after), "recovery")
-
-    def _resend(self, orphans: list[tuple[uuid.UUID, int]], sweep: str) -> int:
-        now = time.monotonic()
-        resent = 0
-        for conversation_id, attempts in orphans:
-            pending = self._resent.get(conversation_id, 0.0) > now
-            if conversation_id in self._running or pending:
-                continue  # its doorbell is already on its way
-            delay = recovery_delay(attempts, random.random(), self.recovery_jitter)
-            self._resent[conversation_id] = now + delay + self.orphan_after
-            self._requeue(conversation_id, delay)
-            metrics.RECOVERY_REENQUEUES.inc()
-            resent += 1
-        self._resent = {k: until for k, until in self._resent.items() if until > now}
-        if resent:
-            log.info("%s sweep: re-enqueued %d conversation(s)", sweep, resent)
-        return resent
 
     def _requeue(self, conversation_id: uuid.UUID, delay: float = 0.0) -> None:
         if self.requeue is not None:

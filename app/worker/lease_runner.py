@@ -2,7 +2,9 @@
 loop waits on the model or a tool), and hand the claimed turn to the step loop until it rests.
 
 A fresh turn and a resumed one are the same call. If the lease is lost the run is cancelled and
-writes nothing; a run cancelled otherwise (a shutdown) releases the lease for another worker.
+writes nothing; a run cancelled otherwise (a shutdown) releases the lease for another worker; a
+run the database went away under raises `Interrupted` with its claim, which the host gives back
+once the database answers (an outage is not the turn's fault: it costs no attempt).
 A user's cancel reaches a running turn three ways: the live notice (`TurnRunner.cancel`, at
 once), the heartbeat, and every committed step (`step_loop`; both return the turn's cancel flag).
 """
@@ -21,11 +23,12 @@ from app.telemetry import logs, metrics, tracing
 from app.worker import failpoints, plan
 from app.worker.broadcast import Broadcaster
 from app.worker.checker import SchemaChecker
-from app.worker.crashes import Ring, after_crash, claim_crashed, database_fault
+from app.worker.crashes import Ring, after_crash, claim_crashed
 from app.worker.outcome import Outcome
 from app.worker.ports import ModelClient, ToolProvider
 from app.worker.step_loop import StepLoop, next_seq
 from app.worker.store import Claim, Deferred, LeaseLost, Snapshot, TurnStore
+from app.worker.store.outage import Interrupted, interrupted_by_database
 from app.worker.threads import DatabaseThreads
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,11 @@ class TurnRunner:
         self.again = again  # rings a conversation after a delay (the host's doorbell)
         self._turns: dict[uuid.UUID, StepLoop] = {}  # the turns running in this process
 
+    def live_claims(self) -> list[tuple[uuid.UUID, int]]:
+        """The runs alive in this process: each one's conversation and lease epoch (call on the
+        runner's loop)."""
+        return [(cid, turn.claim.epoch) for cid, turn in self._turns.items()]
+
     def cancel(self, conversation_id: uuid.UUID) -> bool:
         """The user asked to cancel this conversation's turn (call on the runner's loop): abort
         what it is waiting on now. False when no turn of it runs here."""
@@ -90,8 +98,8 @@ class TurnRunner:
                 self.settings.owner_max_running_turns,
             )
         except Exception as exc:  # (after the claim committed: its lease given back, counted)
-            if database_fault(exc):
-                raise  # (the database's, not the turn's: the lease expires, the sweep retries)
+            if interrupted_by_database(exc):
+                raise  # (no claim to give back: the lost-doorbell round rings it once it answers)
             return await claim_crashed(self, self.owner, conversation_id, exc, self.again)
         if snapshot is None:
             return Outcome.NOT_CLAIMED, False
@@ -155,9 +163,13 @@ class TurnRunner:
                 return Outcome.LEASE_LOST, False
             await asyncio.shield(self._release(claim))
             raise
-        except Exception as exc:  # counted as an attempt; failed with its error once spent
-            if database_fault(exc):
-                raise  # (as above)
+        except Exception as exc:
+            # The database went away: not the turn's fault, so it must not count as a crash of
+            # the turn (an attempt); the host gives the claim back once the database answers.
+            if interrupted_by_database(exc):
+                raise Interrupted(claim) from exc
+            # Anything else (a constraint the run's statement broke included) is the turn's:
+            # counted as an attempt, failed with its error once they are spent.
             return await after_crash(turn, exc, self.again)
         finally:
             beating.cancel()

@@ -5,6 +5,8 @@ Kept apart from the dramatiq glue so the demo, the tests and the benchmarks buil
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.config import Settings
 from app.db import make_engine
 from app.live import open_channel
@@ -44,8 +46,10 @@ def build_host(
     requeue: Ring | None = None,
     model: ModelClient | None = None,
     tools: ToolProvider | None = None,
+    queue: Any = None,
 ) -> WorkerHost:
-    """A ready-to-start host for this process (it publishes its tools to the catalogue)."""
+    """A ready-to-start host for this process (it publishes its tools to the catalogue);
+    `queue`: the queue's Redis client, watched for lost doorbells."""
     return WorkerHost(
         settings,
         # LIFO: an idle worker's next claim takes the connection used last, whose statements are
@@ -57,4 +61,5 @@ def build_host(
         tools=tools or tool_provider(settings),
         requeue=requeue,
         live=open_channel(settings.redis_url),
+        queue=queue,
     )

@@ -8,7 +8,7 @@ its rows are read as they are (a message's file without a `name_id` is served by
 under the file's first name).
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-11-29
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0025"
-down_revision: str | None = "0023"
+down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -21,7 +21,7 @@ from app.db import make_engine
 from app.testing import fakes
 from app.testing.services import libpq_dsn
 from app.worker.host import WorkerHost
-from app.worker.store import LeaseLost, LivenessToken, TurnStore, Upkeep
+from app.worker.store import Deferred, LeaseLost, LivenessToken, TurnStore, Upkeep
 from app.worker.store.liveness import NAMESPACE, Check
 
 
@@ -154,20 +154,37 @@ def test_a_released_lease_drops_its_token(
     assert lease_token(engine, conversation_id) is None
 
 
-def test_a_lost_token_is_taken_again_and_the_process_s_leases_follow_it(
+def test_a_lost_token_is_taken_again_and_only_the_live_runs_leases_follow_it(
     engine: Engine, client: ChatClient, token: LivenessToken
 ) -> None:
     conversation_id = running(client)
+    stopped_id = running(client)
     other_id = running(client)
-    assert TurnStore(engine, liveness=token).claim(conversation_id, "alive", ttl=30)
-    assert TurnStore(engine, liveness=token).claim(other_id, "someone else", ttl=30)
+    store = TurnStore(engine, liveness=token)
+    live = store.claim(conversation_id, "alive", ttl=30)
+    assert live is not None and not isinstance(live, Deferred)
+    assert store.claim(stopped_id, "alive", ttl=30)  # its run stopped here (the database went)
+    assert store.claim(other_id, "someone else", ttl=30)
     old = token.token
     kill_session(engine, token)  # (a restart, an admin's pg_terminate_backend): the process lives
-    assert token.keep("alive") is Check.LOST
+    assert token.keep("alive", [(conversation_id, live.claim.epoch)]) is Check.LOST
     assert token.token is not None and token.token != old and token.check() is Check.HELD
-    assert lease_token(engine, conversation_id) == token.token  # this owner's: moved along
+    assert lease_token(engine, conversation_id) == token.token  # a live run's: moved along
+    assert lease_token(engine, stopped_id) == old  # no run of it lives here: free at once
     assert lease_token(engine, other_id) == old  # not this owner's: left as it was
-    assert Upkeep(engine).dead_leases() == [(other_id, 1)]
+    assert sorted(Upkeep(engine).dead_leases()) == sorted([(stopped_id, 1), (other_id, 1)])
+
+
+def test_a_live_run_s_lease_follows_the_token_only_at_its_own_epoch(
+    engine: Engine, client: ChatClient, token: LivenessToken
+) -> None:
+    conversation_id = running(client)
+    snapshot = TurnStore(engine, liveness=token).claim(conversation_id, "alive", ttl=30)
+    assert snapshot is not None and not isinstance(snapshot, Deferred)
+    old = token.token
+    kill_session(engine, token)
+    token.keep("alive", [(conversation_id, snapshot.claim.epoch - 1)])  # an older run of it
+    assert lease_token(engine, conversation_id) == old
 
 
 def test_a_token_that_could_not_be_taken_again_is_taken_at_the_next_round(
@@ -183,12 +200,13 @@ def test_a_token_that_could_not_be_taken_again_is_taken_at_the_next_round(
     token.engine = unreachable  # (the database is unreachable for a moment)
     try:
         with pytest.raises((OperationalError, psycopg.OperationalError)):
-            token.keep("alive")
+            token.keep("alive", [])
     finally:
         token.engine = reachable
         unreachable.dispose()
     assert token.token is None
-    assert token.keep("alive") is Check.LOST  # the next round takes one
+    alive = [(conversation_id, 1)]
+    assert token.keep("alive", alive) is Check.LOST  # the next round takes one
     assert token.check() is Check.HELD
     assert lease_token(engine, conversation_id) == token.token
 
@@ -203,7 +221,7 @@ def test_a_connection_that_hops_between_server_sessions_gives_the_token_up(
     first = token._connection
     token._connection = pooled_elsewhere
     try:
-        assert token.keep("alive") is Check.MOVED
+        assert token.keep("alive", [(conversation_id, 1)]) is Check.MOVED
     finally:
         first.close()
     assert token.token is None and not token.enabled

@@ -11,7 +11,6 @@ from app.worker.crashes import (
     EndCancelled,
     GiveUp,
     TryAgain,
-    database_fault,
     decide,
     readable,
 )
@@ -45,13 +44,3 @@ def test_the_crash_is_told_in_one_line_without_credentials(monkeypatch: pytest.M
         RuntimeError("key hunter2-secret-value and sk-abcdefghijkl leaked"), ("leaked",)
     )
     assert "hunter2" not in told and "sk-abcdefghijkl" not in told and "leaked" not in told
-
-
-def test_a_fault_of_the_database_is_not_the_turn_s() -> None:
-    import psycopg
-    from sqlalchemy.exc import OperationalError
-
-    assert database_fault(psycopg.OperationalError("server closed the connection"))
-    assert database_fault(OperationalError("SELECT 1", {}, Exception("gone")))
-    assert not database_fault(RecursionError("maximum recursion depth exceeded"))
-    assert not database_fault(ValueError("a row of the transcript cannot be read"))

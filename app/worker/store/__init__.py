@@ -1,7 +1,8 @@
 """All SQL of the worker, by concept: a turn's lifecycle (`TurnStore`), the fenced statements it
 runs (`fence`), the driver that runs them (`driver`: psycopg's fast path or SQLAlchemy Core, chosen
-once), the session tool cache's reads (`outputs`), webhook deliveries (`DeliveryStore`), and
-a worker process's liveness token (`liveness`), and
+once), the session tool cache's reads (`outputs`), webhook deliveries (`DeliveryStore`),
+a worker process's liveness token (`liveness`), a database outage's errors and the claims it
+interrupted (`outage`), the queued turns whose doorbell may be lost (`doorbells`), and
 housekeeping (`Upkeep`: orphans, dead leases, the janitor, retention, the tool catalogue)."""
 
 from app.worker.store.clock import Clock, utc_now

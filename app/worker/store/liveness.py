@@ -15,6 +15,14 @@ token turned off (`CHATWORKER_LIVENESS_TOKEN=false`), or a connection that turne
 between server sessions (a pooler in transaction mode: its statements report another backend
 pid, or the lock vanished from under it), after which this process takes no token again.
 
+A process whose token's connection broke (a database restart, a terminated backend) takes a new
+token and moves to it the leases of the runs still alive in it, by conversation and epoch; a
+lease whose run stopped meanwhile (the database went away under it) keeps the token that is gone,
+so it is free at once, like a dead process's. After a restart every token is gone at once, so a
+missing one counts only once the server has been up `RESTART_GRACE_S`: long enough for each live
+worker to take its token again, move its live runs' leases and give back its stopped runs' claims
+(`outage.py`) before any other worker judges them.
+
 Judging a holder dead is never what stops it writing: the fence (`lease_epoch`) is. A process
 that only lost its token's connection and goes on running finds its lease taken over and
 commits nothing, exactly like a worker whose lease expired.
@@ -25,7 +33,8 @@ from __future__ import annotations
 import enum
 import logging
 import secrets
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy import (
@@ -37,6 +46,7 @@ from sqlalchemy import (
     bindparam,
     literal,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -51,6 +61,11 @@ c = conversations.c
 
 #: The first key of every token's lock ("chwh"); the second is the token, a positive int4.
 NAMESPACE = 0x63687768
+#: A server that just started holds no token until the live workers take theirs again (each
+#: within a round, a second): before this many seconds of its uptime a missing token proves
+#: nothing, and another worker's sweep would take a live run's lease, or the claim of a run the
+#: restart stopped before its own worker gives it back (counting the turn an attempt).
+RESTART_GRACE_S = 3
 _TOKENS = 2**31 - 1  # tokens are 1 .. 2**31 - 1 (an oid compares with them unsigned)
 
 
@@ -66,11 +81,13 @@ class _not_held(FunctionElement[bool]):  # noqa: N801 (a SQL expression's name)
 def _not_in_pg_locks(element: _not_held, compiler: Any, **kw: Any) -> str:
     token = compiler.process(element.clauses, **kw)
     return (
-        "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS held"
+        "(NOT EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS held"
         " WHERE held.locktype = 'advisory' AND held.granted AND held.objsubid = 2"
         f" AND held.classid = {NAMESPACE}::oid AND held.objid = ({token})::oid"
         " AND held.database = (SELECT oid FROM pg_catalog.pg_database"
         " WHERE datname = current_database()))"
+        " AND pg_catalog.pg_postmaster_start_time()"
+        f" < pg_catalog.now() - interval '{RESTART_GRACE_S} seconds')"
     )
 
 
@@ -105,16 +122,22 @@ _CHECK = (
 )
 
 
-# This process's leases move to the token it holds now (None: to their TTL). By owner, which
-# names one process, not by epoch: a lease another worker took meanwhile is not this owner's.
+# The leases of this process's live runs move to the token it holds now (None: to their TTL).
+# Only theirs, by conversation and epoch: a lease of a run that stopped here (the database went
+# away under it) keeps the token that is gone, so every worker's sweep sees it free; and a lease
+# another worker took meanwhile is not this owner's.
 _REMARK = (
     update(conversations)
     .where(
         c.lease_owner == bindparam("lease_holder"),
+        tuple_(c.id, c.lease_epoch).in_(bindparam("alive", expanding=True)),
         c.lease_token.is_distinct_from(bindparam("held_token", type_=Integer)),
     )
     .values(lease_token=bindparam("held_token", type_=Integer))
 )
+
+#: A live run of this process: its conversation and its lease's epoch.
+Alive = tuple[uuid.UUID, int]
 
 
 class Check(enum.Enum):
@@ -184,10 +207,10 @@ class LivenessToken:
             return Check.MOVED
         return Check.HELD if held else Check.LOST
 
-    def keep(self, owner: str) -> Check:
-        """Check the token and mend what the check found: a lost token is taken again (this
-        owner's leases move to the new one), a moved connection gives the token up for good
-        (the leases fall back to their TTL). Returns what the check found."""
+    def keep(self, owner: str, alive: Collection[Alive]) -> Check:
+        """Check the token and mend what the check found: a lost token is taken again (the
+        leases of this process's `alive` runs move to the new one), a moved connection gives the
+        token up for good (their leases fall back to their TTL). Returns what the check found."""
         found = self.check()
         if found in (Check.HELD, Check.OFF):
             return found
@@ -201,8 +224,12 @@ class LivenessToken:
             self.close()
         else:
             self.take()  # (if the database is down too, this raises: the next round tries again)
-        with self.engine.begin() as connection:
-            connection.execute(_REMARK, {"lease_holder": owner, "held_token": self.token})
+        if alive:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    _REMARK,
+                    {"lease_holder": owner, "alive": list(alive), "held_token": self.token},
+                )
         return found
 
     def close(self) -> None:
@@ -221,4 +248,13 @@ def dead_leases(connection: Connection, limit: int) -> list[tuple[Any, int]]:
     return [(row.id, row.attempts) for row in rows]
 
 
-__all__ = ["DEAD_LEASES", "NAMESPACE", "TOKEN_GONE", "Check", "LivenessToken", "dead_leases"]
+__all__ = [
+    "DEAD_LEASES",
+    "NAMESPACE",
+    "RESTART_GRACE_S",
+    "TOKEN_GONE",
+    "Alive",
+    "Check",
+    "LivenessToken",
+    "dead_leases",
+]

@@ -1,5 +1,5 @@
-"""The worker's housekeeping SQL: finding orphaned turns (under the sweep lock), the janitor's
-stale query and update, and the tool catalogue.
+"""The worker's housekeeping SQL: finding orphaned, dead and unrung turns (under the sweep lock),
+the janitor's stale query and update, and the tool catalogue.
 
 A transaction that holds a lock other workers need (the sweep lock, the catalogue table) ends if it
 sits idle for `LOCK_HOLDER_IDLE_LIMIT_S`: a worker frozen inside one (SIGSTOP, a paused VM, a
@@ -41,7 +41,7 @@ from app.models import (
 )
 from app.models.tables import catalog, conversations, deliveries, file_uses, turns
 from app.worker.ports import ToolDefinition
-from app.worker.store import liveness
+from app.worker.store import doorbells, liveness
 from app.worker.store.clock import Clock, utc_now
 from app.worker.store.driver import Sequenced
 from app.worker.store.fence import Write, fence_parameters
@@ -59,6 +59,14 @@ class StaleConversation:
     id: uuid.UUID
     status: str
     heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class Unattended:
+    """Running conversations to ring again, each with its attempts."""
+
+    dead: list[tuple[uuid.UUID, int]]  # their lease holder died
+    queued: list[tuple[uuid.UUID, int]]  # no worker holds them, and none took them in time
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,22 @@ class Upkeep:
                 return []
             return liveness.dead_leases(connection, limit)
 
+    def unattended(self, queued_for: float, limit: int = 500) -> Unattended | None:
+        """What the recovery round rings again, under the sweep lock: running conversations
+        whose lease holder died (PostgreSQL's liveness tokens), and queued ones nobody touched
+        for `queued_for` seconds (`doorbells`). None while another worker's sweep holds the lock.
+        """
+        cutoff = self.clock() - timedelta(seconds=queued_for)
+        with self.engine.begin() as connection:
+            if not take_sweep_lock(connection, self.lock_holder_idle_limit):
+                return None
+            dead = (
+                liveness.dead_leases(connection, limit)
+                if connection.dialect.name == "postgresql"
+                else []
+            )
+            return Unattended(dead, doorbells.queued_since(connection, cutoff, limit))
+
     def stale(self, older_than: float, limit: int | None = None) -> list[StaleConversation]:
         """Running conversations whose heartbeat is older than `older_than` seconds."""
         cutoff = self.clock() - timedelta(seconds=older_than)
@@ -314,6 +338,7 @@ __all__ = [
     "LOCK_HOLDER_IDLE_LIMIT_S",
     "Pruned",
     "StaleConversation",
+    "Unattended",
     "Upkeep",
     "limit_idle",
     "take_sweep_lock",
