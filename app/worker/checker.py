@@ -42,7 +42,7 @@ from typing import Any
 
 import app
 from app.worker import safe_schema, structured
-from app.worker.checker_process import HEADER, read_message
+from app.worker.checker_process import HEADER, READY, read_message
 from app.worker.ports import ModelReply
 from app.worker.safe_schema import TooCostly
 from app.worker.structured import (
@@ -63,6 +63,8 @@ INLINE_SECONDS = 0.005  # how long the event loop may spend on it
 TIMEOUT = "the check took longer than {seconds:g} s (the schema makes it too costly)"
 ENDED = "the checker's process ended during the check (over its {mb} MB of memory?)"
 NOT_STARTED = "the checker's process could not start ({error})"
+# How long a new process may take to start and import (not counted in a check's deadline).
+START_SECONDS = 30.0
 # The children's whole environment: nothing of the worker's (no key, no database URL).
 KEPT_VARIABLES = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
 SOURCE = str(Path(app.__file__).resolve().parent.parent)  # where `app` is imported from
@@ -159,6 +161,11 @@ class SchemaChecker:
         )
         with self._lock:
             self._all.add(child)
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], START_SECONDS)
+        if not ready or read_message(child.stdout) != READY:
+            self._discard(child)
+            raise OSError(f"not ready within {START_SECONDS:g} s")
         log.info("started a schema checker process (%.0f ms)", (time.monotonic() - started) * 1e3)
         return child
 

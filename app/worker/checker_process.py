@@ -2,10 +2,12 @@
 time, under a memory cap, and answers each with its verdict (`structured.judge`).
 
 Started as `python -m app.worker.checker_process MEMORY_BYTES`, with no secret in its
-environment. Each message, both ways, is a 4-byte big-endian length and that much UTF-8 JSON: a
-request `{"answer": text, "schema": output schema}`, an answer `{"kind": "matched" | "mismatch"
-| "unjudged", "error": text}`. Past its memory the check is answered `unjudged` and the process
-exits (its worker starts another); past its deadline its worker kills it.
+environment. Each message, both ways, is a 4-byte big-endian length and that much UTF-8 JSON:
+first `{"kind": "ready"}` from the process once it has imported what it judges with (a check's
+deadline starts after it: a process starting on a busy machine is not a costly schema), then
+requests `{"answer": text, "schema": output schema}`, each answered `{"kind": "matched" |
+"mismatch" | "unjudged", "error": text}`. Past its memory the check is answered `unjudged` and
+the process exits (its worker starts another); past its deadline its worker kills it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 from typing import IO, Any
 
 HEADER = struct.Struct(">I")
+READY = {"kind": "ready"}
 MEMORY_ERROR = "the check needed more than its {mb} MB of memory"
 
 
@@ -44,6 +47,7 @@ def main() -> None:
     from app.worker.structured import UNJUDGED_ERROR, Matched, Mismatch, judge
 
     source, sink = sys.stdin.buffer, sys.stdout.buffer
+    write_message(sink, READY)
     while (request := read_message(source)) is not None:
         try:
             verdict = judge(request["answer"], request["schema"])
