@@ -49,6 +49,7 @@ FANS_OUT = {
     },
 }
 ROWS = [{"id": n, "name": f"row {n}"} for n in range(6000)]
+BOUND_SECONDS = 5  # a turn whose answer cannot match, or cannot be checked, has failed by then
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def judged_beside_a_plain_turn(
     worker = deployment.start_worker(extra_env=env)
     structured = deployment.client.create_conversation(output_schema=schema)
     plain = deployment.chat("Say hello")
-    deployment.client.submit_message(structured, "Fill the form")
+    turn = deployment.client.submit_message(structured, "Fill the form").turn_id
 
     said_hello = deployment.wait(plain, timeout=30)
     assert said_hello.status == "idle", f"{said_hello.error}\n{worker.log()}"
@@ -79,6 +80,11 @@ def judged_beside_a_plain_turn(
     failed = deployment.wait(structured, timeout=60)
     assert failed.status == "failed" and failed.error is not None, worker.log()
     assert worker.wait_exit(timeout=0) is None  # (the worker lives on)
+    # The turn ends within 5 s of its start (the database's clock: its two model calls and
+    # judgements, the repair included), never a lease or a spinning check later.
+    ended = deployment.client.get_turn(turn)
+    assert ended.started_at is not None and ended.finished_at is not None
+    assert (ended.finished_at - ended.started_at).total_seconds() <= BOUND_SECONDS
     return failed.error
 
 
