@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,7 +33,12 @@ from sqlalchemy import text
 from app.migrate import upgrade
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
-from tests.api.private_services import PrivatePostgres, PrivateRedis, private_postgres
+from tests.api.private_services import (
+    PrivatePostgres,
+    PrivateRedis,
+    private_postgres,
+    wait_until,
+)
 from tests.crash.conftest import PRODUCTION_LEASE
 from tests.deployment import Deployment
 from tests.invariants import assert_invariants
@@ -42,15 +47,6 @@ TURNS = 4  # (on two workers)
 POSTGRES_BOUND_S = 3.0  # from PostgreSQL accepting connections to each turn's next commit
 REDIS_BOUND_S = 5.0  # from the flush, or from Redis answering again, to each turn's start
 ANSWER = "The ledger balances: every entry was written once."
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def seconds_to_first(
