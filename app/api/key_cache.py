@@ -48,12 +48,20 @@ class KeyCache:
             if found is not None and found[1] > now:
                 return found[0]
         owner = lookup(presented)
+        self.keep(presented, owner, now)
+        return owner
+
+    def keep(self, presented: str, owner: str, now: float | None = None) -> None:
+        """Keep an accepted key's owner (looked up at `now`) for the cache's seconds."""
+        if self.seconds <= 0:
+            return
+        digest = hashlib.sha256(presented.encode()).digest()
+        expires = (self._clock() if now is None else now) + self.seconds
         with self._lock:
-            self._kept[digest] = (owner, now + self.seconds)
+            self._kept[digest] = (owner, expires)
             self._kept.move_to_end(digest)
             while len(self._kept) > self._size:
                 self._kept.popitem(last=False)
-        return owner
 
 
 __all__ = ["MAX_KEYS", "KeyCache"]

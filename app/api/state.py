@@ -7,6 +7,7 @@ One `ApiState` per app (`app.state.chatworker`), made by `create_app` or `instal
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from app.api.key_cache import KeyCache
 from app.api.problems import ApiProblem
 from app.api.rate import RateLimiter, make_limiter
-from app.client import ChatClient
+from app.client import AsyncChatClient, ChatClient
 from app.config import Settings
 from app.telemetry import metrics
 
@@ -61,6 +63,12 @@ class ApiState:
         # The streams' database reads: short, fewer at once than the engine keeps connections
         # (10,000 streams queue here instead of holding a thread each).
         self.readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="chatworker-read")
+
+    @functools.cached_property
+    def chat(self) -> AsyncChatClient:
+        """The routes' calls, on the event loop (their blocking work in the routes' threadpool),
+        over the same engine, queue and channel as `client`."""
+        return AsyncChatClient(self.client, offload=run_in_threadpool)
 
     async def follow_step(self, step: Callable[[], T]) -> T:
         """Run a blocking step of a follower in the followers' pool."""

@@ -1,36 +1,23 @@
-"""What an operator calls: API keys, budgets, webhooks and their deliveries, the tool catalogue,
-and readiness. `ChatClient.admin` is one over the same engine; `AdminClient(settings)` stands alone.
-
-Each call checks its input (`checks`), runs its SQL (`store/`) in one transaction, and writes
-nothing when the input is bad (an `InvalidRequest` subclass).
+"""`AdminClient`: the operator's calls (API keys, budgets, webhooks and their deliveries, the
+tool catalogue, readiness) for a synchronous app, each the blocking twin of its
+`AsyncAdminClient` method (`inline.blocking`: the same signature, by construction).
+`ChatClient.admin` is one over the same engine; `AdminClient(settings)` stands alone.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from app.client.checks import (
-    check_budget,
-    check_budget_subject,
-    parse_conversation_id,
-    parse_webhook_id,
-)
-from app.client.store import api_keys, budgets, reads, webhooks
-from app.client.views import ApiKeyView, BudgetView, DeliveryView, ToolInfo, WebhookView
-from app.config import Settings, get_settings
-from app.db import make_engine
-from app.errors import KeyNotFound, WebhookNotFound
-from app.live import LiveChannel, open_channel
+from app.client.asynchronous_admin import AsyncAdminClient as Async
+from app.client.inline import blocking, inline
+from app.config import Settings
+from app.live import LiveChannel
 
 
 class AdminClient:
-    """The operator's API over the database (and the live channel, for readiness).
-
-    Alone, it makes its engine from the settings and opens the live channel on first use; over a
-    `ChatClient` (`client.admin`) it shares that client's engine and channel."""
+    """`AsyncAdminClient`'s calls, blocking the calling thread (see `inline`)."""
 
     def __init__(
         self,
@@ -39,180 +26,37 @@ class AdminClient:
         engine: Engine | None = None,
         live: Callable[[], LiveChannel] | None = None,
     ) -> None:
-        self.settings = settings or get_settings()
-        self._owns_engine = engine is None
-        self.engine = engine or make_engine(self.settings.database_url)
-        self._channel: LiveChannel | None = None
-        self._shared_live = live
+        self._core = Async(settings, engine=engine, live=live, offload=inline)
 
-    def _live(self) -> LiveChannel:
-        if self._shared_live is not None:
-            return self._shared_live()
-        if self._channel is None:
-            self._channel = open_channel(self.settings.redis_url)
-        return self._channel
+    @property
+    def core(self) -> Async:
+        """The asynchronous client these calls drive, in this thread (`offload=inline`)."""
+        return self._core
 
-    def list_tools(self) -> list[ToolInfo]:
-        """The tools the workers' MCP servers offer (as the workers last published them)."""
-        with self.engine.connect() as connection:
-            return reads.read_catalogue(connection)
+    @property
+    def settings(self) -> Settings:
+        return self._core.settings
 
-    def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-        """A new API key for `owner`: its listing, and its text, shown this once."""
-        with self.engine.begin() as connection:
-            return api_keys.create_key(connection, owner, name)
+    @property
+    def engine(self) -> Engine:
+        return self._core.engine
 
-    def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
-        with self.engine.connect() as connection:
-            return api_keys.list_keys(connection, owner)
-
-    def revoke_key(self, key_id: uuid.UUID | str) -> ApiKeyView:
-        """Revoke a key (from its next request on); harmless twice; `KeyNotFound`."""
-        try:
-            parsed = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
-        except ValueError:
-            raise KeyNotFound(f"no API key {key_id!r} (a key id is a UUID)") from None
-        with self.engine.begin() as connection:
-            return api_keys.revoke_key(connection, parsed)
-
-    def set_budget(
-        self,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        period: str = "total",
-        max_tokens: int | None = None,
-        max_cost_usd: float | str | None = None,
-    ) -> None:
-        """Cap what an owner or one conversation may spend (`period`: `total` or `day`, UTC),
-        in tokens, US dollars or both; replaces the subject's budget of that period. Past it,
-        a turn fails before its next model call and a new message is `BudgetExceeded`."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        tokens, cost = check_budget(owner, parsed, period, max_tokens, max_cost_usd)
-        with self.engine.begin() as connection:
-            budgets.set_budget(
-                connection,
-                owner=owner,
-                conversation_id=parsed,
-                period=period,
-                max_tokens=tokens,
-                max_cost_usd=cost,
-            )
-
-    def remove_budget(
-        self,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        period: str = "total",
-    ) -> bool:
-        """Remove a budget; whether there was one."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        check_budget_subject(owner, parsed, period)
-        with self.engine.begin() as connection:
-            return budgets.remove_budget(
-                connection, owner=owner, conversation_id=parsed, period=period
-            )
-
-    def list_budgets(self, owner: str | None = None) -> list[BudgetView]:
-        """Every budget, or an owner's (its own and its conversations')."""
-        with self.engine.connect() as connection:
-            return budgets.list_budgets(connection, owner)
-
-    def add_webhook(
-        self,
-        url: str,
-        *,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        event_types: Sequence[str] | None = None,
-        description: str | None = None,
-        body_format: str = "standard",
-    ) -> WebhookView:
-        """A webhook for the owner's conversations (or, with `conversation_id`, that one's):
-        `turn.completed`, `turn.failed`, `turn.cancelled` and `turn.requires_action` (or the
-        `event_types` given) are POSTed to `url`, signed by the Standard Webhooks scheme with
-        the returned view's `secret`, which is not shown again. `body_format` "openai": the
-        bodies are OpenAI's webhook events (`response.completed`, ... naming the response of
-        `/v1/responses`), which the openai SDK's `webhooks.unwrap` verifies."""
-        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
-        with self.engine.begin() as connection:
-            return webhooks.add_webhook(
-                connection,
-                url=url,
-                owner=owner,
-                conversation_id=parsed,
-                event_types=event_types,
-                description=description,
-                body_format=body_format,
-                allowed=self.settings.webhook_networks,
-            )
-
-    def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:
-        with self.engine.connect() as connection:
-            return webhooks.list_webhooks(connection, owner)
-
-    def get_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> WebhookView:
-        with self.engine.connect() as connection:
-            return webhooks.get_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
-
-    def remove_webhook(self, webhook_id: uuid.UUID | str, *, owner: str | None = None) -> None:
-        """The webhook and its deliveries, pending ones included; `WebhookNotFound`."""
-        with self.engine.begin() as connection:
-            webhooks.remove_webhook(connection, parse_webhook_id(webhook_id), owner=owner)
-
-    def list_deliveries(
-        self,
-        webhook_id: uuid.UUID | str,
-        *,
-        owner: str | None = None,
-        status: str | None = None,
-        limit: int = 50,
-    ) -> list[DeliveryView]:
-        """The webhook's deliveries, newest first (`status='failed'`: the given-up ones)."""
-        with self.engine.connect() as connection:
-            return webhooks.list_deliveries(
-                connection, parse_webhook_id(webhook_id), owner=owner, status=status, limit=limit
-            )
-
-    def redeliver(
-        self, webhook_id: uuid.UUID | str, delivery_id: int, *, owner: str | None = None
-    ) -> DeliveryView:
-        """Send a given-up delivery again, from now, with a fresh schedule."""
-        if isinstance(delivery_id, bool) or not isinstance(delivery_id, int):
-            raise WebhookNotFound(f"no delivery {delivery_id!r} (a delivery id is a number)")
-        with self.engine.begin() as connection:
-            return webhooks.redeliver(
-                connection, parse_webhook_id(webhook_id), delivery_id, owner=owner
-            )
-
-    def owner_of_key(self, text: str) -> str:
-        """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
-        with self.engine.connect() as connection:
-            return api_keys.owner_of_key(connection, text)
-
-    def check_ready(self) -> dict[str, str]:
-        """'ok' or the error, for the database and the live channel (Redis) each."""
-        found: dict[str, str] = {}
-        try:
-            with self.engine.connect() as connection:
-                reads.ping(connection)
-            found["database"] = "ok"
-        except Exception as exc:
-            found["database"] = type(exc).__name__
-        try:
-            self._live().ping()
-            found["live"] = "ok"
-        except Exception as exc:
-            found["live"] = type(exc).__name__
-        return found
-
-    def close(self) -> None:
-        """Close what this client opened itself (a shared engine and channel stay open)."""
-        if self._channel is not None:
-            self._channel.close()
-        if self._owns_engine:
-            self.engine.dispose()
+    list_tools = blocking(Async.list_tools)
+    create_key = blocking(Async.create_key)
+    list_keys = blocking(Async.list_keys)
+    revoke_key = blocking(Async.revoke_key)
+    set_budget = blocking(Async.set_budget)
+    remove_budget = blocking(Async.remove_budget)
+    list_budgets = blocking(Async.list_budgets)
+    add_webhook = blocking(Async.add_webhook)
+    list_webhooks = blocking(Async.list_webhooks)
+    get_webhook = blocking(Async.get_webhook)
+    remove_webhook = blocking(Async.remove_webhook)
+    list_deliveries = blocking(Async.list_deliveries)
+    redeliver = blocking(Async.redeliver)
+    owner_of_key = blocking(Async.owner_of_key)
+    check_ready = blocking(Async.check_ready)
+    close = blocking(Async.close)
 
 
 __all__ = ["AdminClient"]

@@ -1,148 +1,86 @@
-"""`AsyncChatClient`: `ChatClient` for asyncio apps (FastAPI, Starlette), each call run in a
-worker thread, never blocking the loop; the hottest (`events`, `get_turn`, `submit_message`) are
-awaited on the loop itself where the database's driver has an async side (`ChatClient`'s loop
-variants: `aevents`, `aget_turn`, `asubmit_message`). Each method has its `ChatClient` twin's
-exact signature (`tests/integration/test_client.py` compares them, so they cannot drift).
+"""What a web app calls: create a conversation, submit a message as a turn, follow its events
+(committed and live), cancel a turn, poll it, retry a failed turn.
+
+`AsyncChatClient` holds the logic, for asyncio (FastAPI, Starlette): each call checks its input
+(`checks`), runs its SQL (`store/`) in one transaction and rings the queue (`doorbell`), all in
+its `offload` (a thread: `asyncio.to_thread`, or an app's pool), never on the loop; the hottest
+(a page of events, a turn, the common submit) are awaited on the loop itself where the database's
+driver has an async side (`LoopStore`). `ChatClient` (`facade`) is its blocking twin. A bad request
+raises an `InvalidRequest` subclass and writes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
+from app.client import attachments, branching, filing, intake
 from app.client.admission import REJECT
 from app.client.asynchronous_admin import AsyncAdminClient
-from app.client.doorbell import Enqueue
-from app.client.facade import ChatClient
-from app.client.following import REST, AsyncFollowing, LogInterval
-from app.client.merge import Cursor
-from app.client.views import (
-    ConversationPage,
-    ConversationView,
-    Decision,
-    EventPage,
-    FinishedTurn,
-    StoredFile,
-    Submitted,
-    TurnRecord,
-    TurnView,
+from app.client.checks import (
+    check_busy_policy,
+    check_idempotency_key,
+    check_metadata,
+    check_seq,
+    check_text,
+    parse_conversation_id,
 )
+from app.client.doorbell import Enqueue
+from app.client.inline import Offload, inline
+from app.client.schemas import check_output_schema
+from app.client.store import reads
+from app.client.turn_commands import TurnCommands, describe
+from app.client.views import Submitted
+from app.client.wiring import Wiring
 from app.config import Settings
 from app.live import LiveChannel
+from app.telemetry import tracing
+
+if TYPE_CHECKING:
+    from app.client.facade import ChatClient
 
 
-class AsyncChatClient:
-    """`ChatClient`'s calls as coroutines; `sync` is the client they run on."""
+class AsyncChatClient(TurnCommands):
+    """The web-app API over the database and the queue, for asyncio.
+
+    `settings`, `engine`, `enqueue` and `live` as `ChatClient`'s (`wiring.Wiring`); or, first, a
+    `ChatClient` whose engine, queue and channel this one shares. `offload` runs the blocking
+    work (default `asyncio.to_thread`)."""
 
     def __init__(
         self,
-        client: ChatClient | None = None,
+        settings: Settings | ChatClient | None = None,
         *,
-        settings: Settings | None = None,
         engine: Engine | None = None,
         enqueue: Enqueue | None = None,
         live: LiveChannel | None = None,
+        offload: Offload | None = None,
     ) -> None:
-        self.sync = client or ChatClient(settings, engine=engine, enqueue=enqueue, live=live)
+        if settings is None or isinstance(settings, Settings):
+            self.wiring = Wiring(settings, engine=engine, enqueue=enqueue, live=live)
+        else:
+            self.wiring = settings.core.wiring
+        self.offload = offload or asyncio.to_thread
         self._admin: AsyncAdminClient | None = None
 
     @property
     def admin(self) -> AsyncAdminClient:
-        """The operator's calls (keys, budgets, webhooks, tools, readiness) as coroutines, over
-        the same engine."""
+        """The operator's calls (API keys, budgets, webhooks, the tool catalogue, readiness) over
+        this client's engine and live channel."""
         if self._admin is None:
-            self._admin = AsyncAdminClient(self.sync.admin)
+            wiring = self.wiring
+            self._admin = AsyncAdminClient(
+                wiring.settings,
+                engine=wiring.engine,
+                live=lambda: wiring.live,
+                offload=self.offload,
+            )
         return self._admin
-
-    async def create_conversation(
-        self,
-        *,
-        model: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[str] = (),
-        tool_choice: str = "auto",
-        context: dict[str, Any] | None = None,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        client_tools: Sequence[dict[str, Any]] | None = None,
-        clarify: bool = True,
-        approval_tools: Sequence[str] | None = None,
-        context_policy: dict[str, Any] | None = None,
-        output_schema: Mapping[str, Any] | None = None,
-        fallback_models: Sequence[str] | None = None,
-    ) -> uuid.UUID:
-        """`ChatClient.create_conversation`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.create_conversation(
-                model=model,
-                instructions=instructions,
-                tools=tools,
-                tool_choice=tool_choice,
-                context=context,
-                owner=owner,
-                conversation_id=conversation_id,
-                client_tools=client_tools,
-                clarify=clarify,
-                approval_tools=approval_tools,
-                context_policy=context_policy,
-                output_schema=output_schema,
-                fallback_models=fallback_models,
-            )
-        )
-
-    async def create_or_get(
-        self,
-        *,
-        model: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[str] = (),
-        tool_choice: str = "auto",
-        context: dict[str, Any] | None = None,
-        owner: str | None = None,
-        conversation_id: uuid.UUID | str | None = None,
-        client_tools: Sequence[dict[str, Any]] | None = None,
-        clarify: bool = True,
-        approval_tools: Sequence[str] | None = None,
-        context_policy: dict[str, Any] | None = None,
-        output_schema: Mapping[str, Any] | None = None,
-        fallback_models: Sequence[str] | None = None,
-    ) -> tuple[ConversationView, bool]:
-        """`ChatClient.create_or_get`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.create_or_get(
-                model=model,
-                instructions=instructions,
-                tools=tools,
-                tool_choice=tool_choice,
-                context=context,
-                owner=owner,
-                conversation_id=conversation_id,
-                client_tools=client_tools,
-                clarify=clarify,
-                approval_tools=approval_tools,
-                context_policy=context_policy,
-                output_schema=output_schema,
-                fallback_models=fallback_models,
-            )
-        )
-
-    async def list_conversations(
-        self, *, owner: str | None = None, limit: int = 20, before: uuid.UUID | str | None = None
-    ) -> ConversationPage:
-        """`ChatClient.list_conversations`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.list_conversations(owner=owner, limit=limit, before=before)
-        )
-
-    async def delete_conversation(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> None:
-        """`ChatClient.delete_conversation`, in a worker thread."""
-        await asyncio.to_thread(lambda: self.sync.delete_conversation(conversation_id, owner=owner))
 
     async def submit_message(
         self,
@@ -157,30 +95,105 @@ class AsyncChatClient:
         output_schema: Mapping[str, Any] | None = None,
         files: Sequence[Mapping[str, Any] | bytes] | None = None,
     ) -> Submitted:
-        """`ChatClient.submit_message`: the common submit awaited on the loop, any other in a
-        worker thread (`asubmit_message`)."""
-        return await self.sync.asubmit_message(
-            conversation_id,
-            text,
-            idempotency_key=idempotency_key,
-            on_busy=on_busy,
-            owner=owner,
-            metadata=metadata,
-            after_seq=after_seq,
-            output_schema=output_schema,
-            files=files,
-            offload=asyncio.to_thread,
-        )
+        """Store the user's message as a new turn and start it (`metadata`: the caller's own
+        key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
+        to 512, as OpenAI's).
 
-    async def check_files(
-        self, files: Sequence[Mapping[str, Any] | bytes] | None, model: str | None = None
-    ) -> None:
-        """`ChatClient.check_files`, in a worker thread."""
-        await asyncio.to_thread(lambda: self.sync.check_files(files, model))
+        While a turn runs, `on_busy` decides: `reject` (`ConversationBusy`, naming the running
+        turn), `enqueue` (the turn waits, its message outside the transcript, and starts when
+        the running one ends), `interrupt` (the running turn is cancelled, and any other
+        waiting turn; this one starts as soon as it has ended), `rollback` (as `interrupt`, and
+        the cancelled turn's messages leave the active path: this message takes its place) or
+        `steer` (the running turn takes the message in at its next model call and this turn
+        carries the run on; if the running turn ends first, this one runs next; refused
+        while the turn waits for its client's outputs or an approval). The same
+        `idempotency_key` with the same text returns the first submit's turn (`repeated`) and
+        writes nothing; with another text, `IdempotencyKeyReused`.
 
-    async def get_file(self, file_id: uuid.UUID | str, *, owner: str | None = None) -> StoredFile:
-        """`ChatClient.get_file`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.get_file(file_id, owner=owner))
+        `after_seq` puts the message right after that message instead of the path's last (a new
+        branch there: OpenAI's `previous_response_id` naming an earlier response); the path up
+        to it must answer every call it makes (`NotBranchable`).
+
+        `output_schema`: this message's answer must match that JSON Schema (over the
+        conversation's own; `create_conversation` says how it is checked).
+
+        `files`: what the message carries beside its text, each `{"name", "media_type", "data":
+        bytes, base64 or a data: URL}` (or bytes): images, PDFs, text files, their media type
+        read from their bytes (`InvalidFile` when a claim belies them), within the size caps
+        (`FileTooLarge`), of a kind the conversation's model takes (`FileNotTaken`, naming
+        both); stored once per owner by content hash, gone with the last conversation using
+        them (`get_file` reads one back).
+
+        The common submit (a message to a resting conversation, or a repeated key;
+        `quick_submit` says which) is awaited on the loop in two statements where it can be;
+        every other runs in `offload`, as do the followers' notice and the worker's doorbell
+        after the commit (Redis, which may block).
+        """
+        wiring = self.wiring
+
+        def submit_message() -> Submitted:  # (the general path)
+            found = parse_conversation_id(conversation_id)
+            check_text(text, "message", wiring.limit, allow_empty=bool(files))
+            key = check_idempotency_key(idempotency_key)
+            policy = check_busy_policy(on_busy)
+            tags = check_metadata(metadata)
+            after = None if after_seq is None else check_seq(after_seq)
+            schema = check_output_schema(output_schema)
+            checked = attachments.check_files(files, filing.limits(self.settings))
+            with tracing.submit_span("chat submit") as span, self.engine.begin() as connection:
+                reads.check_owner(connection, found, owner)
+                kept = filing.keep(connection, found, checked, self.settings)
+                if after is None:
+                    turn = intake.submit(
+                        connection,
+                        found,
+                        text,
+                        idempotency_key=key,
+                        on_busy=policy,
+                        owner_limit=wiring.owner_limit,
+                        metadata=tags,
+                        output_schema=schema,
+                        files=kept,
+                    )
+                else:
+                    submit = branching.Submit(key, policy, wiring.owner_limit, tags, schema, kept)
+                    turn = branching.reply_after(connection, found, after, text, submit)
+                view = reads.read_turn(connection, turn.id)
+                describe(span, found, turn.id)
+            return wiring.submitted(found, turn, view)
+
+        store = self.loop_store
+        if (
+            store is None
+            or self.offload is inline
+            or files
+            or after_seq is not None
+            or wiring.owner_limit is not None
+        ):
+            return await self.offload(submit_message)
+        found = parse_conversation_id(conversation_id)
+        check_text(text, "message", wiring.limit)
+        key = check_idempotency_key(idempotency_key)
+        policy = check_busy_policy(on_busy)
+        tags = check_metadata(metadata)
+        schema = check_output_schema(output_schema)
+        with tracing.submit_span("chat submit") as span:
+            quick = await store.submit(
+                found,
+                text,
+                key,
+                policy,
+                owner=owner,
+                metadata=tags,
+                output_schema=schema,
+                trace_context=tracing.carrier(),
+            )
+            if quick is not None:
+                describe(span, found, quick[0].id)
+        if quick is None:
+            return await self.offload(submit_message)
+        turn, view = quick
+        return await self.offload(functools.partial(wiring.submitted, found, turn, view))
 
     async def edit_message(
         self,
@@ -193,18 +206,25 @@ class AsyncChatClient:
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
-        """`ChatClient.edit_message`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.edit_message(
-                conversation_id,
-                seq,
-                text,
-                idempotency_key=idempotency_key,
-                on_busy=on_busy,
-                owner=owner,
-                metadata=metadata,
-            )
-        )
+        """Edit the user message `seq` of any branch: its new version (a sibling) with `text`,
+        after the messages before it on its own path, ends the active path; a turn runs on it.
+        The old version and what followed stay, inactive (`switch_branch`). Admitted like a
+        message (`on_busy`, `idempotency_key`; `steer` is refused: a new branch cannot join the
+        running turn). `MessageNotFound`; `NotBranchable` for a message not the user's."""
+
+        def edit() -> Submitted:
+            found = parse_conversation_id(conversation_id)
+            check_text(text, "message", self.wiring.limit)
+            at = check_seq(seq)
+            submit = self._branch_submit(idempotency_key, on_busy, metadata)
+            with tracing.submit_span("chat edit") as span, self.engine.begin() as connection:
+                reads.check_owner(connection, found, owner)
+                turn = branching.edit(connection, found, at, text, submit)
+                view = reads.read_turn(connection, turn.id)
+                describe(span, found, turn.id)
+            return self.wiring.submitted(found, turn, view)
+
+        return await self.offload(edit)
 
     async def regenerate(
         self,
@@ -216,175 +236,38 @@ class AsyncChatClient:
         owner: str | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> Submitted:
-        """`ChatClient.regenerate`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.regenerate(
-                conversation_id,
-                seq,
-                idempotency_key=idempotency_key,
-                on_busy=on_busy,
-                owner=owner,
-                metadata=metadata,
-            )
-        )
+        """A new answer to the user message at or above `seq` on its own path, any branch
+        (None: the last one's): a turn runs from it again and its answer becomes a new version
+        (a sibling) of the old one, which stays, inactive. Admitted like a message (`steer` is
+        refused). `MessageNotFound`; `NotBranchable` when no user message precedes it."""
 
-    async def switch_branch(
-        self, conversation_id: uuid.UUID | str, seq: int, *, owner: str | None = None
-    ) -> ConversationView:
-        """`ChatClient.switch_branch`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.switch_branch(conversation_id, seq, owner=owner)
-        )
+        def regenerate() -> Submitted:
+            found = parse_conversation_id(conversation_id)
+            at = None if seq is None else check_seq(seq)
+            submit = self._branch_submit(idempotency_key, on_busy, metadata)
+            with tracing.submit_span("chat regenerate") as span, self.engine.begin() as connection:
+                reads.check_owner(connection, found, owner)
+                turn = branching.regenerate(connection, found, at, submit)
+                view = reads.read_turn(connection, turn.id)
+                describe(span, found, turn.id)
+            return self.wiring.submitted(found, turn, view)
 
-    async def fork_conversation(
-        self,
-        conversation_id: uuid.UUID | str,
-        seq: int | None = None,
-        *,
-        new_id: uuid.UUID | str | None = None,
-        owner: str | None = None,
-    ) -> ConversationView:
-        """`ChatClient.fork_conversation`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.fork_conversation(conversation_id, seq, new_id=new_id, owner=owner)
-        )
-
-    async def retry_conversation(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> Submitted:
-        """`ChatClient.retry_conversation`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.retry_conversation(conversation_id, owner=owner)
-        )
-
-    async def answer_actions(
-        self,
-        turn_id: uuid.UUID | str,
-        outputs: Mapping[str, str] | None = None,
-        *,
-        approvals: Mapping[str, bool | Decision] | None = None,
-        owner: str | None = None,
-    ) -> TurnView:
-        """`ChatClient.answer_actions`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.answer_actions(turn_id, outputs, approvals=approvals, owner=owner)
-        )
-
-    async def cancel(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> TurnView | None:
-        """`ChatClient.cancel`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.cancel(conversation_id, owner=owner))
-
-    async def cancel_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
-        """`ChatClient.cancel_turn`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.cancel_turn(turn_id, owner=owner))
-
-    async def follow(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: Cursor | int | str = 0,
-        *,
-        until: str | None = REST,
-        turn_id: uuid.UUID | str | None = None,
-        timeout: float | None = None,
-        poll_interval: float = 1.0,
-        log_interval: LogInterval | None = None,
-        owner: str | None = None,
-    ) -> AsyncFollowing:
-        """`ChatClient.follow`, in a worker thread."""
-        following = await asyncio.to_thread(
-            lambda: self.sync.follow(
-                conversation_id,
-                after,
-                until=until,
-                turn_id=turn_id,
-                timeout=timeout,
-                poll_interval=poll_interval,
-                log_interval=log_interval,
-                owner=owner,
-            )
-        )
-        return AsyncFollowing(following)
-
-    async def get_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
-        """`ChatClient.get_turn`, awaited on the loop (`aget_turn`)."""
-        return await self.sync.aget_turn(turn_id, owner=owner, offload=asyncio.to_thread)
-
-    async def wait_for_turn(
-        self,
-        turn_id: uuid.UUID | str,
-        timeout: float,
-        *,
-        log_interval: float | None = None,
-        owner: str | None = None,
-    ) -> FinishedTurn:
-        """`ChatClient.wait_for_turn`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.wait_for_turn(
-                turn_id, timeout, log_interval=log_interval, owner=owner
-            )
-        )
-
-    async def turn_record(
-        self, turn_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> TurnRecord:
-        """`ChatClient.turn_record`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.turn_record(turn_id, owner=owner))
-
-    async def current_turn(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
-    ) -> TurnView | None:
-        """`ChatClient.current_turn`, in a worker thread."""
-        return await asyncio.to_thread(lambda: self.sync.current_turn(conversation_id, owner=owner))
-
-    async def events(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: int = 0,
-        limit: int = 100,
-        *,
-        owner: str | None = None,
-    ) -> EventPage:
-        """`ChatClient.events`, awaited on the loop (`aevents`)."""
-        return await self.sync.aevents(
-            conversation_id, after, limit, owner=owner, offload=asyncio.to_thread
-        )
-
-    async def wait_for_events(
-        self,
-        conversation_id: uuid.UUID | str,
-        after: int = 0,
-        limit: int = 100,
-        *,
-        wait: float = 0.0,
-        log_interval: float | None = None,
-        owner: str | None = None,
-    ) -> EventPage:
-        """`ChatClient.wait_for_events`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.wait_for_events(
-                conversation_id, after, limit, wait=wait, log_interval=log_interval, owner=owner
-            )
-        )
-
-    async def get_conversation(
-        self,
-        conversation_id: uuid.UUID | str,
-        after_seq: int | None = None,
-        *,
-        owner: str | None = None,
-        all_versions: bool = False,
-    ) -> ConversationView:
-        """`ChatClient.get_conversation`, in a worker thread."""
-        return await asyncio.to_thread(
-            lambda: self.sync.get_conversation(
-                conversation_id, after_seq, owner=owner, all_versions=all_versions
-            )
-        )
+        return await self.offload(regenerate)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+        """Close the queue's connection, the live channel and the engine's connections."""
+        await self.offload(self.wiring.close)
+
+    def _branch_submit(
+        self, key: str | None, on_busy: str, metadata: Mapping[str, str] | None
+    ) -> branching.Submit:
+        """How an edit or a regenerate is admitted, its input checked."""
+        return branching.Submit(
+            check_idempotency_key(key),
+            check_busy_policy(on_busy),
+            self.wiring.owner_limit,
+            check_metadata(metadata),
+        )
 
 
 __all__ = ["AsyncChatClient"]

@@ -1,37 +1,102 @@
-"""`AsyncAdminClient`: `AdminClient` for asyncio apps, every call run in a worker thread, never on
-the loop; each method has its `AdminClient` twin's exact signature
-(`tests/integration/test_client.py` compares them, so they cannot drift).
+"""What an operator calls: API keys, budgets, webhooks and their deliveries, the tool catalogue,
+and readiness. `AsyncAdminClient` holds the logic (`AdminClient` in `admin` is its blocking twin);
+`AsyncChatClient.admin` is one over the same engine, `AsyncAdminClient(settings)` stands alone.
+
+Each call checks its input (`checks`) and runs its SQL (`store/`) in one transaction, both in the
+client's `offload`, and writes nothing when the input is bad (an `InvalidRequest` subclass).
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
-from app.client.admin import AdminClient
+from sqlalchemy import Connection, Engine
+
+from app.client.checks import (
+    check_budget,
+    check_budget_subject,
+    parse_conversation_id,
+    parse_webhook_id,
+)
+from app.client.inline import Offload
+from app.client.store import api_keys, budgets, reads, webhooks
 from app.client.views import ApiKeyView, BudgetView, DeliveryView, ToolInfo, WebhookView
-from app.config import Settings
+from app.config import Settings, get_settings
+from app.db import make_engine
+from app.errors import KeyNotFound, WebhookNotFound
+from app.live import LiveChannel, open_channel
+
+T = TypeVar("T")
 
 
 class AsyncAdminClient:
-    """`AdminClient`'s calls as coroutines; `sync` is the client they run on
-    (`AsyncChatClient.admin` is one over its `ChatClient`'s)."""
+    """The operator's API over the database (and the live channel, for readiness).
 
-    def __init__(self, client: AdminClient | None = None, *, settings: Settings | None = None):
-        self.sync = client or AdminClient(settings)
+    Alone, it makes its engine from the settings and opens the live channel on first use; over a
+    chat client (`client.admin`) it shares that client's engine and channel. `offload` runs the
+    blocking work (default `asyncio.to_thread`)."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        engine: Engine | None = None,
+        live: Callable[[], LiveChannel] | None = None,
+        offload: Offload | None = None,
+    ) -> None:
+        self.settings = settings or get_settings()
+        self._owns_engine = engine is None
+        self.engine = engine or make_engine(self.settings.database_url)
+        self.offload = offload or asyncio.to_thread
+        self._channel: LiveChannel | None = None
+        self._shared_live = live
+
+    def _live(self) -> LiveChannel:
+        if self._shared_live is not None:
+            return self._shared_live()
+        if self._channel is None:
+            self._channel = open_channel(self.settings.redis_url)
+        return self._channel
+
+    async def _read(self, work: Callable[[Connection], T]) -> T:
+        """`work` on a connection of its own, in `offload`."""
+
+        def read() -> T:
+            with self.engine.connect() as connection:
+                return work(connection)
+
+        return await self.offload(read)
+
+    async def _write(self, work: Callable[[Connection], T]) -> T:
+        """`work` in a transaction of its own, in `offload`."""
+
+        def write() -> T:
+            with self.engine.begin() as connection:
+                return work(connection)
+
+        return await self.offload(write)
 
     async def list_tools(self) -> list[ToolInfo]:
-        return await asyncio.to_thread(self.sync.list_tools)
+        """The tools the workers' MCP servers offer (as the workers last published them)."""
+        return await self._read(reads.read_catalogue)
 
     async def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-        return await asyncio.to_thread(self.sync.create_key, owner, name)
+        """A new API key for `owner`: its listing, and its text, shown this once."""
+        return await self._write(lambda connection: api_keys.create_key(connection, owner, name))
 
     async def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
-        return await asyncio.to_thread(self.sync.list_keys, owner)
+        return await self._read(lambda connection: api_keys.list_keys(connection, owner))
 
     async def revoke_key(self, key_id: uuid.UUID | str) -> ApiKeyView:
-        return await asyncio.to_thread(self.sync.revoke_key, key_id)
+        """Revoke a key (from its next request on); harmless twice; `KeyNotFound`."""
+        try:
+            parsed = key_id if isinstance(key_id, uuid.UUID) else uuid.UUID(str(key_id))
+        except ValueError:
+            raise KeyNotFound(f"no API key {key_id!r} (a key id is a UUID)") from None
+        return await self._write(lambda connection: api_keys.revoke_key(connection, parsed))
 
     async def set_budget(
         self,
@@ -42,13 +107,19 @@ class AsyncAdminClient:
         max_tokens: int | None = None,
         max_cost_usd: float | str | None = None,
     ) -> None:
-        await asyncio.to_thread(
-            lambda: self.sync.set_budget(
+        """Cap what an owner or one conversation may spend (`period`: `total` or `day`, UTC),
+        in tokens, US dollars or both; replaces the subject's budget of that period. Past it,
+        a turn fails before its next model call and a new message is `BudgetExceeded`."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        tokens, cost = check_budget(owner, parsed, period, max_tokens, max_cost_usd)
+        await self._write(
+            lambda connection: budgets.set_budget(
+                connection,
                 owner=owner,
-                conversation_id=conversation_id,
+                conversation_id=parsed,
                 period=period,
-                max_tokens=max_tokens,
-                max_cost_usd=max_cost_usd,
+                max_tokens=tokens,
+                max_cost_usd=cost,
             )
         )
 
@@ -59,14 +130,18 @@ class AsyncAdminClient:
         conversation_id: uuid.UUID | str | None = None,
         period: str = "total",
     ) -> bool:
-        return await asyncio.to_thread(
-            lambda: self.sync.remove_budget(
-                owner=owner, conversation_id=conversation_id, period=period
+        """Remove a budget; whether there was one."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        check_budget_subject(owner, parsed, period)
+        return await self._write(
+            lambda connection: budgets.remove_budget(
+                connection, owner=owner, conversation_id=parsed, period=period
             )
         )
 
     async def list_budgets(self, owner: str | None = None) -> list[BudgetView]:
-        return await asyncio.to_thread(self.sync.list_budgets, owner)
+        """Every budget, or an owner's (its own and its conversations')."""
+        return await self._read(lambda connection: budgets.list_budgets(connection, owner))
 
     async def add_webhook(
         self,
@@ -78,29 +153,45 @@ class AsyncAdminClient:
         description: str | None = None,
         body_format: str = "standard",
     ) -> WebhookView:
-        return await asyncio.to_thread(
-            lambda: self.sync.add_webhook(
-                url,
+        """A webhook for the owner's conversations (or, with `conversation_id`, that one's):
+        `turn.completed`, `turn.failed`, `turn.cancelled` and `turn.requires_action` (or the
+        `event_types` given) are POSTed to `url`, signed by the Standard Webhooks scheme with
+        the returned view's `secret`, which is not shown again. `body_format` "openai": the
+        bodies are OpenAI's webhook events (`response.completed`, ... naming the response of
+        `/v1/responses`), which the openai SDK's `webhooks.unwrap` verifies."""
+        parsed = None if conversation_id is None else parse_conversation_id(conversation_id)
+        return await self._write(
+            lambda connection: webhooks.add_webhook(
+                connection,
+                url=url,
                 owner=owner,
-                conversation_id=conversation_id,
+                conversation_id=parsed,
                 event_types=event_types,
                 description=description,
                 body_format=body_format,
+                allowed=self.settings.webhook_networks,
             )
         )
 
     async def list_webhooks(self, *, owner: str | None = None) -> list[WebhookView]:
-        return await asyncio.to_thread(lambda: self.sync.list_webhooks(owner=owner))
+        return await self._read(lambda connection: webhooks.list_webhooks(connection, owner))
 
     async def get_webhook(
         self, webhook_id: uuid.UUID | str, *, owner: str | None = None
     ) -> WebhookView:
-        return await asyncio.to_thread(lambda: self.sync.get_webhook(webhook_id, owner=owner))
+        parsed = parse_webhook_id(webhook_id)
+        return await self._read(
+            lambda connection: webhooks.get_webhook(connection, parsed, owner=owner)
+        )
 
     async def remove_webhook(
         self, webhook_id: uuid.UUID | str, *, owner: str | None = None
     ) -> None:
-        await asyncio.to_thread(lambda: self.sync.remove_webhook(webhook_id, owner=owner))
+        """The webhook and its deliveries, pending ones included; `WebhookNotFound`."""
+        parsed = parse_webhook_id(webhook_id)
+        await self._write(
+            lambda connection: webhooks.remove_webhook(connection, parsed, owner=owner)
+        )
 
     async def list_deliveries(
         self,
@@ -110,25 +201,57 @@ class AsyncAdminClient:
         status: str | None = None,
         limit: int = 50,
     ) -> list[DeliveryView]:
-        return await asyncio.to_thread(
-            lambda: self.sync.list_deliveries(webhook_id, owner=owner, status=status, limit=limit)
+        """The webhook's deliveries, newest first (`status='failed'`: the given-up ones)."""
+        parsed = parse_webhook_id(webhook_id)
+        return await self._read(
+            lambda connection: webhooks.list_deliveries(
+                connection, parsed, owner=owner, status=status, limit=limit
+            )
         )
 
     async def redeliver(
         self, webhook_id: uuid.UUID | str, delivery_id: int, *, owner: str | None = None
     ) -> DeliveryView:
-        return await asyncio.to_thread(
-            lambda: self.sync.redeliver(webhook_id, delivery_id, owner=owner)
+        """Send a given-up delivery again, from now, with a fresh schedule."""
+        if isinstance(delivery_id, bool) or not isinstance(delivery_id, int):
+            raise WebhookNotFound(f"no delivery {delivery_id!r} (a delivery id is a number)")
+        parsed = parse_webhook_id(webhook_id)
+        return await self._write(
+            lambda connection: webhooks.redeliver(connection, parsed, delivery_id, owner=owner)
         )
 
     async def owner_of_key(self, text: str) -> str:
-        return await asyncio.to_thread(self.sync.owner_of_key, text)
+        """The owner of a presented API key; `keys.KeyRefused` when it is not a live key."""
+        return await self._read(lambda connection: api_keys.owner_of_key(connection, text))
 
     async def check_ready(self) -> dict[str, str]:
-        return await asyncio.to_thread(self.sync.check_ready)
+        """'ok' or the error, for the database and the live channel (Redis) each."""
+        return await self.offload(self._readiness)
+
+    def _readiness(self) -> dict[str, str]:
+        found: dict[str, str] = {}
+        try:
+            with self.engine.connect() as connection:
+                reads.ping(connection)
+            found["database"] = "ok"
+        except Exception as exc:
+            found["database"] = type(exc).__name__
+        try:
+            self._live().ping()
+            found["live"] = "ok"
+        except Exception as exc:
+            found["live"] = type(exc).__name__
+        return found
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+        """Close what this client opened itself (a shared engine and channel stay open)."""
+        await self.offload(self._close)
+
+    def _close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        if self._owns_engine:
+            self.engine.dispose()
 
 
 __all__ = ["AsyncAdminClient"]

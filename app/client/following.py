@@ -8,10 +8,10 @@ every `poll_interval`.
 
 What to read next is decided without doing any I/O: each step is a generator that yields the
 reads it needs (`ReadLive`, `ReadLog`, `Pause`) and is sent their results. `Following` performs
-them blocking (an iterator); `next_batch` performs them on the event loop, waiting for the live
-channel there (`aread`: no thread is held while a stream waits) and sending only the database
-reads to a thread (`offload`), so a process follows thousands of conversations on one loop.
-`AsyncFollowing` is the asyncio iterator over it.
+them blocking (an iterator; `next_batch` too, given the `inline` offload); `next_batch` performs
+them on the event loop, waiting for the live channel there (`aread`: no thread is held while a
+stream waits) and sending only the database reads to a thread (`offload`), so a process follows
+thousands of conversations on one loop. `AsyncFollowing` is the asyncio iterator over it.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from app.client.inline import Offload, inline, run_inline
 from app.client.merge import Cursor, LiveMerge
 from app.client.store.journal import AT_REST
 from app.client.views import EventView
@@ -34,7 +35,7 @@ from app.live import CommitNotice, Delta, Discarded, LiveChannel, LiveEntry, Pos
 from app.models import ACTION_REQUIRED, TERMINAL_EVENTS
 
 if TYPE_CHECKING:
-    from app.client.reader import ChatReader
+    from app.client.reader import AsyncReader
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,6 @@ UNTIL = (REST, TURN_END, None)
 _TURN_STOPS = (*TERMINAL_EVENTS, ACTION_REQUIRED)
 PAGE = 500
 T = TypeVar("T")
-#: Runs a blocking database read off the event loop (`asyncio.to_thread`, an API's pool).
-Offload = Callable[[Callable[[], T]], Awaitable[T]]
 # How often a quiet follower reads the log: seconds, or a function asked at each read.
 LogInterval = float | Callable[[], float]
 
@@ -81,10 +80,6 @@ Io = ReadLive | ReadLog | Pause
 Steps = Generator[Io, Any, None]
 
 
-async def _to_thread(call: Callable[[], T]) -> T:
-    return await asyncio.to_thread(call)
-
-
 class Following(Iterator[FollowItem]):
     """The conversation's events after a cursor, then live: `EventView`s (committed),
     `Delta`s (a reply as it forms) and `Discarded`s (drop a partial reply). `cursor` is where
@@ -92,7 +87,7 @@ class Following(Iterator[FollowItem]):
 
     def __init__(
         self,
-        client: ChatReader,
+        client: AsyncReader,
         conversation_id: uuid.UUID,
         cursor: Cursor,
         *,
@@ -145,14 +140,18 @@ class Following(Iterator[FollowItem]):
         return item
 
     async def next_batch(
-        self, offload: Offload[Any] = _to_thread
+        self, offload: Offload = asyncio.to_thread
     ) -> list[tuple[FollowItem, Cursor]]:
         """The next items on the event loop (waiting for the first), each with the cursor that
-        resumes after it; empty at the end. Only the database reads leave the loop (`offload`)."""
+        resumes after it; empty at the end. Only the database reads leave the loop (`offload`);
+        with `inline`, every read blocks here (a synchronous client's wait)."""
         while not self._ready:
             if not self._open():
                 return []
-            await self._adrive(self._step(), offload)
+            if offload is inline:
+                self._drive(self._step())
+            else:
+                await self._adrive(self._step(), offload)
         return self.ready()
 
     def _open(self) -> bool:
@@ -191,7 +190,7 @@ class Following(Iterator[FollowItem]):
             except Exception as exc:  # (thrown into the step, which decides)
                 error = exc
 
-    async def _adrive(self, steps: Steps, offload: Offload[Any]) -> None:
+    async def _adrive(self, steps: Steps, offload: Offload) -> None:
         sent: Any = None
         error: Exception | None = None
         while True:
@@ -209,11 +208,11 @@ class Following(Iterator[FollowItem]):
         if isinstance(io, ReadLive):
             return self._live().read(self.conversation_id, io.after, io.block)
         if isinstance(io, ReadLog):
-            return self.client.events(self.conversation_id, after=io.after, limit=PAGE)
+            return run_inline(self.client.log_page(self.conversation_id, io.after, inline))
         self._sleep(io.seconds)
         return None
 
-    async def _aperform(self, io: Io, offload: Offload[Any]) -> Any:
+    async def _aperform(self, io: Io, offload: Offload) -> Any:
         if isinstance(io, ReadLive):
             channel = self._live()
             aread = getattr(channel, "aread", None)
@@ -222,7 +221,7 @@ class Following(Iterator[FollowItem]):
                 return await aread(self.conversation_id, io.after, block)
             return await offload(partial(channel.read, self.conversation_id, io.after, io.block))
         if isinstance(io, ReadLog):
-            return await self.client.aevents(self.conversation_id, io.after, PAGE, offload=offload)
+            return await self.client.log_page(self.conversation_id, io.after, offload)
         await asyncio.sleep(io.seconds)
         return None
 
@@ -336,10 +335,11 @@ def _cut_after_notices(entries: list[LiveEntry]) -> list[list[LiveEntry]]:
 
 class AsyncFollowing(AsyncIterator[FollowItem]):
     """`Following` for asyncio: it waits on the event loop (`Following.next_batch`); only its
-    database reads run in a thread."""
+    database reads run in `offload` (a thread). `sync` iterates the same items blocking."""
 
-    def __init__(self, following: Following) -> None:
+    def __init__(self, following: Following, offload: Offload = asyncio.to_thread) -> None:
         self.sync = following
+        self._offload = offload
         self._batch: deque[tuple[FollowItem, Cursor]] = deque()
         self._cursor = following.cursor
 
@@ -352,7 +352,7 @@ class AsyncFollowing(AsyncIterator[FollowItem]):
 
     async def __anext__(self) -> FollowItem:
         if not self._batch:
-            self._batch.extend(await self.sync.next_batch())
+            self._batch.extend(await self.sync.next_batch(self._offload))
             if not self._batch:
                 raise StopAsyncIteration
         item, self._cursor = self._batch.popleft()
@@ -360,6 +360,7 @@ class AsyncFollowing(AsyncIterator[FollowItem]):
 
 
 __all__ = [
+    "PAGE",
     "REST",
     "TURN_END",
     "UNTIL",
@@ -367,7 +368,6 @@ __all__ = [
     "FollowItem",
     "Following",
     "LogInterval",
-    "Offload",
     "Pause",
     "ReadLive",
     "ReadLog",

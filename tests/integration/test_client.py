@@ -34,7 +34,14 @@ import pytest
 import redis
 from sqlalchemy import Engine, func, select
 
-from app.client import AdminClient, AsyncAdminClient, AsyncChatClient, ChatClient
+from app.client import (
+    AdminClient,
+    AsyncAdminClient,
+    AsyncChatClient,
+    ChatClient,
+    ConversationView,
+)
+from app.client.inline import Blocking
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
@@ -363,35 +370,53 @@ def test_the_async_client_does_the_same(client: ChatClient, rung: list[uuid.UUID
     assert len(rung) == 1
 
 
+def test_the_blocking_client_works_in_a_thread_that_runs_an_event_loop(
+    client: ChatClient, rung: list[uuid.UUID]
+) -> None:
+    """A `ChatClient` call runs in the calling thread and never touches an event loop: inside a
+    coroutine it works (blocking that loop for its while, as any blocking call does), and so
+    does following to a timeout."""
+
+    async def inside() -> ConversationView:
+        conversation_id = client.create_conversation(tools=["search"])
+        client.submit_message(conversation_id, "hi")
+        following = client.follow(conversation_id, until=None, timeout=0.2, poll_interval=0.1)
+        with pytest.raises(TimeoutError):
+            list(following)
+        return client.get_conversation(conversation_id)
+
+    assert asyncio.run(inside()).status == "processing"
+    assert len(rung) == 1
+
+
 @pytest.mark.parametrize(
     ("sync_class", "async_class"),
     [(ChatClient, AsyncChatClient), (AdminClient, AsyncAdminClient)],
     ids=["chat", "admin"],
 )
-def test_the_async_client_has_every_method_of_the_client_with_its_signature(
+def test_every_method_of_the_client_is_derived_from_its_async_twin(
     sync_class: type, async_class: type
 ) -> None:
-    methods = inspect.getmembers(sync_class, inspect.isfunction)
-    # The loop variants (`aevents` of `events`, ...): the twin's parameters and an `offload`,
-    # for the API and the async client; not methods of their own.
-    on_loop = {name: method for name, method in methods if "offload" in _parameters(method)}
-    for name, method in on_loop.items():
-        twin = dict(methods)[name[1:]]
-        assert [*_parameters(twin), "offload"] == list(_parameters(method)), name
-    synchronous = {
-        name: method for name, method in methods if not name.startswith("_") and name not in on_loop
-    }
+    """Every public coroutine of the async client is a method of the blocking one made by
+    `blocking` from it (so their signatures match by construction, and mypy checks the calls):
+    the same parameters and result (`follow`: the blocking iterator). The reads a follower makes
+    with the offload it is driven with (an `offload` parameter) are not the client's calls."""
     asynchronous = {
         name: method
         for name, method in inspect.getmembers(async_class, inspect.iscoroutinefunction)
-        if not name.startswith("_")
+        if not name.startswith("_") and "offload" not in _parameters(method)
     }
-    assert sorted(asynchronous) == sorted(synchronous)
-    for name, method in synchronous.items():
-        mine, twin = inspect.signature(method), inspect.signature(asynchronous[name])
-        assert list(twin.parameters.values()) == list(mine.parameters.values()), name
-        expected = "AsyncFollowing" if name == "follow" else mine.return_annotation
-        assert twin.return_annotation == expected, name
+    derived = {name for name, value in vars(sync_class).items() if isinstance(value, Blocking)}
+    assert sorted(derived) == sorted(asynchronous)
+    for name in derived:
+        mine, twin = (
+            inspect.signature(getattr(sync_class, name)),
+            inspect.signature(asynchronous[name]),
+        )
+        assert list(mine.parameters.values()) == list(twin.parameters.values()), name
+        expected = "Following" if name == "follow" else twin.return_annotation
+        assert mine.return_annotation == expected, name
+        assert getattr(sync_class, name).__doc__ == asynchronous[name].__doc__, name
 
 
 def _parameters(method: Any) -> dict[str, inspect.Parameter]:

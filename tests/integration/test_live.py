@@ -408,13 +408,13 @@ def test_a_follower_reads_the_log_on_commit_notices_and_rarely_otherwise(
     client, _ = deployment
     conversation_id = client.create_conversation(tools=["add"])
     reads: list[int] = []
-    events = client.events
+    events = client.core.read_events  # (every read of the log: a page, or a cursor's check)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         reads.append(1)
         return events(*args, **kwargs)
 
-    monkeypatch.setattr(client, "events", counted)
+    monkeypatch.setattr(client.core, "read_events", counted)
     following = client.follow(conversation_id, timeout=30, poll_interval=0.1, log_interval=60)
     client.submit_message(conversation_id, "What is the refund policy?")
     items = [item for item in following if isinstance(item, EventView)]

@@ -1,7 +1,7 @@
 """The event log read on the API's event loop (`app/client/store/loop_store.py`) against the same
 read in a thread (`reads.read_events`), on a real database: the same pages of every size and
 cursor, the same errors for the same bad inputs; where the driver has no async side (SQLite),
-`aevents` reads in the thread it is given instead."""
+`AsyncChatClient.events` reads in the thread of its offload instead."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Engine, select
 
-from app.client import ChatClient
+from app.client import AsyncChatClient, ChatClient
 from app.client.store import quick_submit
 from app.client.store.loop_store import LoopStore
 from app.client.views import EventPage, Submitted
@@ -92,7 +92,8 @@ def both(client: ChatClient, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
             return (type(exc), str(exc))
 
     threaded = outcome(functools.partial(client.events, *args, **kwargs))
-    awaited = outcome(lambda: asyncio.run(client.aevents(*args, **kwargs, offload=in_a_thread)))
+    on_loop = AsyncChatClient(client, offload=in_a_thread)
+    awaited = outcome(lambda: asyncio.run(on_loop.events(*args, **kwargs)))
     return threaded, awaited
 
 
@@ -194,13 +195,14 @@ def test_a_turn_read_on_the_loop_is_the_turn_read_in_a_thread(world: World) -> N
     conversation_id = world.conversation("Where?", tools=[], client_tools=[LOCATE])
     plain = client.current_turn(conversation_id)
     assert plain is not None and plain.actions == ()
-    assert asyncio.run(client.aget_turn(plain.id, offload=in_a_thread)) == client.get_turn(plain.id)
+    on_loop = AsyncChatClient(client, offload=in_a_thread)
+    assert asyncio.run(on_loop.get_turn(plain.id)) == client.get_turn(plain.id)
     assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
     client.answer_actions(plain.id, {"c2": "France"})
 
     def read(turn_id: Any, owner: str | None) -> tuple[Any, Any]:
         threaded = functools.partial(client.get_turn, turn_id, owner=owner)
-        awaited = client.aget_turn(turn_id, owner=owner, offload=in_a_thread)
+        awaited = on_loop.get_turn(turn_id, owner=owner)
         outcomes = []
         for call in (threaded, lambda: asyncio.run(awaited)):
             try:
@@ -228,7 +230,7 @@ def test_a_turn_read_on_the_loop_is_the_turn_read_in_a_thread(world: World) -> N
 
 class Offloads:
     """An offload that runs the step in a thread and remembers which: `submit_message` (the
-    general path) or `_submitted` (the quick path's notice and doorbell)."""
+    general path) or `submitted` (the quick path's notice and doorbell)."""
 
     def __init__(self) -> None:
         self.ran: list[str] = []
@@ -239,10 +241,12 @@ class Offloads:
 
 
 def asubmit(client: ChatClient, *args: Any, **kwargs: Any) -> tuple[Any, list[str]]:
-    """`asubmit_message` on a loop of its own: what it returned (or raised), and the offloads."""
+    """`AsyncChatClient.submit_message` on a loop of its own: what it returned (or raised), and
+    the offloads."""
     offloads = Offloads()
+    on_loop = AsyncChatClient(client, offload=offloads)
     try:
-        return asyncio.run(client.asubmit_message(*args, **kwargs, offload=offloads)), offloads.ran
+        return asyncio.run(on_loop.submit_message(*args, **kwargs)), offloads.ran
     except Exception as exc:
         return (type(exc), str(exc)), offloads.ran
 
@@ -309,7 +313,7 @@ def test_a_submit_on_the_loop_writes_what_the_general_path_writes(
             if not on_loop:
                 return client.submit_message(conversation_id, text, owner="o", **kwargs)
             submitted, ran = asubmit(client, conversation_id, text, owner="o", **kwargs)
-            assert ran == (["_submitted"] if postgres else ["submit_message"]), ran
+            assert ran == (["submitted"] if postgres else ["submit_message"]), ran
             return submitted
 
         first = submit("what is 1 + 2?", idempotency_key="k1", metadata={"from": "test"})
@@ -377,7 +381,7 @@ def test_bad_submits_on_the_loop_get_the_general_path_s_errors(
 
 def test_the_fence_refuses_a_start_read_before_another_write(postgres_client: ChatClient) -> None:
     """The read, then a submit through the general path, then the stale start: it writes
-    nothing (no row back), and `asubmit_message` would take the general path."""
+    nothing (no row back), and `submit_message` would take the general path."""
     client = postgres_client
     store = client.loop_store
     assert store is not None
@@ -416,12 +420,13 @@ def test_racing_submits_start_one_turn_and_queue_the_rest(
     invariants, checked after the test, say the log has no gap)."""
     conversation_id = client.create_conversation(owner="o")
     offloads = Offloads()
+    on_loop = AsyncChatClient(client, offload=offloads)
 
     async def race() -> list[Submitted]:
         return await asyncio.gather(
             *(
-                client.asubmit_message(
-                    conversation_id, f"message {n}", owner="o", on_busy="enqueue", offload=offloads
+                on_loop.submit_message(
+                    conversation_id, f"message {n}", owner="o", on_busy="enqueue"
                 )
                 for n in range(8)
             )

@@ -1,5 +1,6 @@
 """The conversation's tree: edit a message, regenerate an answer, switch the active path, fork
-into a new conversation. Thin routes over `ChatClient` (`client/branching.py` has the table)."""
+into a new conversation. Thin routes over `AsyncChatClient` (`client/branching.py` has the
+table)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ Seq = Annotated[int, Path(ge=1, le=MAX_SEQ, description="a message's seq")]
     response_model=Submission,
     responses=documented(400, 401, 404, 409, 413, 422, 429, 503),
 )
-def edit_message(
+async def edit_message(
     conversation_id: uuid.UUID,
     seq: Seq,
     *,
@@ -42,7 +43,7 @@ def edit_message(
     messages before it on its own path, made the end of the active path; a turn runs on it
     (202). The old version stays. 404 `message_not_found`; 409 `not_branchable` for a message
     that is not the user's, `conversation_busy` per `on_busy`."""
-    submitted = api.client.edit_message(
+    submitted = await api.chat.edit_message(
         conversation_id,
         seq,
         body.text,
@@ -59,7 +60,7 @@ def edit_message(
     response_model=Submission,
     responses=documented(400, 401, 404, 409, 422, 429, 503),
 )
-def regenerate(
+async def regenerate(
     conversation_id: uuid.UUID,
     *,
     body: Regenerate,
@@ -71,7 +72,7 @@ def regenerate(
     """A new answer to the user message at or above `seq` on `seq`'s own path, whichever branch
     (omitted: the last one): a turn runs from it again (202); its answer is a new version of
     the old one, which stays."""
-    submitted = api.client.regenerate(
+    submitted = await api.chat.regenerate(
         conversation_id,
         body.seq,
         idempotency_key=idempotency_key,
@@ -86,13 +87,13 @@ def regenerate(
     response_model=Conversation,
     responses=documented(400, 401, 404, 409, 422, 503),
 )
-def switch_branch(
+async def switch_branch(
     conversation_id: uuid.UUID, body: BranchSwitch, caller: Authenticated, api: Api
 ) -> Conversation:
     """Show the version holding message `seq`: the active path goes to the newest message under
     it (the version's latest state); no turn runs. 409 `conversation_busy` while a turn runs or
     waits. Followers hear `branch.switched`. The conversation with its new path."""
-    view = api.client.switch_branch(conversation_id, body.seq, owner=caller.owner)
+    view = await api.chat.switch_branch(conversation_id, body.seq, owner=caller.owner)
     return Conversation.model_validate(view)
 
 
@@ -102,7 +103,7 @@ def switch_branch(
     response_model=Conversation,
     responses=documented(400, 401, 404, 409, 413, 422, 429, 503),
 )
-def fork_conversation(
+async def fork_conversation(
     conversation_id: uuid.UUID, body: Fork, caller: Authenticated, api: Api, response: Response
 ) -> Conversation:
     """A new conversation of yours, set up as this one, holding a copy of its path up to `seq`
@@ -110,7 +111,7 @@ def fork_conversation(
     whose tool calls have no results up to it; `conversation_conflict` for a taken `id`; 429
     `storage_quota_exceeded` when the copy would take you past your storage quota (413
     `larger_than_storage_quota` when it alone holds more)."""
-    view = api.client.fork_conversation(
+    view = await api.chat.fork_conversation(
         conversation_id, body.seq, new_id=body.id, owner=caller.owner
     )
     response.headers["Location"] = f"/v1/conversations/{view.id}"

@@ -1,4 +1,4 @@
-"""Conversations and the messages submitted to them: thin routes over `ChatClient`."""
+"""Conversations and the messages submitted to them: thin routes over `AsyncChatClient`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import uuid
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
-from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
 from app.api.bodies import MAX_SEQ, ConversationCreate, MessageCreate
@@ -44,12 +43,12 @@ IdempotencyKey = Annotated[
         also={200: {"model": Conversation, "description": "it existed, same fields"}},
     ),
 )
-def create_conversation(
+async def create_conversation(
     body: ConversationCreate, caller: Authenticated, api: Api, response: Response
 ) -> Conversation:
     """A new idle conversation (201); with a chosen `id` that exists with the same fields, that
     one (200); with other fields, 409 `conversation_conflict`."""
-    view, created = api.client.create_or_get(
+    view, created = await api.chat.create_or_get(
         conversation_id=body.id,
         model=body.model,
         instructions=body.instructions,
@@ -72,7 +71,7 @@ def create_conversation(
 
 
 @router.get("", response_model=ConversationList, responses=documented(400, 401, 422, 503))
-def list_conversations(
+async def list_conversations(
     caller: Authenticated,
     api: Api,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
@@ -81,7 +80,7 @@ def list_conversations(
     ] = None,
 ) -> ConversationList:
     """The caller's conversations, newest first."""
-    page = api.client.list_conversations(owner=caller.owner, limit=limit, before=before)
+    page = await api.chat.list_conversations(owner=caller.owner, limit=limit, before=before)
     return ConversationList(
         data=[Conversation.summary(view) for view in page.conversations],
         next_before=page.next_before,
@@ -91,7 +90,7 @@ def list_conversations(
 @router.get(
     "/{conversation_id}", response_model=Conversation, responses=documented(401, 404, 422, 503)
 )
-def get_conversation(
+async def get_conversation(
     conversation_id: uuid.UUID,
     caller: Authenticated,
     api: Api,
@@ -105,17 +104,17 @@ def get_conversation(
 ) -> Conversation:
     """Its status, setup, usage and transcript: the active path, each message with its
     versions (`siblings`)."""
-    view = api.client.get_conversation(
+    view = await api.chat.get_conversation(
         conversation_id, after_seq, owner=caller.owner, all_versions=versions == "all"
     )
     return Conversation.model_validate(view)
 
 
 @router.delete("/{conversation_id}", status_code=204, responses=documented(401, 404, 409, 422, 503))
-def delete_conversation(conversation_id: uuid.UUID, caller: Authenticated, api: Api) -> None:
+async def delete_conversation(conversation_id: uuid.UUID, caller: Authenticated, api: Api) -> None:
     """Delete it with its turns, messages and events; 409 `conversation_busy` while a turn runs
     or waits (cancel it first)."""
-    api.client.delete_conversation(conversation_id, owner=caller.owner)
+    await api.chat.delete_conversation(conversation_id, owner=caller.owner)
 
 
 @router.post(
@@ -156,11 +155,11 @@ async def submit_message(
     """The user's message as a new turn (202, `Location` names the turn). While a turn runs,
     `on_busy` decides: 409 `conversation_busy` naming it, queued behind it, interrupting it,
     rolling it back, or steering it (409 `not_branchable` while it waits for its client)."""
-    client = api.client
+    client = api.chat
 
     async def submit() -> tuple[Submission, uuid.UUID]:
-        # (the common submit on the event loop, the rest in the threadpool: `asubmit_message`)
-        submitted = await client.asubmit_message(
+        # (the common submit on the event loop, the rest in the threadpool)
+        submitted = await client.submit_message(
             conversation_id,
             body.text,
             idempotency_key=idempotency_key,
@@ -170,7 +169,6 @@ async def submit_message(
             files=None
             if body.files is None
             else [item.model_dump(exclude_none=True) for item in body.files],
-            offload=run_in_threadpool,
         )
         assert submitted.turn is not None
         response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
@@ -187,9 +185,7 @@ async def submit_message(
         _, turn_id = await submit()
         timeout = api.settings.api_max_wait_seconds
         log_interval = api.settings.api_log_poll_seconds
-        result = await api.follow_step(
-            lambda: client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
-        )
+        result = await client.wait_for_turn(turn_id, timeout, log_interval=log_interval)
     finally:
         api.close_stream(caller.owner)
     # 200 once the turn rests: ended, or waiting for an answer (`requires_action`)
@@ -203,12 +199,12 @@ async def submit_message(
     response_model=Submission,
     responses=documented(401, 404, 409, 422, 429, 503),
 )
-def retry_conversation(
+async def retry_conversation(
     conversation_id: uuid.UUID, caller: Authenticated, api: Api, response: Response
 ) -> Submission:
     """A new turn that continues a failed one from its transcript; 409 `not_retryable` unless
     the conversation failed."""
-    submitted = api.client.retry_conversation(conversation_id, owner=caller.owner)
+    submitted = await api.chat.retry_conversation(conversation_id, owner=caller.owner)
     assert submitted.turn is not None
     response.headers["Location"] = f"/v1/turns/{submitted.turn.id}"
     return Submission.model_validate(submitted)
@@ -219,10 +215,10 @@ def retry_conversation(
     response_model=Turn | None,
     responses=CANCEL_RESPONSES,
 )
-def cancel_current(
+async def cancel_current(
     conversation_id: uuid.UUID, caller: Authenticated, api: Api, response: Response
 ) -> Turn | None:
     """Stop the conversation's current turn (see POST /v1/turns/{id}/cancel); null before its
     first turn."""
-    turn = api.client.cancel(conversation_id, owner=caller.owner)
+    turn = await api.chat.cancel(conversation_id, owner=caller.owner)
     return None if turn is None else as_cancelled(turn, response)

@@ -16,7 +16,6 @@ from app.api.state import Api
 from app.api.streaming import released, sse_events
 from app.client import Cursor
 from app.client.following import REST, TURN_END
-from app.client.reader import await_events
 
 router = APIRouter(prefix="/conversations", tags=["events"], route_class=GuardedRoute)
 
@@ -51,16 +50,14 @@ async def list_events(
     """Committed events with `seq > after`, oldest first; with `wait`, a long poll."""
     wait = min(wait, api.settings.api_max_wait_seconds)
     # A long poll (wait > 0) is counted with the streams, for the process and the owner; it
-    # waits on the event loop, its database reads in the readers' pool.
-    reading = await_events(
-        api.client,
+    # waits on the event loop, its database reads in the client's offload.
+    reading = api.chat.wait_for_events(
         conversation_id,
         after,
         limit,
         wait=wait,
         log_interval=api.settings.api_log_poll_seconds,
         owner=caller.owner,
-        offload=api.read_step,
     )
     if wait == 0:
         page = await reading
@@ -120,15 +117,16 @@ async def stream_events(
     ends = {"rest": REST, "turn_end": TURN_END, "never": None}[until]
     api.open_stream(caller.owner)
     try:
-        following = await api.client.afollow(
-            conversation_id,
-            cursor,
-            until=ends,
-            poll_interval=STREAM_WAKE_SECONDS,
-            log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
-            owner=caller.owner,
-            offload=api.read_step,
-        )
+        following = (
+            await api.chat.follow(
+                conversation_id,
+                cursor,
+                until=ends,
+                poll_interval=STREAM_WAKE_SECONDS,
+                log_interval=lambda: api.safety_read_interval(STREAM_WAKE_SECONDS),
+                owner=caller.owner,
+            )
+        ).sync  # (its items in batches, `next_batch`, the stream's reads in the readers' pool)
     except BaseException:
         api.close_stream(caller.owner)
         raise

@@ -6,7 +6,6 @@ import uuid
 from urllib.parse import quote
 
 from fastapi import APIRouter, Response
-from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
 from app.api.gate import GuardedRoute
@@ -30,7 +29,7 @@ INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 async def get_file(file_id: uuid.UUID, caller: Authenticated, api: Api) -> Response:
     """A message's file: its bytes with the media type read from them (an image inline, any
     other file as an attachment); another owner's is a 404 `file_not_found`."""
-    stored = await run_in_threadpool(lambda: api.client.get_file(file_id, owner=caller.owner))
+    stored = await api.chat.get_file(file_id, owner=caller.owner)
     disposition = "inline" if stored.media_type in INLINE_TYPES else "attachment"
     if stored.name:
         disposition += f"; filename*=UTF-8''{quote(stored.name)}"

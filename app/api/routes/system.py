@@ -24,9 +24,9 @@ async def health() -> Health:
     response_model=Readiness,
     responses={503: {"model": Readiness, "description": "the database or Redis is down"}},
 )
-def ready(api: Api, response: Response) -> Readiness:
+async def ready(api: Api, response: Response) -> Readiness:
     """The database and the live channel answer (a readiness probe)."""
-    found = api.client.admin.check_ready()
+    found = await api.chat.admin.check_ready()
     up = all(state == "ok" for state in found.values())
     if not up:
         response.status_code = 503
@@ -35,6 +35,6 @@ def ready(api: Api, response: Response) -> Readiness:
 
 
 @router.get("/tools", response_model=ToolList, responses=documented(401, 503))
-def list_tools(caller: Authenticated, api: Api) -> ToolList:
+async def list_tools(caller: Authenticated, api: Api) -> ToolList:
     """The tools a conversation may use, as the workers last published them."""
-    return ToolList(data=[Tool.model_validate(info) for info in api.client.admin.list_tools()])
+    return ToolList(data=[Tool.model_validate(info) for info in await api.chat.admin.list_tools()])

@@ -37,7 +37,7 @@ def as_cancelled(turn: TurnView, response: Response) -> Turn:
 @router.get("/{turn_id}", response_model=Turn, responses=documented(401, 404, 422, 503))
 async def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
     """Its status, error, usage and times."""
-    turn = await api.client.aget_turn(turn_id, owner=caller.owner, offload=api.read_step)
+    turn = await api.chat.get_turn(turn_id, owner=caller.owner)
     return Turn.model_validate(turn)
 
 
@@ -46,12 +46,14 @@ async def get_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api) -> Turn:
     response_model=Turn,
     responses=CANCEL_RESPONSES,
 )
-def cancel_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api, response: Response) -> Turn:
+async def cancel_turn(
+    turn_id: uuid.UUID, caller: Authenticated, api: Api, response: Response
+) -> Turn:
     """Stop the turn: 200 when it has ended (a finished turn comes back unchanged: asking twice
     is harmless), 202 while its worker is told (`cancel_requested_at` set; `turn.cancelled`
     follows in moments). A waiting turn is cancelled when its time comes, before any model
     call."""
-    return as_cancelled(api.client.cancel_turn(turn_id, owner=caller.owner), response)
+    return as_cancelled(await api.chat.cancel_turn(turn_id, owner=caller.owner), response)
 
 
 @router.post(
@@ -60,7 +62,7 @@ def cancel_turn(turn_id: uuid.UUID, caller: Authenticated, api: Api, response: R
     responses=documented(400, 401, 404, 409, 413, 422, 503),
     openapi_extra=TAKES_OUTPUTS,
 )
-def answer_actions(
+async def answer_actions(
     turn_id: uuid.UUID, body: ActionsSubmit, caller: Authenticated, api: Api
 ) -> Turn:
     """Answer what the turn waits for (`requires_action`), by call id: a client tool's output,
@@ -79,5 +81,5 @@ def answer_actions(
             outputs[answer.call_id] = answer.output
         else:
             approvals[answer.call_id] = Decision(answer.approve, answer.reason)
-    turn = api.client.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
+    turn = await api.chat.answer_actions(turn_id, outputs, approvals=approvals, owner=caller.owner)
     return Turn.model_validate(turn)

@@ -21,14 +21,14 @@ router = APIRouter(prefix="/webhooks", tags=["webhooks"], route_class=GuardedRou
 @router.post(
     "", response_model=WebhookOut, status_code=201, responses=documented(400, 401, 404, 422, 503)
 )
-def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> WebhookOut:
+async def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> WebhookOut:
     """Be told when a turn of yours ends (`turn.completed`, `turn.failed`, `turn.cancelled`)
     or waits for you (`turn.requires_action`): a POST to `url`, at least once, signed by the
     Standard Webhooks scheme (`webhook-id`, `webhook-timestamp`, `webhook-signature`) with the
     `secret` of this answer. Body: `{"type", "timestamp", "data": {"conversation_id",
     "turn_id", "status", "error", "event_seq"}}`. A receiver answers 2xx within the timeout, or
     it is tried again with growing waits for about a day; deduplicate by `webhook-id`."""
-    view = api.client.admin.add_webhook(
+    view = await api.chat.admin.add_webhook(
         body.url,
         owner=caller.owner,
         conversation_id=body.conversation_id,
@@ -40,25 +40,26 @@ def add_webhook(body: WebhookCreate, caller: Authenticated, api: Api) -> Webhook
 
 
 @router.get("", response_model=WebhookList, responses=documented(401, 503))
-def list_webhooks(caller: Authenticated, api: Api) -> WebhookList:
+async def list_webhooks(caller: Authenticated, api: Api) -> WebhookList:
     """Your webhooks (never their secrets)."""
     return WebhookList(
         data=[
             WebhookOut.model_validate(view)
-            for view in api.client.admin.list_webhooks(owner=caller.owner)
+            for view in await api.chat.admin.list_webhooks(owner=caller.owner)
         ]
     )
 
 
 @router.get("/{webhook_id}", response_model=WebhookOut, responses=documented(401, 404, 422, 503))
-def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> WebhookOut:
-    return WebhookOut.model_validate(api.client.admin.get_webhook(webhook_id, owner=caller.owner))
+async def get_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> WebhookOut:
+    view = await api.chat.admin.get_webhook(webhook_id, owner=caller.owner)
+    return WebhookOut.model_validate(view)
 
 
 @router.delete("/{webhook_id}", status_code=204, responses=documented(401, 404, 422, 503))
-def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> Response:
+async def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> Response:
     """The webhook and its deliveries, pending ones included: nothing more is sent."""
-    api.client.admin.remove_webhook(webhook_id, owner=caller.owner)
+    await api.chat.admin.remove_webhook(webhook_id, owner=caller.owner)
     return Response(status_code=204)
 
 
@@ -67,7 +68,7 @@ def remove_webhook(webhook_id: uuid.UUID, caller: Authenticated, api: Api) -> Re
     response_model=DeliveryList,
     responses=documented(400, 401, 404, 422, 503),
 )
-def list_deliveries(
+async def list_deliveries(
     webhook_id: uuid.UUID,
     caller: Authenticated,
     api: Api,
@@ -76,7 +77,7 @@ def list_deliveries(
 ) -> DeliveryList:
     """The webhook's deliveries, newest first: each attempt's count, the receiver's last
     status and error; `status=failed` lists the ones given up."""
-    views = api.client.admin.list_deliveries(
+    views = await api.chat.admin.list_deliveries(
         webhook_id, owner=caller.owner, status=status, limit=limit
     )
     return DeliveryList(data=[DeliveryOut.model_validate(view) for view in views])
@@ -87,7 +88,7 @@ def list_deliveries(
     response_model=DeliveryOut,
     responses=documented(401, 404, 422, 503),
 )
-def redeliver(
+async def redeliver(
     webhook_id: uuid.UUID,
     delivery_id: Annotated[int, Path(ge=1, le=2**63 - 1)],
     caller: Authenticated,
@@ -96,5 +97,5 @@ def redeliver(
     """Send a given-up delivery again from now, with a fresh schedule (a pending or delivered
     one comes back unchanged)."""
     return DeliveryOut.model_validate(
-        api.client.admin.redeliver(webhook_id, delivery_id, owner=caller.owner)
+        await api.chat.admin.redeliver(webhook_id, delivery_id, owner=caller.owner)
     )
