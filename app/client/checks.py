@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,13 +24,11 @@ from app.errors import (
     InvalidRequest,
     MessageTooLarge,
     TurnNotFound,
-    UnknownTool,
     WebhookNotFound,
 )
 from app.models import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     PERIODS,
-    TOOL_CHOICES,
     WEBHOOK_EVENT_TYPES,
 )
 from app.models.webhook import MAX_URL_CHARS
@@ -79,71 +77,6 @@ def check_model(model: Any) -> str:
     return model.strip()
 
 
-def check_tool_choice(tool_choice: Any) -> None:
-    if tool_choice not in TOOL_CHOICES:
-        raise InvalidRequest(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
-
-
-def check_tool_names(tools: Sequence[str], tool_choice: str) -> list[str]:
-    """The tool names without duplicates, in order; 'required' needs at least one."""
-    if isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools):
-        raise InvalidRequest("tools must be a list of tool names")
-    names = list(dict.fromkeys(tools))
-    if tool_choice == "required" and not names:
-        raise InvalidRequest("tool_choice 'required' needs at least one tool")
-    return names
-
-
-def check_approval_tools(approval: Any, tools: Sequence[str]) -> list[str] | None:
-    """The tools whose every call the user approves first: names among `tools` (a server's
-    tools of the conversation), without duplicates; None or [] for none."""
-    if approval is None:
-        return None
-    if isinstance(approval, str) or not all(isinstance(t, str) and t for t in approval):
-        raise InvalidRequest("approval_tools must be a list of tool names")
-    names = list(dict.fromkeys(approval))
-    unknown = [name for name in names if name not in tools]
-    if unknown:
-        raise InvalidRequest(
-            f"approval_tools: {unknown[0]!r} is not one of the conversation's tools"
-        )
-    return names or None
-
-
-#: A conversation's context policy: each key, its type, and its bounds (as the settings').
-CONTEXT_POLICY_KEYS: dict[str, tuple[type, float | None, float | None]] = {
-    "window": (int, 256, None),
-    "threshold": (float, 0.1, 1.0),
-    "reply_tokens": (int, 16, None),
-    "compaction": (bool, None, None),
-    "summary_model": (str, None, None),
-    "prompt_cache": (bool, None, None),
-}
-
-
-def check_context_policy(policy: Any) -> dict[str, Any] | None:
-    """A conversation's own context rules (`CONTEXT_POLICY_KEYS`); None or {} for none."""
-    if policy is None:
-        return None
-    if not isinstance(policy, dict):
-        raise InvalidRequest("context_policy must be an object")
-    for key, value in policy.items():
-        if key not in CONTEXT_POLICY_KEYS:
-            known = ", ".join(CONTEXT_POLICY_KEYS)
-            raise InvalidRequest(f"context_policy: unknown key {key!r}; known: {known}")
-        kind, low, high = CONTEXT_POLICY_KEYS[key]
-        number = kind in (int, float) and not isinstance(value, bool)
-        fits = isinstance(value, int | float) if kind is float else isinstance(value, kind)
-        if not fits or (kind is int and isinstance(value, bool)):
-            raise InvalidRequest(f"context_policy.{key} must be a {kind.__name__}, not {value!r}")
-        if number and ((low is not None and value < low) or (high is not None and value > high)):
-            bounds = f"at least {low:g}" if high is None else f"from {low:g} to {high:g}"
-            raise InvalidRequest(f"context_policy.{key} must be {bounds}, not {value!r}")
-        if kind is str and not value.strip():
-            raise InvalidRequest(f"context_policy.{key} must not be empty")
-    return dict(policy) or None
-
-
 def check_text(text: Any, what: str, limit: int, *, allow_empty: bool = False) -> None:
     """A storable string of at most `limit` characters (`what` names it in the message)."""
     if not isinstance(text, str):
@@ -188,30 +121,6 @@ def check_storable_json(value: Any, what: str) -> None:
                 f"{what} holds a string with a NUL character or a lone surrogate, which "
                 "cannot be stored"
             )
-
-
-def check_context(context: Any) -> None:
-    """None, or a dict that serializes to JSON."""
-    if context is None:
-        return
-    if not isinstance(context, dict):
-        raise InvalidRequest("context must be a JSON object (a dict) or None")
-    check_storable_json(context, "context")
-
-
-def check_tools_offered(names: Sequence[str], offered: Collection[str]) -> None:
-    """Every name is in the published catalogue `offered`; the error says what exists."""
-    missing = [name for name in names if name not in offered]
-    if not missing:
-        return
-    if not offered:
-        raise UnknownTool(
-            f"unknown tool(s): {', '.join(missing)}; no worker has published its tools yet "
-            "(start one with `chatworker worker`, or run `chatworker tools --refresh`)"
-        )
-    raise UnknownTool(
-        f"unknown tool(s): {', '.join(missing)}; available: {', '.join(sorted(offered))}"
-    )
 
 
 def check_idempotency_key(key: Any) -> str | None:
@@ -405,26 +314,3 @@ def check_event_types(event_types: Sequence[str] | None) -> tuple[str, ...]:
             f"unknown event type {unknown[0]!r}; use {', '.join(WEBHOOK_EVENT_TYPES)}"
         )
     return tuple(name for name in WEBHOOK_EVENT_TYPES if name in event_types)
-
-
-MAX_FALLBACK_MODELS = 5
-
-
-def check_fallback_models(models: Any, model: str | None = None) -> list[str] | None:
-    """The models a call falls back to, in order: None, or up to 5 distinct model strings (not
-    the conversation's own `model`)."""
-    if models is None:
-        return None
-    if isinstance(models, str | bytes | dict) or not isinstance(models, Sequence):
-        raise InvalidRequest("fallback_models must be a list of model strings")
-    if len(models) > MAX_FALLBACK_MODELS:
-        raise InvalidRequest(
-            f"fallback_models: at most {MAX_FALLBACK_MODELS} models, not {len(models)}"
-        )
-    checked = [check_model(item) for item in models]
-    for name in checked:
-        if checked.count(name) > 1:
-            raise InvalidRequest(f"fallback_models: {name!r} is named twice")
-        if name == model:
-            raise InvalidRequest(f"fallback_models: {name!r} is the conversation's own model")
-    return checked or None

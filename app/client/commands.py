@@ -9,32 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy.exc import IntegrityError
 
 from app.client import attachments, branching, filing, quota
-from app.client.checks import (
-    check_approval_tools,
-    check_context,
-    check_context_policy,
-    check_fallback_models,
-    check_model,
-    check_seq,
-    check_text,
-    check_tool_choice,
-    check_tool_names,
-    check_tools_offered,
-    parse_conversation_id,
-    parse_file_id,
-)
+from app.client.checks import check_seq, parse_conversation_id, parse_file_id
 from app.client.keys import check_owner_name
 from app.client.reader import AsyncReader
-from app.client.schemas import check_client_tools, check_output_schema
+from app.client.setup import Setup, check_setup, check_tools_offered
 from app.client.store import conversations, reads
 from app.client.store import files as stored_files
 from app.client.views import ConversationView, StoredFile
-from app.errors import InvalidRequest
 
 
 class ConversationCommands(AsyncReader):
@@ -43,126 +29,53 @@ class ConversationCommands(AsyncReader):
     async def create_conversation(
         self,
         *,
-        model: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[str] = (),
-        tool_choice: str = "auto",
-        context: dict[str, Any] | None = None,
         owner: str | None = None,
         conversation_id: uuid.UUID | str | None = None,
-        client_tools: Sequence[dict[str, Any]] | None = None,
-        clarify: bool = True,
-        approval_tools: Sequence[str] | None = None,
-        context_policy: dict[str, Any] | None = None,
-        output_schema: Mapping[str, Any] | None = None,
-        fallback_models: Sequence[str] | None = None,
+        **setup: Unpack[Setup],
     ) -> uuid.UUID:
-        """A new idle conversation; `tools` are names from `list_tools()`.
+        """A new idle conversation, set up by `setup` (`setup.Setup` says each key).
 
         `owner`: who may see it through the HTTP API (None: no one in particular). A caller may
         choose its id: a second create with the same id and the same fields returns it again
-        (see `create_or_get`), with other fields it is `ConversationConflict`.
-
-        `client_tools`: tools the web app's client executes ({"name", "description",
-        "parameters": a JSON Schema}); a call of one pauses the turn (`requires_action`) until
-        the client posts its output (`answer_actions`). `clarify`: the model may ask the
-        user a question (`agent_clarify`) when it has tools; the next message answers it.
-        `approval_tools`: tools (of `tools`) whose every call the user approves first, beyond
-        what each MCP server's own policy asks (a caller can ask for more, never less).
-        `context_policy`: this conversation's own rules for what the model is sent as it grows
-        (`window`, `threshold`, `reply_tokens`, `compaction`, `summary_model`, `prompt_cache`),
-        over the settings'. `output_schema`: every final answer must match this JSON Schema
-        (`{"name", "schema", "strict"}`; checked before the turn completes, one repair asked
-        for); a message may ask for its own. `fallback_models`: the models a call moves to, in
-        order, when the one in use is down or its transient errors spent their retries (None:
-        the settings' `CHATWORKER_FALLBACK_MODELS`)."""
-        created, _ = await self.create_or_get(
-            model=model,
-            instructions=instructions,
-            tools=tools,
-            tool_choice=tool_choice,
-            context=context,
-            owner=owner,
-            conversation_id=conversation_id,
-            client_tools=client_tools,
-            clarify=clarify,
-            approval_tools=approval_tools,
-            context_policy=context_policy,
-            output_schema=output_schema,
-            fallback_models=fallback_models,
-        )
-        return created.id
+        (see `create_or_get`), with other fields it is `ConversationConflict`."""
+        return (await self.create_or_get(owner=owner, conversation_id=conversation_id, **setup))[
+            0
+        ].id
 
     async def create_or_get(
         self,
         *,
-        model: str | None = None,
-        instructions: str | None = None,
-        tools: Sequence[str] = (),
-        tool_choice: str = "auto",
-        context: dict[str, Any] | None = None,
         owner: str | None = None,
         conversation_id: uuid.UUID | str | None = None,
-        client_tools: Sequence[dict[str, Any]] | None = None,
-        clarify: bool = True,
-        approval_tools: Sequence[str] | None = None,
-        context_policy: dict[str, Any] | None = None,
-        output_schema: Mapping[str, Any] | None = None,
-        fallback_models: Sequence[str] | None = None,
+        **setup: Unpack[Setup],
     ) -> tuple[ConversationView, bool]:
         """`create_conversation`, as read in its transaction (without messages), and whether it
         was created (False: it existed, same fields)."""
 
         def create() -> tuple[ConversationView, bool]:
-            chosen_model = check_model(self.settings.model if model is None else model)
-            check_tool_choice(tool_choice)
-            names = check_tool_names(tools, tool_choice)
-            declared = check_client_tools(client_tools, names)
-            approval = check_approval_tools(approval_tools, names)
-            if not isinstance(clarify, bool):
-                raise InvalidRequest(f"clarify must be true or false, not {clarify!r}")
-            if instructions is not None:
-                check_text(instructions, "instructions", self.wiring.limit, allow_empty=True)
-            check_context(context)
-            policy = check_context_policy(context_policy)
-            schema = check_output_schema(output_schema)
-            fallbacks = check_fallback_models(fallback_models, chosen_model)
+            columns = check_setup(setup, self.settings.model, self.wiring.limit)
             if owner is not None:
                 check_owner_name(owner)
             chosen = (
                 uuid.uuid4() if conversation_id is None else parse_conversation_id(conversation_id)
             )
-            setup: dict[str, Any] = {
-                "owner": owner,
-                "model": chosen_model,
-                "instructions": instructions,
-                "tools": names,
-                "tool_choice": tool_choice,
-                "context": context,
-                "client_tools": declared,
-                "clarify": clarify,
-                "approval_tools": approval,
-                "context_policy": policy,
-                "output_schema": schema,
-                "fallback_models": fallbacks,
-            }
             try:
-                return self._insert(chosen, setup)
+                return self._insert(chosen, owner, columns)
             except IntegrityError:
                 if conversation_id is None:
                     raise
                 # Two creates of one chosen id at once: the other one won; compare with it.
-                return self._insert(chosen, setup)
+                return self._insert(chosen, owner, columns)
 
         return await self.offload(create)
 
     def _insert(
-        self, conversation_id: uuid.UUID, setup: dict[str, Any]
+        self, conversation_id: uuid.UUID, owner: str | None, columns: dict[str, Any]
     ) -> tuple[ConversationView, bool]:
         with self.engine.begin() as connection:
-            if setup["tools"]:
-                check_tools_offered(setup["tools"], reads.catalogue_names(connection))
-            created = conversations.insert_conversation(connection, conversation_id, **setup)
+            if columns["allowed_tools"]:
+                check_tools_offered(columns["allowed_tools"], reads.catalogue_names(connection))
+            created = conversations.insert_conversation(connection, conversation_id, owner, columns)
             return reads.read_conversation(
                 connection, conversation_id, None, messages=False
             ), created

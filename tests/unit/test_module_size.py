@@ -17,7 +17,6 @@ MODULE_WAIVERS: dict[str, str] = {
     "cli.py": "the command line's argument tree, one flat table of subcommands",
     "worker/store/lifecycle.py": "being split",
     "worker/step_loop.py": "being split",
-    "client/checks.py": "being split",
     "testing/zygote.py": "being split",
     "worker/store/fence.py": "being split",
     "client/store/reads.py": "being split",

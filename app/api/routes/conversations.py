@@ -48,22 +48,10 @@ async def create_conversation(
 ) -> Conversation:
     """A new idle conversation (201); with a chosen `id` that exists with the same fields, that
     one (200); with other fields, 409 `conversation_conflict`."""
+    # (the body's fields are the setup's keys, `app.client.setup.Setup`)
+    setup = body.model_dump(exclude={"id"})
     view, created = await api.chat.create_or_get(
-        conversation_id=body.id,
-        model=body.model,
-        instructions=body.instructions,
-        tools=body.tools,
-        tool_choice=body.tool_choice,
-        context=body.context,
-        owner=caller.owner,
-        client_tools=None
-        if body.client_tools is None
-        else [tool.model_dump() for tool in body.client_tools],
-        clarify=body.clarify,
-        approval_tools=body.approval_tools,
-        context_policy=body.context_policy,
-        output_schema=body.output_schema,
-        fallback_models=body.fallback_models,
+        conversation_id=body.id, owner=caller.owner, **setup
     )
     response.status_code = 201 if created else 200
     response.headers["Location"] = f"/v1/conversations/{view.id}"

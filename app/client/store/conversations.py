@@ -10,7 +10,7 @@ the events it appends take the next seqs in commit order, interleaved correctly 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -79,39 +79,16 @@ class NewTurn:
 def insert_conversation(
     connection: Connection,
     conversation_id: uuid.UUID,
-    *,
     owner: str | None,
-    model: str,
-    instructions: str | None,
-    tools: Sequence[str],
-    tool_choice: str,
-    context: dict[str, Any] | None,
-    client_tools: list[dict[str, Any]] | None = None,
-    clarify: bool = True,
-    approval_tools: list[str] | None = None,
-    context_policy: dict[str, Any] | None = None,
-    output_schema: dict[str, Any] | None = None,
-    fallback_models: list[str] | None = None,
+    columns: Mapping[str, Any],
 ) -> bool:
-    """A new idle conversation (the columns' defaults do the rest); False when one with that id
-    exists already, set up exactly so for the same owner (nothing is written).
+    """A new idle conversation of `owner` set up by `columns` (`setup.check_setup`'s; the
+    columns' defaults do the rest); False when one with that id exists already, set up exactly
+    so for the same owner (nothing is written).
 
     `ConversationConflict` when the id is taken otherwise: other fields, or another owner (which
     of the two is not said, so an id reveals nothing about someone else's conversation)."""
-    setup = {
-        "owner": owner,
-        "model": model,
-        "instructions": instructions,
-        "allowed_tools": list(tools),
-        "tool_choice": tool_choice,
-        "context": context,
-        "client_tools": client_tools,
-        "clarify": clarify,
-        "approval_tools": approval_tools,
-        "context_policy": context_policy,
-        "output_schema": output_schema,
-        "fallback_models": fallback_models,
-    }
+    setup = {"owner": owner, **columns}
     existing = connection.execute(
         select(*(conversations.c[name] for name in setup)).where(
             conversations.c.id == conversation_id
