@@ -40,8 +40,8 @@ from sqlalchemy import Connection
 from app.client import intake
 from app.client.store import branches, conversations
 from app.client.store.answers import waiting_turn
-from app.client.store.conversations import ROOT, NewTurn, Target
 from app.client.store.journal import AT_REST, append, leaf_seq, lock_conversation, turn_id_of
+from app.client.store.new_turns import ROOT, NewTurn, Target
 from app.errors import ConversationBusy, NotBranchable
 from app.models import BRANCH_SWITCHED, FOR_MESSAGE, FOR_REGENERATE, MESSAGE_COMMITTED, USER
 

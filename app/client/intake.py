@@ -32,11 +32,11 @@ from app.client.admission import (
     Start,
     Steer,
 )
-from app.client.store import budgets, conversations, owners
+from app.client.store import budgets, new_turns, owners
 from app.client.store.answers import answer_actions, open_clarifications, waiting_turn
 from app.client.store.cancel import cancel_current, cancel_waiting, waiting_turns
-from app.client.store.conversations import NewTurn, Target
 from app.client.store.journal import lock_conversation, turn_id_of
+from app.client.store.new_turns import NewTurn, Target
 from app.models import FOR_MESSAGE, FOR_STEER, IDLE, REQUIRES_ACTION, RUNNING
 
 
@@ -62,7 +62,7 @@ def submit(
     row = lock_conversation(connection, conversation_id)
     keyed = None
     if idempotency_key is not None:
-        keyed = conversations.keyed_turn(connection, conversation_id, idempotency_key)
+        keyed = new_turns.keyed_turn(connection, conversation_id, idempotency_key)
     # (only a resting conversation's current turn can wait for the user)
     waiting = None
     if row.status == IDLE and row.turn_number:
@@ -100,7 +100,7 @@ def submit(
             status = RUNNING if answered.resumes else REQUIRES_ACTION
             return NewTurn(waiting.id, row.turn_number, status, None, resumes=answered.resumes)
         case Start():
-            return conversations.start_turn(
+            return new_turns.start_turn(
                 connection,
                 conversation_id,
                 row,
@@ -137,7 +137,7 @@ def retry(
     read = Read(row.status, used_up, **_owner_count(connection, owner, owner_limit))
     decided = admission.admit_retry(read)
     if isinstance(decided, Start):
-        return conversations.retry_turn(connection, conversation_id, row)
+        return new_turns.retry_turn(connection, conversation_id, row)
     raise _refusal(connection, conversation_id, row, decided, key=None, owner=owner)
 
 
@@ -162,13 +162,11 @@ def _queue(
     now = datetime.now(UTC)
     interrupt = isinstance(decided, Interrupt | Rollback)
     if isinstance(decided, Rollback) and target is None:
-        target = Target(
-            FOR_MESSAGE, conversations.where_turn_hangs(connection, conversation_id, row)
-        )
+        target = Target(FOR_MESSAGE, new_turns.where_turn_hangs(connection, conversation_id, row))
     if interrupt:
         waiting = [turn.id for turn in waiting_turns(connection, conversation_id, row.turn_number)]
         last_seq = cancel_waiting(connection, conversation_id, last_seq, waiting, now=now)
-    turn = conversations.queue_turn(
+    turn = new_turns.queue_turn(
         connection,
         conversation_id,
         row,

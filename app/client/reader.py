@@ -18,7 +18,7 @@ from app.client.checks import check_cursor, check_page_size, parse_conversation_
 from app.client.following import PAGE, REST, TURN_END, UNTIL, AsyncFollowing, Following, LogInterval
 from app.client.inline import Offload, inline
 from app.client.merge import Cursor
-from app.client.store import conversations, reads
+from app.client.store import conversations, event_pages, reads
 from app.client.store.loop_store import LoopStore
 from app.client.views import (
     ConversationPage,
@@ -206,7 +206,7 @@ class AsyncReader:
                 conversation_id = reads.conversation_of_turn(connection, found, owner)
                 turn = reads.read_turn(connection, found)
                 setup = reads.read_conversation(connection, conversation_id, None, messages=False)
-                return TurnRecord(turn, setup, reads.turn_events(connection, found))
+                return TurnRecord(turn, setup, event_pages.turn_events(connection, found))
 
         return await self.offload(read)
 
@@ -255,7 +255,7 @@ class AsyncReader:
 
         def read() -> EventPage:
             with self.wiring.reads.connect() as connection:
-                return reads.read_events(connection, conversation_id, after, limit, owner)
+                return event_pages.read_events(connection, conversation_id, after, limit, owner)
 
         return await offload(read)
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 from sqlalchemy import Engine
 
 from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enqueue, ring
-from app.client.store.conversations import NewTurn
 from app.client.store.loop_store import LoopStore
+from app.client.store.new_turns import NewTurn
 from app.client.views import Submitted, TurnView
 from app.config import Settings, get_settings
 from app.db import autocommit_reads, make_engine

@@ -1,5 +1,5 @@
 """The event log read on the API's event loop (`app/client/store/loop_store.py`) against the same
-read in a thread (`reads.read_events`), on a real database: the same pages of every size and
+read in a thread (`event_pages.read_events`), on a real database: the same pages of every size and
 cursor, the same errors for the same bad inputs; where the driver has no async side (SQLite),
 `AsyncChatClient.events` reads in the thread of its offload instead."""
 

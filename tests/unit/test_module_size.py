@@ -19,12 +19,10 @@ MODULE_WAIVERS: dict[str, str] = {
     "worker/step_loop.py": "being split",
     "testing/zygote.py": "being split",
     "worker/store/fence.py": "being split",
-    "client/store/reads.py": "being split",
     "worker/store/journal.py": "being split",
     "worker/plan.py": "being split",
     "api/responses/requests.py": "being split",
     "api/responses/stream.py": "being split",
-    "client/store/conversations.py": "being split",
     "worker/transcript.py": "being split",
     "api/responses/routes.py": "being split",
 }

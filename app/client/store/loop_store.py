@@ -22,17 +22,9 @@ from sqlalchemy import ARRAY, Engine, Text, any_, bindparam, select
 from app.client import admission
 from app.client.admission import Read, Repeat, Start
 from app.client.store import quick_submit
-from app.client.store.conversations import NewTurn
-from app.client.store.reads import (
-    EVENTS_PAGE,
-    TURN_AND_OWNER,
-    call_ids,
-    events_page,
-    owned_turn,
-    page_parameters,
-    turn_view,
-    with_answered,
-)
+from app.client.store.event_pages import EVENTS_PAGE, events_page, page_parameters
+from app.client.store.new_turns import NewTurn
+from app.client.store.reads import TURN_AND_OWNER, call_ids, owned_turn, turn_view, with_answered
 from app.client.views import EventPage, TurnView
 from app.db import psycopg_driven
 from app.errors import DatabaseUnavailable
@@ -76,7 +68,7 @@ class LoopStore:
     async def events(
         self, conversation_id: uuid.UUID, after: int, limit: int, owner: str | None
     ) -> EventPage:
-        """`reads.read_events`, awaited (the same statement, the same errors)."""
+        """`event_pages.read_events`, awaited (the same statement, the same errors)."""
         parameters = page_parameters(conversation_id, after, limit)
         async with self._connection() as connection:
             rows = await self._events_page.rows_on_loop(connection, parameters)

@@ -40,7 +40,7 @@ from sqlalchemy import (
 )
 
 from app.client.admission import Keyed
-from app.client.store.conversations import ROOT, NewTurn
+from app.client.store.new_turns import ROOT, NewTurn
 from app.errors import ConversationNotFound
 from app.models import (
     FOR_MESSAGE,
@@ -147,7 +147,7 @@ def seen(rows: Sequence[Sequence[Any]], conversation_id: uuid.UUID, owner: str |
         content,
     ) = rows[0]
     keyed = None
-    if keyed_id is not None:  # (as `conversations.keyed_turn`)
+    if keyed_id is not None:  # (as `new_turns.keyed_turn`)
         text = waiting_text if waiting_text is not None else content
         keyed = Keyed(keyed_id, number, keyed_status, message_seq, text, waiting_text is not None)
     quick = not budgeted and current != REQUIRES_ACTION
@@ -159,7 +159,7 @@ JSON_PARAMETERS = ("metadata", "output_schema", "trace_context")
 
 
 def _start() -> Any:
-    """`conversations.start_turn` of a message below the leaf, fenced on what was read."""
+    """`new_turns.start_turn` of a message below the leaf, fenced on what was read."""
     fenced = (
         update(conversations)
         .where(
