@@ -49,6 +49,10 @@ class Setup(TypedDict, total=False):
     fallback_models: Sequence[str] | None
 
 
+#: The columns a setup is stored in, in its order (`check_setup`'s keys; a fork copies them).
+SETUP_COLUMNS = tuple("allowed_tools" if key == "tools" else key for key in Setup.__annotations__)
+
+
 def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dict[str, Any]:
     """The setup checked, as its columns hold it (`tools` in `allowed_tools`); a key that is
     not `Setup`'s is a `TypeError`, as an unknown keyword is."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Integer, Uuid, delete, insert, literal, select
 
+from app.client.setup import SETUP_COLUMNS
 from app.client.store.journal import (
     AT_REST,
     lock_conversation,
@@ -78,20 +79,7 @@ def insert_fork(
 
 
 # What a conversation is set up with (a fork copies it).
-_SETUP = (
-    "owner",
-    "model",
-    "instructions",
-    "allowed_tools",
-    "tool_choice",
-    "context",
-    "client_tools",
-    "clarify",
-    "approval_tools",
-    "context_policy",
-    "output_schema",
-    "fallback_models",
-)
+_SETUP = ("owner", *SETUP_COLUMNS)
 
 
 def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> None:

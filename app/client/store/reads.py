@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, bindparam, select, text
 
+from app.client.setup import SETUP_COLUMNS
 from app.client.store import branches
 from app.client.store.row_views import conversation_view, message_of_row, turn_of_row
 from app.client.views import (
@@ -31,17 +32,7 @@ _CONVERSATION_COLUMNS = (
     conversations.c.owner,
     conversations.c.status,
     conversations.c.error,
-    conversations.c.model,
-    conversations.c.instructions,
-    conversations.c.allowed_tools,
-    conversations.c.tool_choice,
-    conversations.c.context,
-    conversations.c.client_tools,
-    conversations.c.approval_tools,
-    conversations.c.clarify,
-    conversations.c.context_policy,
-    conversations.c.output_schema,
-    conversations.c.fallback_models,
+    *(conversations.c[name] for name in SETUP_COLUMNS),
     conversations.c.forked_from,
     conversations.c.forked_at_seq,
     conversations.c.iterations,
