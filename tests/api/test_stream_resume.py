@@ -311,7 +311,11 @@ def test_a_commit_notice_is_answered_before_the_entries_published_after_it() -> 
     for kind in ("turn.queued", "message.committed", "status.changed", "turn.started"):
         log.add(kind, 1 if kind == "message.committed" else None)
     channel = MemoryChannel()
-    client = SimpleNamespace(events=lambda _id, after, limit: log.events_after(after))
+
+    async def log_page(_id: uuid.UUID, after: int, offload: object) -> EventPage:
+        return log.events_after(after)
+
+    client = SimpleNamespace(log_page=log_page)
     following = Following(
         client,  # type: ignore[arg-type]
         conversation_id,
