@@ -1,4 +1,4 @@
-"""Webhooks that cannot hurt the worker (issue 23), against hostile receivers on 127.0.0.1 and the
+"""Webhooks that cannot hurt the worker, against hostile receivers on 127.0.0.1 and the
 dispatcher a worker runs (in this process, so its memory is this process's):
 
     what a receiver (or an owner registering one) does       what it gets
