@@ -1,5 +1,5 @@
-"""`python -m bench` ends with its performance goals, one line each: met, MISSED (with the figure), or
-not measured in this run."""
+"""`python -m bench` ends with its performance goals, one line each: met, MISSED (with the
+figure), or not measured in this run."""
 
 from __future__ import annotations
 
