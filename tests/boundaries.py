@@ -6,7 +6,7 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
     .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
     .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
-    app.patterns
+    app.patterns, app.model_profile
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
@@ -17,7 +17,7 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.worker                            never app.client (what both sides need has a room of
                                           its own: the shared rooms below)
     the shared rooms app.files,           never app.client nor app.worker: both sides import them
-    app.budgets
+    app.budgets, app.model_profile
     everything under app/ but the stores  none of SQLAlchemy's query building (select, insert,
     (app.client.store, app.worker.store,  update, text, func, Table...): only its plumbing
     app.files.store, app.budgets.store)   (Connection, Engine, create_engine, event, make_url)
@@ -47,6 +47,7 @@ PURE = (
     "app.worker.safe_schema",
     "app.worker.files",
     "app.patterns",
+    "app.model_profile",
 )
 PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard library
 DIALECT_PURE = (
@@ -90,7 +91,7 @@ SQL_PLUMBING = frozenset(
 )
 CLIENT = ("app.client", "app.api")
 WORKER = "app.worker"
-SHARED = ("app.files", "app.budgets")  # what both sides stand on: imports neither side
+SHARED = ("app.files", "app.budgets", "app.model_profile")  # what both sides stand on: imports neither side
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
 APP_FORBIDDEN = ("tests", "bench")
 
