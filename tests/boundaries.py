@@ -91,7 +91,11 @@ SQL_PLUMBING = frozenset(
 )
 CLIENT = ("app.client", "app.api")
 WORKER = "app.worker"
-SHARED = ("app.files", "app.budgets", "app.model_profile")  # what both sides stand on: imports neither side
+SHARED = (
+    "app.files",
+    "app.budgets",
+    "app.model_profile",
+)  # what both sides stand on: imports neither side
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
 APP_FORBIDDEN = ("tests", "bench")
 
