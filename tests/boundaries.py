@@ -16,6 +16,8 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     import                                light and cannot run a turn by accident)
     app.worker                            never app.client (what both sides need has a room of
                                           its own: the shared rooms below)
+    app.worker.llm (the model adapter)    never app.demo: the demo's provider is registered where
+                                          the worker is assembled (app.worker.runtime)
     the shared rooms app.files,           never app.client nor app.worker: both sides import them
     app.budgets, app.model_profile
     everything under app/ but the stores  none of SQLAlchemy's query building (select, insert,
@@ -97,6 +99,7 @@ SHARED = (
     "app.model_profile",
 )  # what both sides stand on: imports neither side
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
+MODEL_ADAPTER, DEMO = "app.worker.llm", "app.demo"
 APP_FORBIDDEN = ("tests", "bench")
 
 
@@ -211,6 +214,10 @@ def _worker(graph: dict[str, set[str]]) -> Iterable[Crossing]:
                 )
             elif _within(module, WORKER) and _within(imported, "app.client"):
                 yield Crossing(module, imported, "the worker never imports the client")
+            elif _within(module, MODEL_ADAPTER) and _within(imported, DEMO):
+                yield Crossing(
+                    module, imported, "the demo is registered where the worker is assembled"
+                )
 
 
 def _app(graph: dict[str, set[str]]) -> Iterable[Crossing]:

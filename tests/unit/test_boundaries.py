@@ -72,6 +72,8 @@ def test_the_worker_never_imports_the_client_nor_a_shared_room_either_side(
     write(tmp_path, "app.files.media", "from app.worker import files\n")
     write(tmp_path, "app.files.store", "import app.client.views\n")
     write(tmp_path, "app.budgets.store", "from app.worker.store import fence\n")
+    write(tmp_path, "app.worker.llm.client", "from app.demo.model import demo_handler\n")
+    write(tmp_path, "app.worker.runtime", "from app.demo import model\n")  # fine: assembly
     write(tmp_path, "app.client.attachments", "from app.files.media import sniff\n")
     write(tmp_path, "app.client.store.budgets", "")
     write(tmp_path, "app.client.views", "")
@@ -82,6 +84,11 @@ def test_the_worker_never_imports_the_client_nor_a_shared_room_either_side(
             "app.budgets.store",
             "app.worker.store",
             "app.budgets is imported by both sides, never theirs",
+        ),
+        Crossing(
+            "app.worker.llm.client",
+            "app.demo.model",
+            "the demo is registered where the worker is assembled",
         ),
         Crossing(
             "app.worker.store.turns",

@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from app import model_profile
-from app.demo.model import DEMO_PROVIDER, demo_handler
 from app.telemetry import logs, metrics
 from app.worker.llm import windows
 from app.worker.llm.retry import MAX_RETRY_AFTER_SECONDS, Sleep, call_with_retries
@@ -36,7 +35,8 @@ NO_CHOICES_ERROR = "The model returned no choices"
 
 
 def prepare_litellm() -> None:
-    """Import and configure litellm once, and register the offline demo provider.
+    """Import and configure litellm once (providers of the project's own, the offline demo's,
+    are registered where the worker is assembled: `app/worker/runtime.py`).
 
     The environment must be set before the first import: without it, importing litellm fetches
     the model cost map over the network and runs `load_dotenv()` on the working directory, and
@@ -56,14 +56,11 @@ def prepare_litellm() -> None:
         import litellm
 
     litellm.suppress_debug_info = True
-    if not any(item["provider"] == DEMO_PROVIDER for item in litellm.custom_provider_map):
-        litellm.custom_provider_map.append(
-            {"provider": DEMO_PROVIDER, "custom_handler": demo_handler()}
-        )
 
 
 class LiteLLMClient:
-    """`ModelClient` over `litellm.acompletion`: any litellm model string, plus `demo/...`.
+    """`ModelClient` over `litellm.acompletion`: any litellm model string (and a provider
+    registered with litellm, as the runtime registers the demo's `demo/...`).
 
     With `stream` (the default) the reply is asked for as a stream, usage included, and each
     fragment goes to the call's sink as it arrives; the policy retries a transient error before
