@@ -1,5 +1,5 @@
 """Budgets: a cap on the tokens and the money an owner, or one conversation, may spend, in
-total or per UTC day. Checked against committed totals (`app/client/store/budgets.py`): by the
+total or per UTC day. Checked against committed totals (`app/budgets/store.py`): by the
 worker before each model call, and by the web side before it accepts a message.
 """
 

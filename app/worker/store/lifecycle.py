@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
 
-from app.client.store import budgets
+from app.budgets import store as budgets
 from app.db import autocommit_reads
 from app.errors import ChatWorkerError
 from app.files import store as stored_files
