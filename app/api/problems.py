@@ -69,8 +69,6 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
@@ -342,8 +340,6 @@ def install_handlers(app: FastAPI) -> None:
         )
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            return await on_database(request, exc)
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return problem_response(
             request, 500, "internal_error", "an unexpected error; it was logged"
@@ -353,6 +349,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiProblem, on_problem)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
-    for unavailable in (OperationalError, InterfaceError, PoolTimeout, DatabaseUnavailable):
-        app.add_exception_handler(unavailable, on_database)
+    app.add_exception_handler(DatabaseUnavailable, on_database)  # (the client's word for it)
     app.add_exception_handler(Exception, on_bug)

@@ -25,8 +25,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Protocol
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import ServerSentEvent
 
 from app.api.event_stream import EventStream
@@ -41,7 +39,6 @@ DATABASE_PAUSE_SECONDS = 1.0
 # costs the loop a turn, and a process may serve thousands of streams. While Redis is down, the
 # log is read this often.
 STREAM_WAKE_SECONDS = 5.0
-_UNAVAILABLE = (DBAPIError, PoolTimeout, DatabaseUnavailable)
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -78,7 +75,7 @@ async def streamed(
     while not renderer.ended:
         try:
             items = await following.next_batch(api.read_step)
-        except _UNAVAILABLE as exc:
+        except DatabaseUnavailable as exc:
             await _pause(following, exc)
             continue
         if not items:
@@ -95,7 +92,7 @@ async def streamed(
         try:
             last = await renderer.finish(following)
             break
-        except _UNAVAILABLE as exc:
+        except DatabaseUnavailable as exc:
             await _pause(following, exc)
     for event in last:
         yield event
