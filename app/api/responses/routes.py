@@ -18,8 +18,14 @@ from sse_starlette import ServerSentEvent
 from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
 from app.api.gate import TAKES_FILES, GuardedRoute
-from app.api.problems import documented
-from app.api.responses.errors import ResponseNotFound, Unsupported
+from app.api.problems import documented, speaks
+from app.api.responses.errors import (
+    PREFIX,
+    REFUSALS,
+    ResponseNotFound,
+    Unsupported,
+    openai_error,
+)
 from app.api.responses.ids import ResponseId
 from app.api.responses.objects import (
     initial_object,
@@ -46,6 +52,7 @@ from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"], route_class=GuardedRoute)
+speaks(PREFIX, openai_error, REFUSALS)  # (errors in OpenAI's shape on the dialect's paths)
 
 #: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
 #: finds the conversation its first attempt made).
