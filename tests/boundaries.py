@@ -20,6 +20,8 @@ functions included), so a crossing fails the suite instead of waiting for a revi
                                           the worker is assembled (app.worker.runtime)
     the shared rooms app.files,           never app.client nor app.worker: both sides import them
     app.budgets, app.model_profile
+    app.api                               no SQLAlchemy at all: the client raises its own
+                                          errors (`DatabaseUnavailable` for an outage)
     everything under app/ but the stores  none of SQLAlchemy's query building (select, insert,
     (app.client.store, app.worker.store,  update, text, func, Table...): only its plumbing
     app.files.store, app.budgets.store)   (Connection, Engine, create_engine, event, make_url)
@@ -92,6 +94,7 @@ SQL_PLUMBING = frozenset(
     }
 )
 CLIENT = ("app.client", "app.api")
+API = "app.api"
 WORKER = "app.worker"
 SHARED = (
     "app.files",
@@ -123,6 +126,7 @@ def check(root: Path, package: str = "app") -> list[Crossing]:
         *_client(graph),
         *_worker(graph),
         *_app(graph),
+        *_api(graph),
         *_sql(root, package),
     ]
     return sorted(found, key=str)
@@ -190,6 +194,14 @@ def _sqlalchemy_names(path: Path) -> set[str]:
         ):
             names.update(f"{node.module}.{a.name}" for a in node.names)
     return names
+
+
+def _api(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module, imported_names in graph.items():
+        if _within(module, API):
+            for imported in imported_names:
+                if _within(imported, "sqlalchemy"):
+                    yield Crossing(module, imported, "the API speaks the client's errors, no SQL")
 
 
 def _client(graph: dict[str, set[str]]) -> Iterable[Crossing]:

@@ -54,6 +54,7 @@ from app.client.store.answers import answer_actions
 from app.client.store.cancel import CancelOutcome, cancel_turn
 from app.client.store.conversations import NewTurn
 from app.client.store.loop_store import LoopStore
+from app.client.store.outage import unavailable_as_ours
 from app.client.views import (
     ConversationView,
     Decision,
@@ -87,7 +88,7 @@ class ChatClient(ChatReader):
         live: LiveChannel | None = None,
     ) -> None:
         self.settings = settings or get_settings()
-        self.engine = engine or make_engine(self.settings.database_url)
+        self.engine = unavailable_as_ours(engine or make_engine(self.settings.database_url))
         self.reads = autocommit_reads(self.engine)  # (reads that leave prepared statements be)
         self.loop_store = LoopStore.for_engine(self.engine)
         self._enqueue = enqueue if enqueue is not None else default_enqueue(self.settings)

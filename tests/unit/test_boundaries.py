@@ -156,19 +156,32 @@ def test_the_dialect_s_translation_reads_nothing_itself(tmp_path: Path) -> None:
 def test_sql_is_built_only_in_the_stores_and_the_models(tmp_path: Path) -> None:
     write(tmp_path, "app.client.facade", "from sqlalchemy import Engine, select\n")
     write(tmp_path, "app.budgets", "import sqlalchemy as sa\n")
-    write(tmp_path, "app.api.routes", "def go():\n    from sqlalchemy.sql import text\n")
+    write(tmp_path, "app.live.channel", "def go():\n    from sqlalchemy.sql import text\n")
     # Its plumbing and its errors are no query building; the stores and the models build.
     write(tmp_path, "app.db", "from sqlalchemy import Connection, create_engine, event\n")
-    write(tmp_path, "app.api.problems", "from sqlalchemy.exc import OperationalError\n")
+    write(tmp_path, "app.cli", "from sqlalchemy.exc import OperationalError\n")
     write(tmp_path, "app.client.store.reads", "from sqlalchemy import select, func\n")
     write(tmp_path, "app.worker.store.fence", "from sqlalchemy import update\n")
     write(tmp_path, "app.models.tables", "from sqlalchemy import Table\n")
 
     rule = "SQL is built only in the stores and app.models"
     assert check(tmp_path) == [
-        Crossing("app.api.routes", "sqlalchemy.sql.text", rule),
         Crossing("app.budgets", "sqlalchemy", rule),
         Crossing("app.client.facade", "sqlalchemy.select", rule),
+        Crossing("app.live.channel", "sqlalchemy.sql.text", rule),
+    ]
+
+
+def test_the_api_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    write(tmp_path, "app.api.problems", "from sqlalchemy.exc import OperationalError\n")
+    write(tmp_path, "app.api.streaming", "from sqlalchemy import Engine\n")
+    # The client translates its outages: its store may name SQLAlchemy's errors.
+    write(tmp_path, "app.client.store.outage", "from sqlalchemy import exc\n")
+
+    rule = "the API speaks the client's errors, no SQL"
+    assert check(tmp_path) == [
+        Crossing("app.api.problems", "sqlalchemy.exc", rule),
+        Crossing("app.api.streaming", "sqlalchemy", rule),  # (even its plumbing)
     ]
 
 

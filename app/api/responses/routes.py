@@ -8,7 +8,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query
@@ -18,9 +18,14 @@ from sse_starlette import ServerSentEvent
 from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
 from app.api.gate import TAKES_FILES, GuardedRoute
-from app.api.problems import documented
-from app.api.rendered import RenderedTurn
-from app.api.responses.errors import ResponseNotFound, Unsupported
+from app.api.problems import documented, speaks
+from app.api.responses.errors import (
+    PREFIX,
+    REFUSALS,
+    ResponseNotFound,
+    Unsupported,
+    openai_error,
+)
 from app.api.responses.ids import ResponseId
 from app.api.responses.objects import (
     initial_object,
@@ -32,12 +37,22 @@ from app.api.responses.objects import (
 from app.api.responses.requests import CreateResponse, McpTool, parse_create
 from app.api.responses.stream import ResponseEvents
 from app.api.state import Api, ApiState
-from app.client import ConversationView, TurnRecord
+from app.api.stream_loop import Renderer, follow_turn, turn_stream
+from app.client import (
+    ConversationView,
+    Cursor,
+    Delta,
+    Discarded,
+    EventView,
+    Following,
+    TurnRecord,
+)
 from app.errors import TurnNotFound
 from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/responses", tags=["responses (OpenAI)"], route_class=GuardedRoute)
+speaks(PREFIX, openai_error, REFUSALS)  # (errors in OpenAI's shape on the dialect's paths)
 
 #: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
 #: finds the conversation its first attempt made).
@@ -166,46 +181,65 @@ async def _stream(
     """The response's events as server-sent events: a follower of its conversation from just
     before its turn's first event, rendered by `stream.ResponseEvents`, those after
     `starting_after` written."""
-    api.open_stream(caller.owner)
-    try:
-        opened, first = await api.read_step(lambda: _open(api, caller, response))
-    except BaseException:
-        api.close_stream(caller.owner)
-        raise
     after = -1 if starting_after is None else starting_after
-
-    async def written() -> AsyncIterator[ServerSentEvent]:
-        async for event in opened.events(first):
-            if event["sequence_number"] > after:
-                yield ServerSentEvent(data=json.dumps(event), event=event["type"])
-
-    return EventStream(
-        written(),
-        ping=api.settings.api_heartbeat_seconds,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        closing=opened.close,
-    )
+    return await turn_stream(api, caller.owner, lambda: _open(api, caller, response, after))
 
 
 def _open(
-    api: ApiState, caller: Caller, response: ResponseId
-) -> tuple[RenderedTurn, list[dict[str, Any]]]:
-    """The response's renderer fed by a follower of its conversation, and its first events."""
+    api: ApiState, caller: Caller, response: ResponseId, after: int
+) -> tuple[Following, Renderer, list[ServerSentEvent]]:
+    """The response's renderer, a follower of its conversation, and its first events."""
     record = _record(api, caller, response)
     servers = _servers(api)
-    rendered = ResponseEvents(response, initial_object(record, response, servers))
-    first = rendered.begin(record.turn, tools_of(record, servers))
+    events = ResponseEvents(response, initial_object(record, response, servers))
+    first = events.begin(record.turn, tools_of(record, servers))
 
-    def finish() -> list[dict[str, Any]]:
-        """The last event, with the response as it ended: at the turn's end, from its terminal
-        event (no read); at a pause, read."""
-        if rendered.final_turn is None:
+    def final() -> dict[str, Any]:
+        """The response as it ended: at the turn's end, from its terminal event (no read); at
+        a pause, read."""
+        if events.final_turn is None:
             ended = _record(api, caller, response)
         else:
-            ended = TurnRecord(rendered.final_turn, record.conversation, rendered.events)
-        return rendered.finish(response_object(ended, response, servers))
+            ended = TurnRecord(events.final_turn, record.conversation, events.events)
+        return response_object(ended, response, servers)
 
-    return RenderedTurn.of(api, record, rendered, finish, caller.owner), first
+    written = _Written(api, events, after, final)
+    return follow_turn(api, record, caller.owner), written, written.written(first)
+
+
+class _Written:
+    """`ResponseEvents` as the stream's renderer: its events after `after`, each as an SSE
+    event of its type; at the end, the response as it ended (`final`, read in the readers'
+    pool)."""
+
+    def __init__(
+        self,
+        api: ApiState,
+        events: ResponseEvents,
+        after: int,
+        final: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.api, self.events, self.after, self.final = api, events, after, final
+
+    @property
+    def ended(self) -> bool:
+        return self.events.ended
+
+    def feed(self, item: EventView | Delta | Discarded, cursor: Cursor) -> list[ServerSentEvent]:
+        return self.written(self.events.feed(item))
+
+    async def finish(self, following: Following) -> list[ServerSentEvent]:
+        if not self.events.ended:
+            return []  # (the follower was closed)
+        final = await self.api.read_step(self.final)
+        return self.written(self.events.finish(final))
+
+    def written(self, events: list[dict[str, Any]]) -> list[ServerSentEvent]:
+        return [
+            ServerSentEvent(data=json.dumps(event), event=event["type"])
+            for event in events
+            if event["sequence_number"] > self.after
+        ]
 
 
 # --- the steps ----------------------------------------------------------------------------------
