@@ -31,12 +31,14 @@ from app.api.schemas import DeltaOut, DiscardedOut, Event
 from app.api.state import ApiState
 from app.client import Delta, Discarded, EventView, Following
 from app.errors import DatabaseUnavailable
+from app.vocabulary import DELTA, DISCARDED, EVENT_TYPES, LIVE_TYPES, STREAM_END
 
 log = logging.getLogger(__name__)
 
-DELTA = "message.delta"
-DISCARDED = "message.discarded"
-END = "stream.end"
+# Every committed event goes out as it is, under its own type, and so does every live entry: a
+# new event type needs nothing here (tests/unit/test_renderer_coverage.py).
+HANDLED = frozenset((*EVENT_TYPES, *LIVE_TYPES))
+SKIPPED: frozenset[str] = frozenset()
 DATABASE_PAUSE_SECONDS = 1.0
 
 
@@ -71,7 +73,7 @@ async def sse_events(api: ApiState, following: Following) -> AsyncIterator[Serve
         # (not held while the next batch is awaited, for minutes maybe: at 10,000 streams each
         # holding its last turn's events was ~250,000 objects for every full collection to walk)
         del items, item, cursor
-    yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
+    yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=STREAM_END)
 
 
 def released(api: ApiState, following: Following, owner: str | None) -> Callable[[], None]:
