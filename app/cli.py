@@ -20,6 +20,18 @@ from typing import Any, NoReturn
 from app import __version__
 from app.errors import ChatWorkerError
 from app.process_exit import exit_now
+from app.vocabulary import (
+    BODY_FORMATS,
+    BUSY_POLICIES,
+    DELIVERY_STATUSES,
+    PERIODS,
+    REJECT,
+    STANDARD_BODY,
+    TOOL_CHOICES,
+    TOTAL,
+    WEBHOOK_EVENT_TYPES,
+    busy_policies_said,
+)
 
 DEMO_QUESTION = "What does the Northwind refund policy say about used tents?"
 
@@ -78,13 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     submit.add_argument("--model", help="model of a new conversation")
     submit.add_argument("--instructions", help="system instructions of a new conversation")
     submit.add_argument("--tools", default="", help="comma-separated tool names allowed")
-    submit.add_argument("--tool-choice", default="auto", choices=("auto", "none", "required"))
+    submit.add_argument("--tool-choice", default="auto", choices=TOOL_CHOICES)
     submit.add_argument(
         "--on-busy",
-        default="reject",
-        choices=("reject", "enqueue", "interrupt", "rollback", "steer"),
-        help="while a turn runs: refuse (default), queue behind it, cancel it and run this, "
-        "roll it back (its messages leave the path), or steer it (it takes the message in)",
+        default=REJECT,
+        choices=BUSY_POLICIES,
+        help=f"{busy_policies_said()} (default: {REJECT})",
     )
     submit.add_argument("--idempotency-key", help="a retried submit with this key runs once")
     submit.set_defaults(run=_submit)
@@ -159,7 +170,7 @@ def _add_api_commands(commands: Any) -> None:
         subject = action.add_mutually_exclusive_group(required=True)
         subject.add_argument("--owner", help="an owner's (all their conversations)")
         subject.add_argument("--conversation", help="one conversation's")
-        action.add_argument("--period", choices=("total", "day"), default="total")
+        action.add_argument("--period", choices=PERIODS, default=TOTAL)
         if name == "set":
             action.add_argument("--tokens", type=int, help="the most tokens (prompt + completion)")
             action.add_argument("--usd", help="the most US dollars (litellm's prices)")
@@ -186,14 +197,13 @@ def _add_webhook_commands(commands: Any) -> None:
     add_subject.add_argument("--conversation", help="only this conversation")
     add.add_argument(
         "--events",
-        help="comma-separated: turn.completed, turn.failed, turn.cancelled, "
-        "turn.requires_action (default: all)",
+        help=f"comma-separated: {', '.join(WEBHOOK_EVENT_TYPES)} (default: all)",
     )
     add.add_argument("--description", help="a note: what it is for")
     add.add_argument(
         "--format",
-        choices=("standard", "openai"),
-        default="standard",
+        choices=BODY_FORMATS,
+        default=STANDARD_BODY,
         help="the bodies: ours, or OpenAI's webhook events (for /v1/responses)",
     )
     add.set_defaults(run=_webhooks_add)
@@ -205,7 +215,7 @@ def _add_webhook_commands(commands: Any) -> None:
     hook_remove.set_defaults(run=_webhooks_remove)
     sent = hook_commands.add_parser("deliveries", help="a webhook's deliveries, newest first")
     sent.add_argument("webhook_id")
-    sent.add_argument("--status", choices=("pending", "delivered", "failed"))
+    sent.add_argument("--status", choices=DELIVERY_STATUSES)
     sent.add_argument("--limit", type=int, default=50)
     sent.set_defaults(run=_webhooks_deliveries)
     again = hook_commands.add_parser("redeliver", help="send a given-up delivery again")

@@ -6,8 +6,10 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
     .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
     .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
-    app.patterns, app.model_profile
-    app.client.admission                  the standard library and app.client.views only: pure
+    app.patterns, app.model_profile,
+    app.vocabulary
+    app.client.admission                  the standard library, app.client.views and
+                                          app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
     app.api.aisdk .requests, .chunks      views, the live entries, app.models and app.errors:
@@ -52,6 +54,7 @@ PURE = (
     "app.worker.files",
     "app.patterns",
     "app.model_profile",
+    "app.vocabulary",
 )
 PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard library
 DIALECT_PURE = (
@@ -72,9 +75,10 @@ DIALECT_MAY_IMPORT = (
     "app.live.entries",
     "app.models",
     "app.errors",
+    "app.vocabulary",
 )
 ADMISSION = "app.client.admission"
-ADMISSION_MAY_IMPORT = ("app.client.views",)
+ADMISSION_MAY_IMPORT = ("app.client.views", "app.vocabulary")
 SQL_HOMES = (
     "app.client.store",
     "app.worker.store",

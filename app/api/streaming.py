@@ -28,10 +28,12 @@ from app.api.schemas import DeltaOut, DiscardedOut, Event
 from app.api.state import ApiState
 from app.api.stream_loop import streamed
 from app.client import Cursor, Delta, Discarded, EventView, Following
+from app.vocabulary import DELTA, DISCARDED, EVENT_TYPES, LIVE_TYPES, STREAM_END
 
-DELTA = "message.delta"
-DISCARDED = "message.discarded"
-END = "stream.end"
+# Every committed event goes out as it is, under its own type, and so does every live entry: a
+# new event type needs nothing here (tests/unit/test_renderer_coverage.py).
+HANDLED = frozenset((*EVENT_TYPES, *LIVE_TYPES))
+SKIPPED: frozenset[str] = frozenset()
 
 
 def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
@@ -57,7 +59,7 @@ class OurEvents:
         return [as_sse(item, str(cursor))]
 
     async def finish(self, following: Following) -> list[ServerSentEvent]:
-        return [ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)]
+        return [ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=STREAM_END)]
 
 
 def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:

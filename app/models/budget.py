@@ -23,9 +23,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, in_list
-
-TOTAL, DAY = "total", "day"
-PERIODS = (TOTAL, DAY)
+from app.vocabulary import PERIODS
 
 
 class Budget(Base):
