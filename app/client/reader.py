@@ -34,6 +34,7 @@ from app.client.views import (
     TurnView,
 )
 from app.config import Settings
+from app.db import one_snapshot
 from app.errors import InvalidRequest
 from app.live import LiveChannel, open_channel
 
@@ -214,7 +215,7 @@ class ChatReader:
         """The turn, its conversation's setup and every event it committed (with the messages
         they name), as of one moment; `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
-        with self.engine.connect() as connection, connection.begin():
+        with one_snapshot(self.engine) as connection:  # (its status and events agree)
             conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
             turn = reads.read_turn(connection, turn_id)
             setup = reads.read_conversation(connection, conversation_id, None, messages=False)
