@@ -59,7 +59,9 @@ class OurEvents:
         return [as_sse(item, str(cursor))]
 
     async def finish(self, following: Following) -> list[ServerSentEvent]:
-        return [ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=STREAM_END)]
+        return [
+            ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=STREAM_END)
+        ]
 
 
 def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
