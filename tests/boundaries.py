@@ -36,6 +36,7 @@ from pathlib import Path
 
 PURE = (
     "app.worker.plan",
+    "app.worker.steps",
     "app.worker.transcript",
     "app.worker.entry",
     "app.worker.offer",

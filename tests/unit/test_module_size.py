@@ -22,7 +22,6 @@ MODULE_WAIVERS: dict[str, str] = {
     "worker/store/fence.py": "being split",
     "client/store/reads.py": "being split",
     "worker/store/journal.py": "being split",
-    "worker/plan.py": "being split",
     "api/responses/requests.py": "being split",
     "api/responses/stream.py": "being split",
     "client/store/conversations.py": "being split",
