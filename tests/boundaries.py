@@ -3,10 +3,10 @@ functions included), so a crossing fails the suite instead of waiting for a revi
 
     modules                               may import
     ------------------------------------  --------------------------------------------------------
-    app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
-    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
-    .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
-    app.patterns
+    app.worker.plan, .steps, .transcript, the standard library, jsonschema (a computation: no
+    .messages, .entry, .offer, .verdict,  $ref is ever fetched, `client.checks`), re2 (the
+    .context, .summary, .structured,      patterns' engine) and each other only: pure
+    .safe_schema, .files; app.patterns
     app.client.admission                  the standard library and app.client.views only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
@@ -38,6 +38,7 @@ PURE = (
     "app.worker.plan",
     "app.worker.steps",
     "app.worker.transcript",
+    "app.worker.messages",
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",
