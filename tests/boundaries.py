@@ -3,11 +3,11 @@ functions included), so a crossing fails the suite instead of waiting for a revi
 
     modules                               may import
     ------------------------------------  --------------------------------------------------------
-    app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
-    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
-    .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
-    app.patterns, app.model_profile,
-    app.vocabulary
+    app.worker.plan, .steps, .transcript, the standard library, jsonschema (a computation: no
+    .messages, .entry, .offer, .verdict,  $ref is ever fetched, `client.checks`), re2 (the
+    .context, .summary, .structured,      patterns' engine) and each other only: pure
+    .safe_schema, .files; app.patterns,
+    app.model_profile, app.vocabulary
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
@@ -43,7 +43,9 @@ from pathlib import Path
 
 PURE = (
     "app.worker.plan",
+    "app.worker.steps",
     "app.worker.transcript",
+    "app.worker.messages",
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",

@@ -18,7 +18,6 @@ from app.worker.broadcast import ReplyStream
 from app.worker.compactor import Compactor
 from app.worker.in_flight import Aborted, InFlight
 from app.worker.outcome import Outcome
-from app.worker.plan import Fail
 from app.worker.ports import (
     NO_SINK,
     ContextOverflow,
@@ -28,6 +27,7 @@ from app.worker.ports import (
     ReplySink,
     Usage,
 )
+from app.worker.steps import Fail
 from app.worker.store import Claim, Committed, Snapshot, TurnStore
 from app.worker.threads import DatabaseThreads
 from app.worker.tool_call import ToolCaller

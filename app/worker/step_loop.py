@@ -21,13 +21,14 @@ from app.worker import failpoints, loop_bridge, plan
 from app.worker.broadcast import Broadcaster
 from app.worker.checker import SchemaChecker
 from app.worker.compactor import Compactor
+from app.worker.entry import Entry, ToolCall
 from app.worker.in_flight import Aborted, InFlight
 from app.worker.model_call import ModelCaller
 from app.worker.outcome import Outcome
-from app.worker.plan import (
+from app.worker.ports import ModelClient, ModelReply, ModelRequest, ToolProvider, Usage
+from app.worker.steps import (
     CallModel,
     Cancel,
-    Entry,
     Fail,
     Finish,
     RejectCall,
@@ -35,9 +36,7 @@ from app.worker.plan import (
     RunOwnTool,
     RunTool,
     TakeSteer,
-    ToolCall,
 )
-from app.worker.ports import ModelClient, ModelReply, ModelRequest, ToolProvider, Usage
 from app.worker.store import Committed, KeptOutput, Snapshot, Steering, TurnStore
 from app.worker.threads import DatabaseThreads
 from app.worker.tool_call import ToolCaller

@@ -23,10 +23,10 @@ from app.db import make_engine
 from app.models import Conversation
 from app.testing import fakes
 from app.worker.lease_runner import Outcome, TurnRunner
+from app.worker.messages import INTERRUPTED_RESULT
 from app.worker.plan import GAVE_UP_ERROR, MAX_ITERATIONS_ERROR, ToolCall
 from app.worker.ports import ModelError, ModelReply, Usage
 from app.worker.store import TurnStore, Upkeep
-from app.worker.transcript import INTERRUPTED_RESULT
 
 CONFIG = load_settings(
     max_iterations=20, lease_ttl_seconds=30, heartbeat_seconds=10, max_attempts=3

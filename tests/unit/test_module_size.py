@@ -22,11 +22,9 @@ MODULE_WAIVERS: dict[str, str] = {
     "worker/store/fence.py": "being split",
     "client/store/reads.py": "being split",
     "worker/store/journal.py": "being split",
-    "worker/plan.py": "being split",
     "api/responses/requests.py": "being split",
     "api/responses/stream.py": "being split",
     "client/store/conversations.py": "being split",
-    "worker/transcript.py": "being split",
     "api/responses/routes.py": "being split",
 }
 # "module:Class" -> why it may be longer
@@ -35,7 +33,6 @@ CLASS_WAIVERS: dict[str, str] = {
     "worker/store/lifecycle.py:TurnStore": "being split",
     "api/responses/stream.py:ResponseEvents": "being split",
     "client/asynchronous.py:AsyncChatClient": "being split",
-    "worker/transcript.py:Transcript": "being split",
 }
 
 
