@@ -18,7 +18,6 @@ MODULE_WAIVERS: dict[str, str] = {
     "client/facade.py": "being split",
     "worker/step_loop.py": "being split",
     "client/checks.py": "being split",
-    "testing/zygote.py": "being split",
     "worker/store/fence.py": "being split",
     "client/store/reads.py": "being split",
     "worker/store/journal.py": "being split",
