@@ -76,7 +76,7 @@ def kill_session(engine: Engine, held: LivenessToken) -> None:
     wait_for(lambda: not held_in_pg_locks(engine, held.token or 0), "the lock to go")
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
