@@ -58,8 +58,6 @@ speaks(PREFIX, openai_error, REFUSALS)  # (errors in OpenAI's shape on the diale
 #: finds the conversation its first attempt made).
 KEYED_CONVERSATIONS = uuid.UUID("5f1c2a0e-8d3b-4f6a-9c7e-2b4d6e8f0a13")
 
-#: A message seq past any (a 32-bit column): a conversation read with none of its messages.
-NO_MESSAGES = 2**31 - 1
 #: A wait for a response re-reads its turn at least this often.
 WAIT_ROUND_SECONDS = 2.0
 
@@ -301,9 +299,8 @@ def _create(api: ApiState, caller: Caller, request: CreateResponse, key: str | N
     if request.previous is not None:
         return _continue(api, caller, request, key)
     if request.conversation is not None:
-        # Its setup only: no message is after the largest seq (a long transcript is not read).
-        conversation = client.get_conversation(
-            request.conversation, NO_MESSAGES, owner=caller.owner
+        conversation = client.get_conversation(  # (its setup only)
+            request.conversation, messages=False, owner=caller.owner
         )
         _check_setup(api, request, conversation)
         return _submit(api, caller, request.conversation, request, key)
