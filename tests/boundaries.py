@@ -11,9 +11,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
-    app.api.aisdk .requests, .chunks      views, the live entries, app.models and app.errors:
-                                          pure (the routes read)
+    .tools_given, .translate, .objects,   the client's checks, schemas (and app.patterns) and
+    .stream, .output_events;              views, the live entries, app.models and app.errors:
+    app.api.aisdk .requests, .chunks      pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     app.worker                            never app.client (what both sides need has a room of
@@ -62,7 +62,15 @@ PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard libr
 DIALECT_PURE = (
     *(
         f"app.api.responses.{name}"
-        for name in ("ids", "requests", "translate", "objects", "stream")
+        for name in (
+            "ids",
+            "requests",
+            "tools_given",
+            "translate",
+            "objects",
+            "stream",
+            "output_events",
+        )
     ),
     "app.api.aisdk.requests",
     "app.api.aisdk.chunks",

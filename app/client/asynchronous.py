@@ -375,11 +375,16 @@ class AsyncChatClient:
         *,
         owner: str | None = None,
         all_versions: bool = False,
+        messages: bool = True,
     ) -> ConversationView:
         """`ChatClient.get_conversation`, in a worker thread."""
         return await asyncio.to_thread(
             lambda: self.sync.get_conversation(
-                conversation_id, after_seq, owner=owner, all_versions=all_versions
+                conversation_id,
+                after_seq,
+                owner=owner,
+                all_versions=all_versions,
+                messages=messages,
             )
         )
 

@@ -315,15 +315,21 @@ class ChatReader:
         *,
         owner: str | None = None,
         all_versions: bool = False,
+        messages: bool = True,
     ) -> ConversationView:
         """Status, error, setup, counters and the messages of the active path with `seq >
         after_seq` (all if None), each with its versions (`siblings`); with `all_versions`,
-        every branch's messages (`active` says which are on the path)."""
+        every branch's messages (`active` says which are on the path); without `messages`, none
+        (the setup alone: a long transcript is not read)."""
         conversation_id = parse_conversation_id(conversation_id)
         with self.reads.connect() as connection:
             reads.check_owner(connection, conversation_id, owner)
             return reads.read_conversation(
-                connection, conversation_id, after_seq, all_versions=all_versions
+                connection,
+                conversation_id,
+                after_seq,
+                messages=messages,
+                all_versions=all_versions,
             )
 
 

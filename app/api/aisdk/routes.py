@@ -34,7 +34,6 @@ from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
 from app.api.gate import TAKES_FILES, GuardedRoute
 from app.api.problems import documented
-from app.api.responses.routes import NO_MESSAGES
 from app.api.state import Api, ApiState
 from app.api.stream_loop import Renderer, follow_turn, turn_stream
 from app.client import (
@@ -226,7 +225,7 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
     setup given must be the conversation's."""
     setup = request.setup
     try:
-        existing = api.client.get_conversation(conversation_id, NO_MESSAGES, owner=caller.owner)
+        existing = api.client.get_conversation(conversation_id, messages=False, owner=caller.owner)
     except ConversationNotFound:
         existing = None
     if existing is None:
