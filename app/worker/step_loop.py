@@ -60,9 +60,10 @@ from app.worker.ports import (
     ReplySink,
     ToolProvider,
     ToolResult,
+    TurnStore,
     Usage,
 )
-from app.worker.store import Committed, KeptOutput, Snapshot, Steering, TurnStore
+from app.worker.store import Committed, KeptOutput, Snapshot, Steering
 from app.worker.threads import DatabaseThreads
 from app.worker.verdict import (
     FallBack,
