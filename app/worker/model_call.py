@@ -25,10 +25,11 @@ from app.worker.ports import (
     ModelReply,
     ModelRequest,
     ReplySink,
+    TurnStore,
     Usage,
 )
 from app.worker.steps import Fail
-from app.worker.store import Claim, Committed, Snapshot, TurnStore
+from app.worker.store import Claim, Committed, Snapshot
 from app.worker.threads import DatabaseThreads
 from app.worker.tool_call import ToolCaller
 from app.worker.transcript import Transcript

@@ -25,7 +25,14 @@ from app.worker.entry import Entry, ToolCall
 from app.worker.in_flight import Aborted, InFlight
 from app.worker.model_call import ModelCaller
 from app.worker.outcome import Outcome
-from app.worker.ports import ModelClient, ModelReply, ModelRequest, ToolProvider, Usage
+from app.worker.ports import (
+    ModelClient,
+    ModelReply,
+    ModelRequest,
+    ToolProvider,
+    TurnStore,
+    Usage,
+)
 from app.worker.steps import (
     CallModel,
     Cancel,
@@ -37,7 +44,7 @@ from app.worker.steps import (
     RunTool,
     TakeSteer,
 )
-from app.worker.store import Committed, KeptOutput, Snapshot, Steering, TurnStore
+from app.worker.store import Committed, KeptOutput, Snapshot, Steering
 from app.worker.threads import DatabaseThreads
 from app.worker.tool_call import ToolCaller
 

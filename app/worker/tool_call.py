@@ -18,8 +18,8 @@ from app.worker import builtin, context, failpoints, offer, session_cache
 from app.worker.arguments import ArgumentCheck
 from app.worker.entry import ToolCall
 from app.worker.in_flight import Aborted, InFlight
-from app.worker.ports import CallRef, ToolResult
-from app.worker.store import Claim, Committed, KeptOutput, Snapshot, TurnStore
+from app.worker.ports import CallRef, ToolResult, TurnStore
+from app.worker.store import Claim, Committed, KeptOutput, Snapshot
 from app.worker.threads import DatabaseThreads
 from app.worker.transcript import Transcript
 
