@@ -12,7 +12,7 @@ import functools
 import uuid
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from app.client.checks import (
     check_cursor,
@@ -214,11 +214,17 @@ class ChatReader:
         """The turn, its conversation's setup and every event it committed (with the messages
         they name), as of one moment; `TurnNotFound`."""
         turn_id = parse_turn_id(turn_id)
-        with self.engine.connect() as connection, connection.begin():
-            conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
-            turn = reads.read_turn(connection, turn_id)
-            setup = reads.read_conversation(connection, conversation_id, None, messages=False)
-            return TurnRecord(turn, setup, reads.turn_events(connection, turn_id))
+        with self.engine.connect() as connection:
+            # One snapshot for its statements: under READ COMMITTED each took its own, and a
+            # pause committed between the turn's read and its events' was an event of a turn
+            # still running (the AI SDK's stream took the pause for one answered, and never
+            # ended).
+            connection.execution_options(isolation_level=_snapshot(connection))
+            with connection.begin():
+                conversation_id = reads.conversation_of_turn(connection, turn_id, owner)
+                turn = reads.read_turn(connection, turn_id)
+                setup = reads.read_conversation(connection, conversation_id, None, messages=False)
+                return TurnRecord(turn, setup, reads.turn_events(connection, turn_id))
 
     def current_turn(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
@@ -330,6 +336,11 @@ class ChatReader:
                 messages=messages,
                 all_versions=all_versions,
             )
+
+
+def _snapshot(connection: Connection) -> str:
+    """The isolation level whose transaction reads one snapshot (SQLite's are all serialized)."""
+    return "REPEATABLE READ" if connection.dialect.name == "postgresql" else "SERIALIZABLE"
 
 
 async def await_events(
