@@ -150,6 +150,18 @@ BRANCH_SWITCHED: Final = "branch.switched"
 MODEL_FALLBACK: Final = "model.fallback"
 EVENT_TYPES: tuple[EventType, ...] = get_args(EventType)
 TERMINAL_EVENTS: tuple[EventType, ...] = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
+# News around a turn's answer rather than a step of it (the queue, a cancel on its way, the
+# status, what the model is sent, the path, the model): the dialects that show a turn as one
+# answer (Responses, the AI SDK) pass these over. Every other type is a step each of them
+# handles; a new type is put in one or the other (tests/unit/test_renderer_coverage.py).
+NOTICE_EVENTS: tuple[EventType, ...] = (
+    TURN_QUEUED,
+    CANCEL_REQUESTED,
+    STATUS_CHANGED,
+    CONTEXT_COMPACTED,
+    BRANCH_SWITCHED,
+    MODEL_FALLBACK,
+)
 
 # What a follower's stream carries beside the committed events: a reply as it forms, a partial
 # reply dropped, and (our SSE's last word) the end of the stream.

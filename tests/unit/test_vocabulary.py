@@ -27,6 +27,8 @@ def test_the_sets_are_their_literals() -> None:
     assert set(vocabulary.RUNNING_STATUSES) < set(vocabulary.STATUSES)
     assert set(vocabulary.FINISHED_TURN_STATUSES) < set(vocabulary.TURN_STATUSES)
     assert set(vocabulary.TERMINAL_EVENTS) < set(vocabulary.EVENT_TYPES)
+    assert set(vocabulary.NOTICE_EVENTS) < set(vocabulary.EVENT_TYPES)
+    assert not set(vocabulary.NOTICE_EVENTS) & set(vocabulary.TERMINAL_EVENTS)
     assert not set(vocabulary.LIVE_TYPES) & set(vocabulary.EVENT_TYPES)
 
 

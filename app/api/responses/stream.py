@@ -64,36 +64,19 @@ from app.models import (
     TURN_RESUMED,
     TURN_STARTED,
 )
-from app.vocabulary import (
-    BRANCH_SWITCHED,
-    CANCEL_REQUESTED,
-    CONTEXT_COMPACTED,
-    LIVE_TYPES,
-    MODEL_FALLBACK,
-    STATUS_CHANGED,
-    TURN_QUEUED,
-)
+from app.vocabulary import LIVE_TYPES, NOTICE_EVENTS
 
 ATTEMPT_STRIDE = 1 << 20  # numbers kept for one attempt of a reply: more deltas than it can have
 ATTEMPTS_PER_CLAIM = 16
 MAX_BLOCK_EVENTS = ATTEMPT_STRIDE - 8  # a reply streamed past this shows the rest at its commit
 
-# What this dialect shows, and what it passes over on purpose: the queue, a cancel on its way,
-# the conversation's status, what the model is sent, the path and the model are not a response's
-# business (tests/unit/test_renderer_coverage.py holds both to the vocabulary).
+# What this dialect shows, and what it passes over on purpose: the notices around a turn
+# (`app.vocabulary.NOTICE_EVENTS`) are not a response's business. A test holds both to the
+# vocabulary (tests/unit/test_renderer_coverage.py).
 HANDLED = frozenset(
     (TURN_STARTED, TURN_RESUMED, MESSAGE_COMMITTED, ACTION_REQUIRED, *TERMINAL_EVENTS, *LIVE_TYPES)
 )
-SKIPPED = frozenset(
-    (
-        TURN_QUEUED,
-        CANCEL_REQUESTED,
-        STATUS_CHANGED,
-        CONTEXT_COMPACTED,
-        BRANCH_SWITCHED,
-        MODEL_FALLBACK,
-    )
-)
+SKIPPED = frozenset(NOTICE_EVENTS)
 
 
 @dataclass
