@@ -7,12 +7,14 @@ before each use without a round trip (see `_check_alive`).
 
 from __future__ import annotations
 
+import contextlib
 import select
 import sqlite3
+from collections.abc import Iterator
 from typing import Any
 
 from psycopg import pq
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import DisconnectionError
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -50,6 +52,21 @@ def autocommit_reads(engine: Engine) -> Engine:
     default, each statement takes its own snapshot either way: autocommit changes nothing a
     read sees."""
     return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+@contextlib.contextmanager
+def one_snapshot(engine: Engine) -> Iterator[Connection]:
+    """A transaction whose statements all see the database as of one moment, for reads that
+    must agree with each other (a turn's status and its events). Under READ COMMITTED,
+    PostgreSQL's default, each statement takes a snapshot of its own: REPEATABLE READ takes one
+    at the first; SQLite's driver begins a transaction only before a write: BEGIN."""
+    dialect = engine.dialect.name
+    if dialect == "postgresql":
+        engine = engine.execution_options(isolation_level="REPEATABLE READ")
+    with engine.connect() as connection, connection.begin():
+        if dialect == "sqlite":
+            connection.exec_driver_sql("BEGIN")
+        yield connection
 
 
 def shown(url: str) -> str:

@@ -2,7 +2,8 @@
 
     ChatWorkerError                 base of everything raised on purpose here
     ├── ConfigError                 a setting is invalid; the message names the variable
-    ├── DatabaseUnavailable         the database cannot be reached or migrated
+    ├── DatabaseUnavailable         the database cannot be reached or migrated, or did not answer
+    │                               (the client's engine raises it for every outage)
     └── InvalidRequest              the caller's mistake; nothing was written
         ├── ConversationNotFound    no conversation has that id
         ├── TurnNotFound            no turn has that id
@@ -49,7 +50,8 @@ class ConfigError(ChatWorkerError):
 
 
 class DatabaseUnavailable(ChatWorkerError):
-    """The database cannot be reached or migrated."""
+    """The database cannot be reached or migrated, or did not answer: what the client raises for
+    an outage (`app.client.store.outage`), so its callers need no SQLAlchemy to tell one."""
 
 
 class InvalidRequest(ChatWorkerError):

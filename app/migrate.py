@@ -5,6 +5,9 @@ The scripts live in the checkout's `migrations/`; a wheel install carries them a
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -14,6 +17,14 @@ from sqlalchemy.exc import OperationalError
 from app.errors import DatabaseUnavailable
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+log = logging.getLogger(__name__)
+
+# An upgrade runs beside the previous release's processes (turns in flight): its DDL may meet
+# their row locks in the other order, and PostgreSQL then aborts one side (deadlock_detected) or
+# a lock wait gives up (lock_not_available). The upgrade is one transaction, rolled back whole,
+# so it is simply run again; the workers' side retries its own statements.
+RETRIED_SQLSTATES = frozenset({"40P01", "55P03"})
+RETRY_WAITS_SECONDS = (0.5, 1.0, 2.0, 4.0)
 
 
 def migrations_dir() -> Path:
@@ -44,8 +55,15 @@ def downgrade(url: str, revision: str = "base") -> None:
     _run(lambda: command.downgrade(alembic_config(url), revision))
 
 
-def _run(operation: object) -> None:
-    try:
-        operation()  # type: ignore[operator]
-    except OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot migrate the database: {exc.orig}") from exc
+def _run(operation: Callable[[], None], sleep: Callable[[float], None] = time.sleep) -> None:
+    for wait in (*RETRY_WAITS_SECONDS, None):
+        try:
+            operation()
+            return
+        except OperationalError as exc:
+            if wait is None or getattr(exc.orig, "sqlstate", None) not in RETRIED_SQLSTATES:
+                raise DatabaseUnavailable(f"cannot migrate the database: {exc.orig}") from exc
+            log.warning(
+                "migration met the running processes' locks (%s); again in %s s", exc.orig, wait
+            )
+            sleep(wait)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from app.migrate import upgrade
 from app.process_exit import exit_now
 from app.testing import services
+from bench.api import WARM_UP_TURNS as SSE_WARM_UP_TURNS
 from bench.api import api_notes, measure_api, measure_sse, measure_ttft
 from bench.callcpu import measure_call_cpu
 from bench.cancel import measure_cancel
@@ -46,6 +47,8 @@ from bench.overhead import (
     LOOP_TRACED,
     LOOP_WITHOUT_CACHE,
     LOOP_WITHOUT_METRICS,
+    TRACED_TURNS,
+    WARM_UP_TURNS,
     Floor,
     enable_tracing,
     measure_floor,
@@ -112,8 +115,10 @@ Measured = tuple[list[Row], dict[str, Any]]
 
 def overhead(ctx: Context) -> Measured:
     conversations = ctx.pick(200, 10, 3)
+    # (a smoke run proves each part runs: one untimed turn, one traced)
+    warm_up, traced = ctx.pick((WARM_UP_TURNS, TRACED_TURNS), (WARM_UP_TURNS, TRACED_TURNS), (1, 1))
     with ctx.database() as url:
-        floors = [measure_floor(url, conversations, floor) for floor in Floor]
+        floors = [measure_floor(url, conversations, floor, traced) for floor in Floor]
         # Turn by turn in turns: the default, metrics off, and every echo result not kept
         # whole (the session tool cache off).
         loop, unmetered, uncached, on_asyncio, awaited = measure_loops(
@@ -126,10 +131,12 @@ def overhead(ctx: Context) -> Measured:
                 LOOP_ON_ASYNCIO: {"event_loop": "asyncio"},
                 LOOP_ON_LOOP_IO: {"database_io": "async"},
             },
+            warm_up,
+            traced,
         )
         enable_tracing()  # (last: it stays on in this process)
-        traced = measure_loop(url, conversations, LOOP_TRACED)
-    results = (*floors, loop, unmetered, uncached, on_asyncio, awaited, traced)
+        tracing = measure_loop(url, conversations, LOOP_TRACED, warm_up=warm_up, traced=traced)
+    results = (*floors, loop, unmetered, uncached, on_asyncio, awaited, tracing)
     best = min(floors, key=lambda floor: floor.median)
     rows: list[Row] = [(r.name, r.median, r.p95, "ms/iteration") for r in results]
     rows += [
@@ -141,14 +148,14 @@ def overhead(ctx: Context) -> Measured:
         "ratio_to_best_floor": loop.median / best.median,
         "best_floor": best.name,
         "session_cache_cost_ms": loop.median - uncached.median,
-        "tracing_cost_ms": traced.median - loop.median,
+        "tracing_cost_ms": tracing.median - loop.median,
         "metrics_cost_ms": loop.median - unmetered.median,
         "uvloop_saves_ms": on_asyncio.median - loop.median,
         "ratio_on_asyncio_to_best_floor": on_asyncio.median / best.median,
         "async_io_saves_ms": loop.median - awaited.median,
         "ratio_async_io_to_best_floor": awaited.median / best.median,
         "ratio_without_metrics_to_best_floor": unmetered.median / best.median,
-        "ratio_traced_to_best_floor": traced.median / best.median,
+        "ratio_traced_to_best_floor": tracing.median / best.median,
         "ratio_without_cache_to_best_floor": uncached.median / best.median,
         "round_trips_per_iteration": {r.name: r.round_trips_per_iteration for r in results},
     }
@@ -177,7 +184,7 @@ def throughput(ctx: Context) -> Measured:
 
 def llmcpu(ctx: Context) -> Measured:
     with ctx.database() as url:
-        return measure_llm_cpu(url, ctx.pick(20, 3, 1))
+        return measure_llm_cpu(url, ctx.pick(20, 3, 1), warm_up=ctx.pick(3, 3, 1))
 
 
 def history(ctx: Context) -> Measured:
@@ -259,7 +266,13 @@ def sse(ctx: Context) -> Measured:
     steps, idle = ctx.pick(((100, 1000, 10_000), 5.0), ((100,), 1.0), ((20,), 0.3))
     with ctx.processes() as (url, redis_db, workdir):
         return measure_sse(
-            url, redis_db, workdir, steps, rate=50 if ctx.quick else 40, idle_seconds=idle
+            url,
+            redis_db,
+            workdir,
+            steps,
+            rate=50 if ctx.quick else 40,
+            idle_seconds=idle,
+            warm_up=ctx.pick(SSE_WARM_UP_TURNS, SSE_WARM_UP_TURNS, 2),
         )
 
 
@@ -267,7 +280,10 @@ def dialects(ctx: Context) -> Measured:
     count, idle = ctx.pick((1000, 5.0), (100, 1.0), (20, 0.3))
     with ctx.processes() as (url, redis_db, workdir):
         rate = 50 if ctx.quick else 40  # as `sse`
-        return measure_dialects(url, redis_db, workdir, count, idle_seconds=idle, rate=rate)
+        warm_up = ctx.pick(SSE_WARM_UP_TURNS, SSE_WARM_UP_TURNS, 2)
+        return measure_dialects(
+            url, redis_db, workdir, count, idle_seconds=idle, rate=rate, warm_up=warm_up
+        )
 
 
 def files(ctx: Context) -> Measured:

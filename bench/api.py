@@ -422,6 +422,7 @@ def measure_sse(
     *,
     rate: float,
     idle_seconds: float,
+    warm_up: int = WARM_UP_TURNS,
 ) -> tuple[list[Row], dict[str, Any]]:
     """For each count in `steps` (growing): that many streams open, one per conversation
     (`until=never`); `idle_seconds` of quiet; then one turn in each conversation, submitted at
@@ -432,7 +433,7 @@ def measure_sse(
     with deployment(
         database_url, redis_url, workdir, SSE_ANSWER, worker=True, extra_env=extra
     ) as d:
-        found = loadgen.run(FanoutBench(d, redis_url, rate, idle_seconds).run(steps))
+        found = loadgen.run(FanoutBench(d, redis_url, rate, idle_seconds, warm_up).run(steps))
         found["setup_seconds"] = d.setup_seconds
         found["api_log_warnings"] = log_warnings(d.api.log_path)
         found["load_average"] = os.getloadavg()
@@ -523,8 +524,16 @@ class FanoutBench:
     """Streams opened step by step on one API process, a producer in this process (the Python
     client, its commits stamped), and the worker running the turns."""
 
-    def __init__(self, d: Deployment, redis_url: str, rate: float, idle_seconds: float) -> None:
+    def __init__(
+        self,
+        d: Deployment,
+        redis_url: str,
+        rate: float,
+        idle_seconds: float,
+        warm_up_turns: int = WARM_UP_TURNS,
+    ) -> None:
         self.d = d
+        self.warm_up_turns = warm_up_turns
         self.redis_url = redis_url
         self.rate = rate
         self.idle_seconds = idle_seconds
@@ -645,7 +654,7 @@ class FanoutBench:
 
     def warm_up(self) -> None:
         """A few turns first: the worker's first model call, its pools and connections."""
-        ids = self.d.rig.submit(WARM_UP_TURNS)
+        ids = self.d.rig.submit(self.warm_up_turns)
         self.d.rig.wait_idle(ids, timeout=60)
 
     def produce(self) -> None:

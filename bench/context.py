@@ -1,4 +1,4 @@
-"""The context budget's costs (issue 24):
+"""The context budget's costs:
 
 - the CPU of deciding what to send, per model call, at 10, 1,000 and 10,000 committed messages:
   the entry appended (its estimate), the estimate, the compaction check (`Transcript.size`,

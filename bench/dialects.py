@@ -115,6 +115,7 @@ def measure_dialects(
     *,
     idle_seconds: float,
     rate: float,
+    warm_up: int = WARM_UP_TURNS,
 ) -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     found: dict[str, Any] = {"streams": count, "idle_seconds": idle_seconds, "rate": rate}
@@ -124,7 +125,7 @@ def measure_dialects(
     with deployment(
         database_url, redis_url, workdir, SSE_ANSWER, worker=True, worker_env=held
     ) as d:
-        ids = d.rig.submit(WARM_UP_TURNS)  # the worker's first model calls, its pools
+        ids = d.rig.submit(warm_up)  # the worker's first model calls, its pools
         d.rig.wait_idle(ids, timeout=60)
         for dialect in DIALECTS:
             step = loadgen.run(_step(d, dialect, count, idle_seconds, rate))

@@ -1,4 +1,4 @@
-"""The performance goals of issue 27, one line each, from the rows and figures of the measures
+"""The performance goals, one line each, from the rows and figures of the measures
 that ran (`python -m bench` runs them all; a goal whose measure did not run says so).
 
     recovery      SIGKILL mid-turn -> turn.resumed at the defaults     p95 <= 3 s
@@ -32,7 +32,7 @@ def _row(rows: list[Row], prefix: str) -> Row | None:
 
 def goal_lines(rows: list[Row], extras: dict[str, Any]) -> list[str]:
     """One line per goal of the table above."""
-    lines = ["issue 27's goals (this run):"]
+    lines = ["the performance goals (this run):"]
 
     def say(what: str, found: str | None) -> None:
         lines.append(f"  {what}: {found if found is not None else 'not measured in this run'}")

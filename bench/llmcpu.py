@@ -44,7 +44,9 @@ STEPS: list[dict[str, Any]] = [
 ECHO_READS = {"echo": fakes.READ_ONLY}  # a pure function: it may simply run again
 
 
-def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str, Any]]:
+def measure_llm_cpu(
+    database_url: str, turns: int, warm_up: int = 3
+) -> tuple[list[Row], dict[str, Any]]:
     prepare_litellm()
     engine = make_engine(database_url)
     store = TurnStore(engine)
@@ -58,13 +60,13 @@ def measure_llm_cpu(database_url: str, turns: int) -> tuple[list[Row], dict[str,
         real = LiteLLMClient(timeout=20, api_base=llm.api_base, api_key=FAKE_KEY)
         instant = fakes.ScriptedModel(instant_reply, record=False)
         for route in ROUTES:  # warm-up: lazy imports, connection pools
-            _turns(store, real, tools, client, 3, route=route)
-        _turns(store, instant, tools, client, 3, route=FAKE_MODEL)
+            _turns(store, real, tools, client, warm_up, route=route)
+        _turns(store, instant, tools, client, warm_up, route=FAKE_MODEL)
         real_cpu = {r: _turns(store, real, tools, client, turns, route=r) for r in ROUTES}
         instant_cpu = _turns(store, instant, tools, client, turns, route=FAKE_MODEL)
         profile = cProfile.Profile(time.thread_time)  # CPU time of this thread, not wall time
         profile.enable()
-        _turns(store, real, tools, client, max(3, turns // 2), route=FAKE_MODEL)
+        _turns(store, real, tools, client, max(warm_up, turns // 2), route=FAKE_MODEL)
         profile.disable()
     engine.dispose()
     shares = _shares(profile)

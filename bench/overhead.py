@@ -105,14 +105,24 @@ def enable_tracing() -> None:
 
 
 def measure_loop(
-    database_url: str, conversations: int, name: str = LOOP, **overrides: Any
+    database_url: str,
+    conversations: int,
+    name: str = LOOP,
+    *,
+    warm_up: int = WARM_UP_TURNS,
+    traced: int = TRACED_TURNS,
+    **overrides: Any,
 ) -> Result:
     """The loop with the default settings, or with `overrides` (a variant's cost, same run)."""
-    return measure_loops(database_url, conversations, {name: overrides})[0]
+    return measure_loops(database_url, conversations, {name: overrides}, warm_up, traced)[0]
 
 
 def measure_loops(
-    database_url: str, conversations: int, variants: dict[str, dict[str, Any]]
+    database_url: str,
+    conversations: int,
+    variants: dict[str, dict[str, Any]],
+    warm_up: int = WARM_UP_TURNS,
+    traced: int = TRACED_TURNS,
 ) -> list[Result]:
     """Each variant (its setting overrides) of the loop, measured turn by turn in turns: the
     first turn of each, then the second of each, ..., so the machine's drift over the run
@@ -134,9 +144,9 @@ def measure_loops(
             (
                 settings,
                 runner,
-                _prepare(client, WARM_UP_TURNS),
+                _prepare(client, warm_up),
                 _prepare(client, conversations),
-                _prepare(client, TRACED_TURNS),
+                _prepare(client, traced),
             )
         )
     samples: list[list[float]] = [[] for _ in runs]
@@ -175,7 +185,7 @@ def measure_loops(
             traced_loop_connections(store.loop_connections, tracer),
         ):
             event_loop.run(interleaved_one(runs[index], one, index), runs[index][0].event_loop)
-            trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+            trips = tracer.round_trips() / (traced * ITERATIONS_PER_TURN)
         engine.dispose()
         results.append(Result(name, timed[index], trips))
     metrics.enable(True)
@@ -195,24 +205,26 @@ class Floor(enum.Enum):
     ONE_STATEMENT = "raw psycopg one statement"  # the loop's own form: one autocommit CTE per step
 
 
-def measure_floor(database_url: str, conversations: int, floor: Floor) -> Result:
+def measure_floor(
+    database_url: str, conversations: int, floor: Floor, traced: int = TRACED_TURNS
+) -> Result:
     engine: Engine = make_engine(database_url)
     client = ChatClient(
         load_settings(database_url=database_url), engine=engine, enqueue=lambda _: None
     )
-    ids = _prepare(client, conversations + TRACED_TURNS)
+    ids = _prepare(client, conversations + traced)
     engine.dispose()
     dsn = database_url.replace("postgresql+psycopg://", "postgresql://")
     samples = []
     with psycopg.connect(dsn, autocommit=floor is Floor.ONE_STATEMENT) as conn:
-        for conversation_id in ids[TRACED_TURNS:]:
+        for conversation_id in ids[traced:]:
             started = time.perf_counter()
             _floor_turn(conn, conversation_id, floor)
             samples.append((time.perf_counter() - started) * 1000 / ITERATIONS_PER_TURN)
         with traced_connection(conn) as tracer:
-            for conversation_id in ids[:TRACED_TURNS]:
+            for conversation_id in ids[:traced]:
                 _floor_turn(conn, conversation_id, floor)
-            trips = tracer.round_trips() / (TRACED_TURNS * ITERATIONS_PER_TURN)
+            trips = tracer.round_trips() / (traced * ITERATIONS_PER_TURN)
     return Result(f"floor: {floor.value}", samples, trips)
 
 

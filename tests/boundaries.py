@@ -3,24 +3,31 @@ functions included), so a crossing fails the suite instead of waiting for a revi
 
     modules                               may import
     ------------------------------------  --------------------------------------------------------
-    app.worker.plan, .transcript, .entry, the standard library, jsonschema (a computation: no
-    .offer, .verdict, .context, .summary, $ref is ever fetched, `client.checks`), re2 (the
-    .structured, .safe_schema, .files;    patterns' engine) and each other only: pure
-    app.patterns
-    app.client.admission                  the standard library and app.client.views only: pure
+    app.worker.plan, .steps, .transcript, the standard library, jsonschema (a computation: no
+    .messages, .entry, .offer, .verdict,  $ref is ever fetched, `client.checks`), re2 (the
+    .context, .summary, .structured,      patterns' engine) and each other only: pure
+    .safe_schema, .files; app.patterns,
+    app.model_profile, app.vocabulary
+    app.client.admission                  the standard library, app.client.views and
+                                          app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .translate, .objects, .stream;        the client's checks, schemas (and app.patterns) and
-    app.api.aisdk .requests, .chunks      views, the live entries, app.models and app.errors:
-                                          pure (the routes read)
+    .tools_given, .translate, .objects,   the client's checks, schemas (and app.patterns) and
+    .stream, .output_events;              views, the live entries, app.models and app.errors:
+    app.api.aisdk .requests, .chunks      pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     app.worker                            never app.client (what both sides need has a room of
-                                          its own, as `app.files`), but the crossings listed in
-                                          WORKER_CLIENT_KNOWN
-    app.files                             never app.client nor app.worker: both import it
+                                          its own: the shared rooms below)
+    app.worker.llm (the model adapter)    never app.demo: the demo's provider is registered where
+                                          the worker is assembled (app.worker.runtime)
+    the shared rooms app.files,           never app.client nor app.worker: both sides import them
+    app.budgets, app.model_profile
+    app.api                               no SQLAlchemy at all: the client raises its own
+                                          errors (`DatabaseUnavailable` for an outage)
     everything under app/ but the stores  none of SQLAlchemy's query building (select, insert,
     (app.client.store, app.worker.store,  update, text, func, Table...): only its plumbing
-    app.files.store) and app.models       (Connection, Engine, create_engine, event, make_url)
+    app.files.store, app.budgets.store)   (Connection, Engine, create_engine, event, make_url)
+    and app.models
                                           and its errors (sqlalchemy.exc); the SQL of a side is
                                           in its store, the migrations' in migrations/
     everything under app/                 never tests or bench (the wheel ships without them)
@@ -36,7 +43,9 @@ from pathlib import Path
 
 PURE = (
     "app.worker.plan",
+    "app.worker.steps",
     "app.worker.transcript",
+    "app.worker.messages",
     "app.worker.entry",
     "app.worker.offer",
     "app.worker.verdict",
@@ -46,12 +55,22 @@ PURE = (
     "app.worker.safe_schema",
     "app.worker.files",
     "app.patterns",
+    "app.model_profile",
+    "app.vocabulary",
 )
 PURE_LIBRARIES = ("__future__", "jsonschema", "re2")  # beside the standard library
 DIALECT_PURE = (
     *(
         f"app.api.responses.{name}"
-        for name in ("ids", "requests", "translate", "objects", "stream")
+        for name in (
+            "ids",
+            "requests",
+            "tools_given",
+            "translate",
+            "objects",
+            "stream",
+            "output_events",
+        )
     ),
     "app.api.aisdk.requests",
     "app.api.aisdk.chunks",
@@ -66,10 +85,17 @@ DIALECT_MAY_IMPORT = (
     "app.live.entries",
     "app.models",
     "app.errors",
+    "app.vocabulary",
 )
 ADMISSION = "app.client.admission"
-ADMISSION_MAY_IMPORT = ("app.client.views",)
-SQL_HOMES = ("app.client.store", "app.worker.store", "app.files.store", "app.models")
+ADMISSION_MAY_IMPORT = ("app.client.views", "app.vocabulary")
+SQL_HOMES = (
+    "app.client.store",
+    "app.worker.store",
+    "app.files.store",
+    "app.budgets.store",
+    "app.models",
+)
 SQL_PLUMBING = frozenset(
     {
         "sqlalchemy.Connection",
@@ -82,13 +108,15 @@ SQL_PLUMBING = frozenset(
     }
 )
 CLIENT = ("app.client", "app.api")
-WORKER, FILES = "app.worker", "app.files"
-# The worker's imports of the client that predate the rule (each a room still to be made).
-WORKER_CLIENT_KNOWN = frozenset(
-    ("app.worker.store.lifecycle", name)
-    for name in ("app.client.store", "app.client.store.budgets")
-)
+API = "app.api"
+WORKER = "app.worker"
+SHARED = (
+    "app.files",
+    "app.budgets",
+    "app.model_profile",
+)  # what both sides stand on: imports neither side
 CLIENT_FORBIDDEN = ("app.worker", "litellm", "mcp")
+MODEL_ADAPTER, DEMO = "app.worker.llm", "app.demo"
 APP_FORBIDDEN = ("tests", "bench")
 
 
@@ -112,6 +140,7 @@ def check(root: Path, package: str = "app") -> list[Crossing]:
         *_client(graph),
         *_worker(graph),
         *_app(graph),
+        *_api(graph),
         *_sql(root, package),
     ]
     return sorted(found, key=str)
@@ -161,7 +190,7 @@ def _sql(root: Path, package: str) -> Iterable[Crossing]:
             continue
         for name in sorted(_sqlalchemy_names(path)):
             if name not in SQL_PLUMBING and not _within(name, "sqlalchemy.exc"):
-                yield Crossing(module, name, "SQL is built only in the two stores and app.models")
+                yield Crossing(module, name, "SQL is built only in the stores and app.models")
 
 
 def _sqlalchemy_names(path: Path) -> set[str]:
@@ -181,6 +210,14 @@ def _sqlalchemy_names(path: Path) -> set[str]:
     return names
 
 
+def _api(graph: dict[str, set[str]]) -> Iterable[Crossing]:
+    for module, imported_names in graph.items():
+        if _within(module, API):
+            for imported in imported_names:
+                if _within(imported, "sqlalchemy"):
+                    yield Crossing(module, imported, "the API speaks the client's errors, no SQL")
+
+
 def _client(graph: dict[str, set[str]]) -> Iterable[Crossing]:
     light = [m for m in graph if any(_within(m, side) for side in CLIENT)]
     for module in _reachable(graph, light):
@@ -194,18 +231,19 @@ def _client(graph: dict[str, set[str]]) -> Iterable[Crossing]:
 def _worker(graph: dict[str, set[str]]) -> Iterable[Crossing]:
     for module, imported_names in graph.items():
         for imported in imported_names:
-            if _within(module, FILES) and (
+            shared = next((room for room in SHARED if _within(module, room)), None)
+            if shared is not None and (
                 _within(imported, "app.client") or _within(imported, WORKER)
             ):
                 yield Crossing(
-                    module, imported, "app.files is imported by both sides, never theirs"
+                    module, imported, f"{shared} is imported by both sides, never theirs"
                 )
-            elif (
-                _within(module, WORKER)
-                and _within(imported, "app.client")
-                and (module, imported) not in WORKER_CLIENT_KNOWN
-            ):
+            elif _within(module, WORKER) and _within(imported, "app.client"):
                 yield Crossing(module, imported, "the worker never imports the client")
+            elif _within(module, MODEL_ADAPTER) and _within(imported, DEMO):
+                yield Crossing(
+                    module, imported, "the demo is registered where the worker is assembled"
+                )
 
 
 def _app(graph: dict[str, set[str]]) -> Iterable[Crossing]:

@@ -11,16 +11,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from app.api import heap
 from app.api.body_limit import BodyLimit
+from app.api.chat_page import PAGE, page_html
 from app.api.gate import body_limits, document_limits
 from app.api.handoff import Handoff
 from app.api.observed import Observed, add_metrics_route
@@ -32,8 +32,6 @@ from app.client import ChatClient
 from app.config import Settings, get_settings
 from app.db import make_engine
 from app.telemetry import metrics, tracing
-
-PAGE = Path(__file__).parent / "page"
 
 
 def create_app(settings: Settings | None = None, *, client: ChatClient | None = None) -> FastAPI:
@@ -69,9 +67,11 @@ def create_app(settings: Settings | None = None, *, client: ChatClient | None = 
         )
     app.mount("/static", StaticFiles(directory=PAGE), name="static")
 
+    page = page_html()
+
     @app.get("/", include_in_schema=False)
-    async def chat_page() -> FileResponse:
-        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-cache"})
+    async def chat_page() -> HTMLResponse:
+        return HTMLResponse(page, headers={"Cache-Control": "no-cache"})
 
     return app
 

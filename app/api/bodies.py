@@ -1,16 +1,23 @@
 """The API's request bodies: each refuses unknown fields (a typo is an error, not a silent
-default); their fixed value sets are the `Literal`s of `schemas`, and a client tool's shape
+default); their fixed value sets are `app.vocabulary`'s `Literal`s, and a client tool's shape
 (`ClientTool`) is the one both directions share."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
-from app.api.schemas import Body, BusyPolicy, ClientTool, WebhookEventType
-from app.client.views import ToolChoice
+from app.api.schemas import Body, ClientTool
+from app.vocabulary import (
+    BodyFormat,
+    BranchBusyPolicy,
+    BusyPolicy,
+    ToolChoice,
+    WebhookEventType,
+    busy_policies_said,
+)
 
 
 class ActionOutput(Body):
@@ -79,11 +86,6 @@ class ConversationCreate(Body):
     )
 
 
-BUSY_DESCRIPTION = (
-    "while a turn runs: reject (409), enqueue behind it, interrupt it, rollback (interrupt it "
-    "and drop its messages from the active path: this one takes their place), or steer (the "
-    "running turn takes the message in at its next model call)"
-)
 MAX_SEQ = 2**31 - 1  # a message's seq is a 32-bit column
 
 
@@ -104,7 +106,7 @@ class MessageCreate(Body):
         description="files beside the text (images, PDFs, text files), each within "
         "`CHATWORKER_MAX_FILE_BYTES`, of a kind the conversation's model takes",
     )
-    on_busy: BusyPolicy = Field("reject", description=BUSY_DESCRIPTION)
+    on_busy: BusyPolicy = Field("reject", description=busy_policies_said())
     output_schema: dict[str, Any] | None = Field(
         None,
         description="this message's answer must match this JSON Schema, over the "
@@ -114,7 +116,7 @@ class MessageCreate(Body):
 
 class MessageEdit(Body):
     text: str = Field(description="the new version of the user's message")
-    on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+    on_busy: BranchBusyPolicy = Field(
         "reject", description="while a turn runs (an edit cannot steer it)"
     )
 
@@ -127,7 +129,7 @@ class Regenerate(Body):
         description="the answer to regenerate (or any message after the user message it "
         "answers); omitted: the last one",
     )
-    on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] = Field(
+    on_busy: BranchBusyPolicy = Field(
         "reject", description="while a turn runs (a regenerate cannot steer it)"
     )
 
@@ -157,7 +159,7 @@ class WebhookCreate(Body):
         None, description="what to be told of; omitted: all four", min_length=1
     )
     description: str | None = Field(None, max_length=500)
-    body_format: Literal["standard", "openai"] = Field(
+    body_format: BodyFormat = Field(
         "standard",
         description="the bodies' shape: ours, or OpenAI's webhook events (response.completed, "
         "... naming the /v1/responses response; the openai SDK's webhooks.unwrap verifies them)",

@@ -63,18 +63,16 @@ the same `Idempotency-Key`, a submit is never run twice).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from app.api.responses.errors import ResponseNotFound, Unsupported, openai_error, speaks_openai
 from app.errors import (
     ActionAlreadyAnswered,
     ActionNotFound,
@@ -112,7 +110,6 @@ RETRY_AFTER_SECONDS = 2
 
 #: The client layer's refusals, most specific first (looked up along the exception's MRO).
 REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
-    ResponseNotFound: (404, "response_not_found"),
     ConversationNotFound: (404, "conversation_not_found"),
     TurnNotFound: (404, "turn_not_found"),
     ActionNotFound: (404, "action_not_found"),
@@ -140,6 +137,11 @@ REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     InvalidFile: (400, "invalid_file"),
     InvalidRequest: (400, "invalid_request"),
 }
+
+#: How a dialect writes an error: (status, code, detail, headers, **fields) -> the response.
+ErrorShape = Callable[..., JSONResponse]
+#: The paths whose errors a dialect writes in its own shape (`speaks`): (prefix, shape).
+_SHAPES: list[tuple[str, ErrorShape]] = []
 
 _TITLES = {
     400: "Bad Request",
@@ -194,6 +196,26 @@ class ApiProblem(Exception):
         self.extra = extra
 
 
+def speaks(
+    prefix: str,
+    shape: ErrorShape,
+    refusals: Mapping[type[InvalidRequest], tuple[int, str]] | None = None,
+) -> None:
+    """A dialect's errors, declared by its router module: every answer of a failure on `prefix`
+    (and the paths under it) written by `shape` instead of as a problem; its own refusals (the
+    client layer's subclasses it raises) with their status and code."""
+    if all(known != prefix for known, _ in _SHAPES):
+        _SHAPES.append((prefix, shape))
+    REFUSALS.update(refusals or {})
+
+
+def _shape(path: str) -> ErrorShape | None:
+    for prefix, shape in _SHAPES:
+        if path == prefix or path.startswith(prefix + "/"):
+            return shape
+    return None
+
+
 def problem_response(
     request: Request | None,
     status: int,
@@ -202,8 +224,9 @@ def problem_response(
     headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
-    if request is not None and speaks_openai(request.url.path):
-        return openai_error(status, code, detail, headers, **extra)
+    shape = None if request is None else _shape(request.url.path)
+    if shape is not None:
+        return shape(status, code, detail, headers, **extra)
     extra.pop("param", None)
     body = Problem(
         title=_TITLES.get(status, "Error"),
@@ -274,8 +297,9 @@ def install_handlers(app: FastAPI) -> None:
             extra["turn_id"] = str(exc.turn_id)
         if isinstance(exc, TooManyRunningTurns):
             headers["Retry-After"] = str(exc.retry_after)
-        if isinstance(exc, Unsupported) and exc.param is not None:
-            extra["param"] = exc.param
+        param = getattr(exc, "param", None)  # (a dialect's refusal may name its field)
+        if param is not None:
+            extra["param"] = param
         return problem_response(request, status, code, str(exc), headers, **extra)
 
     async def on_problem(request: Request, exc: Exception) -> JSONResponse:
@@ -342,8 +366,6 @@ def install_handlers(app: FastAPI) -> None:
         )
 
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-            return await on_database(request, exc)
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return problem_response(
             request, 500, "internal_error", "an unexpected error; it was logged"
@@ -353,6 +375,5 @@ def install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiProblem, on_problem)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
-    for unavailable in (OperationalError, InterfaceError, PoolTimeout, DatabaseUnavailable):
-        app.add_exception_handler(unavailable, on_database)
+    app.add_exception_handler(DatabaseUnavailable, on_database)  # (the client's word for it)
     app.add_exception_handler(Exception, on_bug)

@@ -1,6 +1,6 @@
 """The API's response bodies: each is read from the client layer's view of the same name, field
 for field (`Turn.model_validate(turn_view)`), so no converter restates a field; the fixed value
-sets are the views' own `Literal`s (the request bodies are `bodies.py`'s).
+sets are `app.vocabulary`'s `Literal`s (the request bodies are `bodies.py`'s).
 
 Responses are the views with times in ISO 8601 and usage grouped: a turn maps
 onto an OpenAI Responses object (`id`, `status`, `error`, `usage`, background by default,
@@ -16,10 +16,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.client.views import (
+from app.client.views import ConversationView
+from app.vocabulary import (
     ActionKind,
+    BodyFormat,
     ConversationStatus,
-    ConversationView,
     DecisionWord,
     DeliveryStatus,
     Role,
@@ -27,8 +28,6 @@ from app.client.views import (
     TurnKind,
     TurnStatus,
 )
-
-BusyPolicy = Literal["reject", "enqueue", "interrupt", "rollback", "steer"]
 
 
 class View(BaseModel):
@@ -304,10 +303,6 @@ class Readiness(BaseModel):
 
 # --- webhooks --------------------------------------------------------------------------------
 
-WebhookEventType = Literal[
-    "turn.completed", "turn.failed", "turn.cancelled", "turn.requires_action"
-]
-
 
 class WebhookOut(View):
     id: uuid.UUID
@@ -316,7 +311,7 @@ class WebhookOut(View):
     event_types: list[str]
     description: str | None
     created_at: datetime
-    body_format: Literal["standard", "openai"] = "standard"
+    body_format: BodyFormat = "standard"
     secret: str | None = Field(
         None,
         description="only in the answer to its creation: the Standard Webhooks signing secret "

@@ -13,31 +13,27 @@ Each `id` is the cursor that resumes right after its event: a reader that reconn
 `Last-Event-ID` gets exactly what an uninterrupted one got next, nothing twice, nothing missing.
 Comments (`: ping`) keep proxies from closing an idle stream. A database that stops answering
 pauses the stream (the reader keeps its place); a live channel that stops answering costs
-latency only (the log is read instead).
+latency only (the log is read instead). The loop is every dialect's (`stream_loop.py`); this
+module is our dialect's renderer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sse_starlette import ServerSentEvent
 
 from app.api.schemas import DeltaOut, DiscardedOut, Event
 from app.api.state import ApiState
-from app.client import Delta, Discarded, EventView, Following
-from app.errors import DatabaseUnavailable
+from app.api.stream_loop import streamed
+from app.client import Cursor, Delta, Discarded, EventView, Following
+from app.vocabulary import DELTA, DISCARDED, EVENT_TYPES, LIVE_TYPES, STREAM_END
 
-log = logging.getLogger(__name__)
-
-DELTA = "message.delta"
-DISCARDED = "message.discarded"
-END = "stream.end"
-DATABASE_PAUSE_SECONDS = 1.0
+# Every committed event goes out as it is, under its own type, and so does every live entry: a
+# new event type needs nothing here (tests/unit/test_renderer_coverage.py).
+HANDLED = frozenset((*EVENT_TYPES, *LIVE_TYPES))
+SKIPPED: frozenset[str] = frozenset()
 
 
 def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
@@ -53,32 +49,25 @@ def as_sse(item: EventView | Delta | Discarded, cursor: str) -> ServerSentEvent:
     )
 
 
-async def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
-    """The stream's events until the following ends (its `until`) or the reader leaves. It
-    waits on the event loop; only its database reads go to the readers' pool. What the stream
-    holds is given back by `released`, the `EventStream`'s `closing`."""
-    while True:
-        try:
-            items = await following.next_batch(api.read_step)
-        except (DBAPIError, PoolTimeout, DatabaseUnavailable) as exc:
-            log.warning("stream of %s: database unavailable (%s)", following.conversation_id, exc)
-            await asyncio.sleep(DATABASE_PAUSE_SECONDS)
-            continue
-        if not items:
-            break
-        for item, cursor in items:
-            yield as_sse(item, str(cursor))
-        # (not held while the next batch is awaited, for minutes maybe: at 10,000 streams each
-        # holding its last turn's events was ~250,000 objects for every full collection to walk)
-        del items, item, cursor
-    yield ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=END)
+class OurEvents:
+    """Our dialect's renderer (`stream_loop.Renderer`): every item as it is, the follower's
+    `until` as `stream.end`. It never ends by itself: its follower does."""
+
+    ended = False
+
+    def feed(self, item: EventView | Delta | Discarded, cursor: Cursor) -> list[ServerSentEvent]:
+        return [as_sse(item, str(cursor))]
+
+    async def finish(self, following: Following) -> list[ServerSentEvent]:
+        return [
+            ServerSentEvent(data=json.dumps({"cursor": str(following.cursor)}), event=STREAM_END)
+        ]
 
 
-def released(api: ApiState, following: Following, owner: str | None) -> Callable[[], None]:
-    """What a stream's end gives back: its follower, and its place in the stream counts."""
+def sse_events(api: ApiState, following: Following) -> AsyncIterator[ServerSentEvent]:
+    """The stream's events until the following ends (its `until`) or the reader leaves (what
+    the stream holds is given back by `stream_loop.released`, the `EventStream`'s `closing`)."""
+    return streamed(api, following, OurEvents())
 
-    def release() -> None:
-        following.close()
-        api.close_stream(owner)
 
-    return release
+__all__ = ["OurEvents", "as_sse", "sse_events"]

@@ -55,15 +55,18 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-REJECT = "reject"
-ENQUEUE = "enqueue"
-INTERRUPT = "interrupt"
-ROLLBACK = "rollback"
-STEER = "steer"
-BUSY_POLICIES = (REJECT, ENQUEUE, INTERRUPT, ROLLBACK, STEER)
+from app.vocabulary import (
+    BUSY_POLICIES,
+    ENQUEUE,
+    FAILED,
+    IDLE,
+    INTERRUPT,
+    REJECT,
+    ROLLBACK,
+    STEER,
+)
 
-FAILED = "failed"  # app.models.FAILED: admission imports nothing of the database
-AT_REST = ("idle", FAILED)  # app.models' IDLE and FAILED
+AT_REST = (IDLE, FAILED)
 
 RETRY_AFTER_SECONDS = 5  # what a refusal over the owner's limit suggests
 

@@ -23,6 +23,7 @@ from app.client.checks import (
 )
 from app.client.inline import Offload
 from app.client.store import api_keys, budgets, reads, webhooks
+from app.client.store.outage import unavailable_as_ours
 from app.client.views import ApiKeyView, BudgetView, DeliveryView, ToolInfo, WebhookView
 from app.config import Settings, get_settings
 from app.db import make_engine
@@ -49,7 +50,7 @@ class AsyncAdminClient:
     ) -> None:
         self.settings = settings or get_settings()
         self._owns_engine = engine is None
-        self.engine = engine or make_engine(self.settings.database_url)
+        self.engine = unavailable_as_ours(engine or make_engine(self.settings.database_url))
         self.offload = offload or asyncio.to_thread
         self._channel: LiveChannel | None = None
         self._shared_live = live

@@ -1,7 +1,7 @@
 """The files a user message carries, checked before anything is written: their bytes (given as
 bytes, base64 or a `data:` URL), their media type read from the bytes (`app/files/media.py`: a
 name, or a claimed type, that the bytes belie is refused), the size caps, and whether the
-conversation's model takes that kind of file (`app/files/capabilities.py`). No I/O.
+conversation's model takes that kind of file (`app/model_profile.py`). No I/O.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app import model_profile
 from app.errors import FileNotTaken, FileTooLarge, InvalidFile
-from app.files import capabilities
 from app.files.media import TEXT, TEXT_TYPES, CheckedFile, agrees, named_type, sniff
 from app.models import MAX_FILE_NAME_CHARS
 
@@ -57,10 +57,10 @@ def check_files(files: Sequence[Any] | None, limits: Limits) -> tuple[CheckedFil
 def check_taken(checked: Sequence[CheckedFile], model: str, limits: Limits) -> None:
     """`FileNotTaken` naming the model and the media type of a file the model does not take."""
     for index, item in enumerate(checked):
-        if item.kind != TEXT and not capabilities.takes(model, item.kind, limits.declared):
+        if item.kind != TEXT and not model_profile.takes(model, item.kind, limits.declared):
             raise FileNotTaken(
                 f"files[{index}]: the model {model!r} does not take {item.media_type} files "
-                f"(litellm's model map says it has no {capabilities.FEATURES[item.kind]}); use a "
+                f"(litellm's model map says it has no {model_profile.FEATURES[item.kind]}); use a "
                 "model that does, or send the file's content as text"
             )
 

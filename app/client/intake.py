@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app import errors
+from app.budgets import store as budgets
 from app.client import admission
 from app.client.admission import (
     Answer,
@@ -32,7 +33,7 @@ from app.client.admission import (
     Start,
     Steer,
 )
-from app.client.store import budgets, new_turns, owners
+from app.client.store import new_turns, owners
 from app.client.store.answers import answer_actions, open_clarifications, waiting_turn
 from app.client.store.cancel import cancel_current, cancel_waiting, waiting_turns
 from app.client.store.journal import lock_conversation, turn_id_of

@@ -31,6 +31,7 @@ from app.client.views import (
 )
 from app.client.wiring import Wiring
 from app.config import Settings
+from app.db import one_snapshot
 from app.errors import InvalidRequest
 from app.live import LiveChannel
 
@@ -202,7 +203,7 @@ class AsyncReader:
 
         def read() -> TurnRecord:
             found = parse_turn_id(turn_id)
-            with self.engine.connect() as connection, connection.begin():
+            with one_snapshot(self.engine) as connection:  # (its status and events agree)
                 conversation_id = reads.conversation_of_turn(connection, found, owner)
                 turn = reads.read_turn(connection, found)
                 setup = reads.read_conversation(connection, conversation_id, None, messages=False)
@@ -307,17 +308,19 @@ class AsyncReader:
         *,
         owner: str | None = None,
         all_versions: bool = False,
+        messages: bool = True,
     ) -> ConversationView:
         """Status, error, setup, counters and the messages of the active path with `seq >
         after_seq` (all if None), each with its versions (`siblings`); with `all_versions`,
-        every branch's messages (`active` says which are on the path)."""
+        every branch's messages (`active` says which are on the path); without `messages`, none
+        (the setup alone: a long transcript is not read)."""
 
         def read() -> ConversationView:
             found = parse_conversation_id(conversation_id)
             with self.wiring.reads.connect() as connection:
                 reads.check_owner(connection, found, owner)
                 return reads.read_conversation(
-                    connection, found, after_seq, all_versions=all_versions
+                    connection, found, after_seq, messages=messages, all_versions=all_versions
                 )
 
         return await self.offload(read)

@@ -10,21 +10,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from app.models import ASSISTANT, CLARIFY_TOOL, FAILED, FINISHED_TURN_STATUSES, IDLE
-
-# The fixed value sets, typed once: the API's response bodies (`app/api/schemas.py`) are these
-# views field for field, so each set is spelt here and nowhere else on the web side.
-Role = Literal["system", "user", "assistant", "tool"]
-ConversationStatus = Literal["idle", "processing", "tool_loop", "failed"]
-ToolChoice = Literal["auto", "none", "required"]
-TurnStatus = Literal["queued", "running", "requires_action", "completed", "failed", "cancelled"]
-TurnKind = Literal["message", "retry", "regenerate", "steer"]
-ActionKind = Literal["clarification", "client_tool", "approval"]
-DecisionWord = Literal["approved", "denied"]
-BudgetPeriod = Literal["total", "day"]
-DeliveryStatus = Literal["pending", "delivered", "failed"]
+from app.vocabulary import (
+    ActionKind,
+    BudgetPeriod,
+    ConversationStatus,
+    DecisionWord,
+    DeliveryStatus,
+    Role,
+    ToolChoice,
+    TurnKind,
+    TurnStatus,
+)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from sqlalchemy import Engine
 from app.client.doorbell import QUEUED_BEHIND, Enqueue, QueueRinger, default_enqueue, ring
 from app.client.store.loop_store import LoopStore
 from app.client.store.new_turns import NewTurn
+from app.client.store.outage import unavailable_as_ours
 from app.client.views import Submitted, TurnView
 from app.config import Settings, get_settings
 from app.db import autocommit_reads, make_engine
@@ -38,7 +39,7 @@ class Wiring:
         live: LiveChannel | None = None,
     ) -> None:
         self.settings = settings or get_settings()
-        self.engine = engine or make_engine(self.settings.database_url)
+        self.engine = unavailable_as_ours(engine or make_engine(self.settings.database_url))
         self.reads = autocommit_reads(self.engine)  # (reads that leave prepared statements be)
         # The hot statements, awaited on an event loop (PostgreSQL; None elsewhere).
         self.loop_store = LoopStore.for_engine(self.engine)

@@ -1,6 +1,7 @@
 """The one settings object, in named sections, read from the environment (and a `.env` file).
 
-`load_settings()` is the only entry point; `python -m app.config.readme` writes the README's tables.
+`load_settings()` is the only entry point; `python -m app.config.readme` writes the tables of
+docs/SETTINGS.md.
 """
 
 from app.config.api_settings import (

@@ -1,6 +1,7 @@
-"""The README's settings tables, generated from the sections' fields: `python -m app.config.readme`.
+"""The settings page's tables, generated from the sections' fields: `python -m app.config.readme`.
 
-One table per section between the README's marker comments; `--check` only says if they differ.
+One table per section between the marker comments of docs/SETTINGS.md; `--check` only says
+if they differ.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from app.config.section import Section
 from app.config.settings import SECTIONS, env_name
@@ -33,11 +36,11 @@ def render() -> str:
     return "\n\n".join(parts)
 
 
-def splice(readme: str, tables: str) -> str:
-    """`readme` with `tables` between its markers; ValueError if the markers are not there once."""
-    if readme.count(START) != 1 or readme.count(END) != 1:
-        raise ValueError(f"the README needs {START} and {END}, once each")
-    head, rest = readme.split(START)
+def splice(page: str, tables: str) -> str:
+    """`page` with `tables` between its markers; ValueError if the markers are not there once."""
+    if page.count(START) != 1 or page.count(END) != 1:
+        raise ValueError(f"the settings page needs {START} and {END}, once each")
+    head, rest = page.split(START)
     _, tail = rest.split(END)
     return f"{head}{START}\n{tables}\n{END}{tail}"
 
@@ -47,13 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m app.config.readme", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--readme", type=Path, default=Path("README.md"), help="default: %(default)s"
+        "--page", type=Path, default=Path("docs/SETTINGS.md"), help="default: %(default)s"
     )
     parser.add_argument(
         "--check", action="store_true", help="change nothing; exit 1 if the tables differ"
     )
     args = parser.parse_args(argv)
-    path: Path = args.readme
+    path: Path = args.page
     try:
         current = path.read_text(encoding="utf-8")
         wanted = splice(current, render())
@@ -97,13 +100,19 @@ def _table(section: type[Section]) -> str:
 
 
 def _default(field: FieldInfo) -> str:
-    value = field.default
+    """The default as a reader sets it: `unset` (None), `none` (an empty collection), `required`
+    (no default), else the value as the variable would hold it (a mapping as JSON)."""
+    value = field.get_default(call_default_factory=True)
+    if value is PydanticUndefined:
+        return "required"
     if value is None:
         return "unset"
-    if value == ():
+    if isinstance(value, tuple | list | set | frozenset | dict) and not value:
         return "none"
-    if isinstance(value, tuple):
+    if isinstance(value, tuple | list):
         return f"`{','.join(_plain(part) for part in value)}`"
+    if isinstance(value, dict):
+        return f"`{json.dumps(value, separators=(',', ':'))}`"
     return f"`{_plain(value)}`"
 
 
@@ -117,7 +126,7 @@ def _plain(value: object) -> str:
 
 def _cell(text: str | None) -> str:
     if not text:
-        raise ValueError("every setting needs a description: it is the README's text")
+        raise ValueError("every setting needs a description: it is the settings page's text")
     return text.replace("|", "\\|")
 
 

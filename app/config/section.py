@@ -13,7 +13,7 @@ ENV_PREFIX = "CHATWORKER_"
 
 
 class Section(BaseModel):
-    """Fields that belong together; `title` heads their table in the README."""
+    """Fields that belong together; `title` heads their table in docs/SETTINGS.md."""
 
     title: ClassVar[str]
 

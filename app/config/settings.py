@@ -23,7 +23,7 @@ from app.config.webhook_settings import WebhookSettings
 from app.config.worker_settings import WorkerSettings
 from app.errors import ConfigError
 
-# The order of the README's tables; every field of `Settings` is in exactly one section.
+# The order of the settings page's tables; every field of `Settings` is in exactly one section.
 SECTIONS: tuple[type[Section], ...] = (
     DatabaseSettings,
     WorkerSettings,

@@ -166,6 +166,17 @@ def _usage(messages: Sequence[dict[str, Any]], produced: str) -> dict[str, int]:
 # --- the litellm glue -------------------------------------------------------------------------
 
 
+def register() -> None:
+    """Register the provider with litellm, once (call it after `prepare_litellm`, which
+    configures litellm before its first import): `demo/...` then answers offline."""
+    import litellm
+
+    if not any(item["provider"] == DEMO_PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map.append(
+            {"provider": DEMO_PROVIDER, "custom_handler": demo_handler()}
+        )
+
+
 @cache
 def demo_handler() -> Any:
     """The `litellm.CustomLLM` serving `demo/...`; litellm is imported on first use only."""
@@ -249,4 +260,5 @@ __all__ = [
     "demo_handler",
     "demo_reply",
     "find_expression",
+    "register",
 ]

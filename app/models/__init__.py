@@ -3,7 +3,7 @@ session tool cache; and their tables' Core aliases (`tables`), written once."""
 
 from app.models.api_key import MAX_OWNER_CHARS, ApiKey
 from app.models.base import Base
-from app.models.budget import DAY, PERIODS, TOTAL, Budget
+from app.models.budget import Budget
 from app.models.compaction import (
     COMPACTION_KINDS,
     COMPACTION_REASONS,
@@ -14,46 +14,14 @@ from app.models.compaction import (
     Compaction,
 )
 from app.models.conversation import (
-    FAILED,
-    IDLE,
     OWNER_LOCK_SEED,
-    PROCESSING,
     RELEASED_LEASE,
-    RUNNING_STATUSES,
-    STATUSES,
-    TOOL_CHOICES,
-    TOOL_LOOP,
     UNHELD_SQL,
     Conversation,
 )
-from app.models.event import (
-    ACTION_REQUIRED,
-    BRANCH_SWITCHED,
-    CANCEL_REQUESTED,
-    CONTEXT_COMPACTED,
-    EVENT_TYPES,
-    MESSAGE_COMMITTED,
-    MODEL_FALLBACK,
-    STATUS_CHANGED,
-    TERMINAL_EVENTS,
-    TURN_CANCELLED,
-    TURN_COMPLETED,
-    TURN_FAILED_EVENT,
-    TURN_QUEUED,
-    TURN_RESUMED,
-    TURN_STARTED,
-    Event,
-)
+from app.models.event import Event
 from app.models.file import MAX_FILE_NAME_CHARS, STORAGE_LOCK_SEED, File, FileName, FileUse
-from app.models.message import (
-    ASSISTANT,
-    CANCELLED_CALL_RESULT,
-    ROLES,
-    SYSTEM,
-    TOOL,
-    USER,
-    Message,
-)
+from app.models.message import CANCELLED_CALL_RESULT, Message
 from app.models.tables import (
     api_keys,
     budgets,
@@ -75,39 +43,67 @@ from app.models.tool import (
     CatalogTool,
 )
 from app.models.tool_output import ToolOutput
-from app.models.turn import (
+from app.models.turn import MAX_IDEMPOTENCY_KEY_CHARS, Turn
+from app.models.webhook import Webhook, WebhookDelivery, message_id
+
+# The words of the columns' closed sets, at hand beside the tables they are CHECKed in (declared
+# in `app.vocabulary`).
+from app.vocabulary import (
+    ACTION_REQUIRED,
     APPROVAL,
     APPROVED,
+    ASSISTANT,
+    BODY_FORMATS,
+    BRANCH_SWITCHED,
+    CANCEL_REQUESTED,
     CANCELLED,
     CLARIFICATION,
     CLIENT_TOOL,
     COMPLETED,
+    CONTEXT_COMPACTED,
+    DAY,
+    DELIVERED,
+    DELIVERY_STATUSES,
     DENIED,
+    EVENT_TYPES,
+    FAILED,
     FINISHED_TURN_STATUSES,
     FOR_MESSAGE,
     FOR_REGENERATE,
     FOR_RETRY,
     FOR_STEER,
-    MAX_IDEMPOTENCY_KEY_CHARS,
-    QUEUED,
-    REQUIRES_ACTION,
-    RUNNING,
-    TURN_FAILED,
-    TURN_STATUSES,
-    Turn,
-)
-from app.models.webhook import (
-    BODY_FORMATS,
-    DELIVERED,
-    DELIVERY_STATUSES,
     GAVE_UP,
+    IDLE,
+    MESSAGE_COMMITTED,
+    MODEL_FALLBACK,
     OPENAI_BODY,
     PENDING,
+    PERIODS,
+    PROCESSING,
+    QUEUED,
+    REQUIRES_ACTION,
+    ROLES,
+    RUNNING,
+    RUNNING_STATUSES,
     STANDARD_BODY,
+    STATUS_CHANGED,
+    STATUSES,
+    SYSTEM,
+    TERMINAL_EVENTS,
+    TOOL,
+    TOOL_CHOICES,
+    TOOL_LOOP,
+    TOTAL,
+    TURN_CANCELLED,
+    TURN_COMPLETED,
+    TURN_FAILED,
+    TURN_FAILED_EVENT,
+    TURN_QUEUED,
+    TURN_RESUMED,
+    TURN_STARTED,
+    TURN_STATUSES,
+    USER,
     WEBHOOK_EVENT_TYPES,
-    Webhook,
-    WebhookDelivery,
-    message_id,
 )
 
 __all__ = [

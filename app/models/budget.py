@@ -1,5 +1,5 @@
 """Budgets: a cap on the tokens and the money an owner, or one conversation, may spend, in
-total or per UTC day. Checked against committed totals (`app/client/store/budgets.py`): by the
+total or per UTC day. Checked against committed totals (`app/budgets/store.py`): by the
 worker before each model call, and by the web side before it accepts a message.
 """
 
@@ -23,9 +23,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, in_list
-
-TOTAL, DAY = "total", "day"
-PERIODS = (TOTAL, DAY)
+from app.vocabulary import PERIODS
 
 
 class Budget(Base):

@@ -33,18 +33,11 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, JsonType, in_list
+from app.vocabulary import FAILED, IDLE, RUNNING_STATUSES, STATUSES, TOOL_CHOICES
 
-IDLE = "idle"
-PROCESSING = "processing"
-TOOL_LOOP = "tool_loop"
-FAILED = "failed"
-STATUSES = (IDLE, PROCESSING, TOOL_LOOP, FAILED)
-RUNNING_STATUSES = (PROCESSING, TOOL_LOOP)
 #: The SQL of a queued conversation: running, and no worker holds it (its partial index's WHERE,
 #: written as constants so a prepared statement's generic plan can use the index too).
 UNHELD_SQL = f"{in_list('status', RUNNING_STATUSES)} AND lease_owner IS NULL"
-
-TOOL_CHOICES = ("auto", "none", "required")
 
 #: The columns of a conversation that no worker holds: what every end of a lease writes (an answer,
 #: a failure, a release at shutdown, the janitor, a new turn from the web app). Defined once.

@@ -16,40 +16,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, JsonType, in_list
-
-TURN_QUEUED = "turn.queued"
-TURN_STARTED = "turn.started"
-TURN_RESUMED = "turn.resumed"  # a claim that is not the turn's first: a crash was recovered
-TURN_COMPLETED = "turn.completed"
-TURN_FAILED_EVENT = "turn.failed"
-TURN_CANCELLED = "turn.cancelled"
-CANCEL_REQUESTED = "turn.cancel_requested"
-STATUS_CHANGED = "status.changed"
-MESSAGE_COMMITTED = "message.committed"
-ACTION_REQUIRED = "action.required"  # the turn waits for the user: see the turn's actions
-CONTEXT_COMPACTED = "context.compacted"  # what the model is sent was compacted (`data`: how)
-# The active path moved (an edit, a regenerate, a switch, a rollback; `data`: the new leaf and
-# the message the path now leaves from): a follower reads the path again.
-BRANCH_SWITCHED = "branch.switched"
-# The turn moved to another model (`data`: from, to, and the error that made it): the model it
-# was using failed for good while its provider was down or its transient errors spent their tries.
-MODEL_FALLBACK = "model.fallback"
-EVENT_TYPES = (
-    TURN_QUEUED,
-    TURN_STARTED,
-    TURN_RESUMED,
-    TURN_COMPLETED,
-    TURN_FAILED_EVENT,
-    TURN_CANCELLED,
-    CANCEL_REQUESTED,
-    STATUS_CHANGED,
-    MESSAGE_COMMITTED,
-    ACTION_REQUIRED,
-    CONTEXT_COMPACTED,
-    BRANCH_SWITCHED,
-    MODEL_FALLBACK,
-)
-TERMINAL_EVENTS = (TURN_COMPLETED, TURN_FAILED_EVENT, TURN_CANCELLED)
+from app.vocabulary import EVENT_TYPES
 
 
 class Event(Base):

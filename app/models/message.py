@@ -30,12 +30,8 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, BigIntId, JsonType
+from app.vocabulary import ROLES
 
-SYSTEM = "system"
-USER = "user"
-ASSISTANT = "assistant"
-TOOL = "tool"
-ROLES = (SYSTEM, USER, ASSISTANT, TOOL)
 #: The result of a tool call the user's cancel left unanswered, whoever ends the turn (the worker
 #: holding it, or the web side when no worker does): the transcript stays valid for every provider.
 CANCELLED_CALL_RESULT = "Cancelled by the user: this tool call did not complete."

@@ -27,7 +27,7 @@ class RawStatement:
     With `%(name)s` placeholders psycopg parses the query on every execution to find them, and
     caches the parse only for a query of at most 4,096 bytes and 50 values: a step's statement
     (tens of values, the answer's and the claim's longer than that) was parsed afresh on every
-    step. (Measured against the parse, the loop gained little: `docs/PERFORMANCE.md`, stop 39.)"""
+    step. (Measured against the parse, the loop gained little: `docs/PERFORMANCE.md`.)"""
 
     def __init__(
         self, statement: ClauseElement, engine: Engine, json_parameters: tuple[str, ...] = ()

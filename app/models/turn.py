@@ -28,32 +28,7 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, JsonType, in_list
-
-QUEUED = "queued"
-RUNNING = "running"
-# Waiting for the user or their client (an answer, a client tool's output): nothing runs, no
-# lease is held, the conversation rests; `actions` says what is asked.
-REQUIRES_ACTION = "requires_action"
-COMPLETED = "completed"
-TURN_FAILED = "failed"
-CANCELLED = "cancelled"
-TURN_STATUSES = (QUEUED, RUNNING, REQUIRES_ACTION, COMPLETED, TURN_FAILED, CANCELLED)
-
-# The kinds of a pending action: a question the model asked the user (`agent_clarify`), a call of
-# a tool the client executes.
-CLARIFICATION = "clarification"
-CLIENT_TOOL = "client_tool"
-APPROVAL = "approval"  # a call of a tool the user approves first (deny: the model is told)
-APPROVED, DENIED = "approved", "denied"  # an approval's `decision`
-FINISHED_TURN_STATUSES = (COMPLETED, TURN_FAILED, CANCELLED)
-
-FOR_MESSAGE = "message"  # a user message started it
-FOR_RETRY = "retry"  # a failed turn is continued from its transcript
-FOR_REGENERATE = "regenerate"  # a new answer to an earlier user message, on a new branch
-# A message sent with `on_busy='steer'`: the running turn takes it in at its next model call and
-# this turn carries the run on; if the running turn ends first, it simply runs next.
-FOR_STEER = "steer"
-TURN_KINDS = (FOR_MESSAGE, FOR_RETRY, FOR_REGENERATE, FOR_STEER)
+from app.vocabulary import FOR_MESSAGE, QUEUED, TURN_KINDS, TURN_STATUSES
 
 MAX_IDEMPOTENCY_KEY_CHARS = 200
 

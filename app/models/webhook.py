@@ -36,26 +36,14 @@ from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, BigIntId, in_list
-
-WEBHOOK_COMPLETED = "turn.completed"
-WEBHOOK_FAILED = "turn.failed"
-WEBHOOK_CANCELLED = "turn.cancelled"
-WEBHOOK_REQUIRES_ACTION = "turn.requires_action"  # the `action.required` event
-WEBHOOK_EVENT_TYPES = (
-    WEBHOOK_COMPLETED,
-    WEBHOOK_FAILED,
-    WEBHOOK_CANCELLED,
-    WEBHOOK_REQUIRES_ACTION,
+from app.vocabulary import (
+    DELIVERY_STATUSES,
+    PENDING,
+    STANDARD_BODY,
+    WEBHOOK_EVENT_TYPES,
 )
 
-PENDING, DELIVERED, GAVE_UP = "pending", "delivered", "failed"
-DELIVERY_STATUSES = (PENDING, DELIVERED, GAVE_UP)
 MAX_URL_CHARS = 2000
-
-
-STANDARD_BODY = "standard"
-OPENAI_BODY = "openai"
-BODY_FORMATS = (STANDARD_BODY, OPENAI_BODY)
 
 
 class Webhook(Base):

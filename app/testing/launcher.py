@@ -1,6 +1,6 @@
 """`python -I -S launcher.py -m MODULE ARGS...`: `python -m MODULE ARGS...`, forked warm by the
-test runner's zygote (`app/testing/zygote.py`) when `CHATWORKER_TEST_ZYGOTE_SOCKET` names its
-socket, else exec'd as a new interpreter.
+test runner's zygote (`app/testing/zygote_process.py`) when `CHATWORKER_TEST_ZYGOTE_SOCKET`
+names its socket, else exec'd as a new interpreter.
 
 For a process that a test does not start itself (the MCP test server, which a worker spawns
 through the MCP SDK), so it costs milliseconds instead of seconds of imports. Standard library

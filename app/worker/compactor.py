@@ -17,8 +17,8 @@ from app.models import ELIDE, OVERFLOW, SUMMARY, THRESHOLD
 from app.telemetry import tracing
 from app.worker import context, failpoints, summary
 from app.worker.context import Elide, Summarize, TooLarge
-from app.worker.ports import ContextOverflow, ModelError, ModelReply, ModelRequest, Usage
-from app.worker.store import Claim, Committed, CompactionRecord, Snapshot, TurnStore
+from app.worker.ports import ContextOverflow, ModelError, ModelReply, ModelRequest, TurnStore, Usage
+from app.worker.store import Claim, Committed, CompactionRecord, Snapshot
 from app.worker.transcript import Transcript
 
 if TYPE_CHECKING:

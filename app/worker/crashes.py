@@ -42,8 +42,8 @@ from app.telemetry import metrics
 from app.worker import plan
 from app.worker.llm.error_text import redact
 from app.worker.outcome import Outcome
-from app.worker.plan import Cancel, Finish, RejectCall
 from app.worker.step_loop import Means, StepLoop
+from app.worker.steps import Cancel, Finish, RejectCall
 from app.worker.store import Claim, LeaseLost
 from app.worker.store.crashed import release_crashed_claim
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from app.models.webhook import (
+from app.vocabulary import (
     OPENAI_BODY,
     WEBHOOK_CANCELLED,
     WEBHOOK_COMPLETED,

@@ -3,7 +3,7 @@ is not installed (it comes with `uvicorn[standard]`, which the API needs; it has
 
 Measured (`python -m bench --only overhead`, the same turns interleaved, five full runs): a durable
 step takes 0.004-0.042 ms less on uvloop (0-3 % of its 1.3-1.4 ms)
-(docs/PERFORMANCE.md, stop 39); the worker's MCP subprocesses, sockets and timers run on either.
+(docs/PERFORMANCE.md); the worker's MCP subprocesses, sockets and timers run on either.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from app.worker.broadcast import Broadcaster
 from app.worker.checker import SchemaChecker
 from app.worker.crashes import Ring, after_crash, claim_crashed
 from app.worker.outcome import Outcome
-from app.worker.ports import ModelClient, ToolProvider
+from app.worker.ports import ModelClient, ToolProvider, TurnStore
 from app.worker.step_loop import StepLoop, next_seq
-from app.worker.store import Claim, Deferred, LeaseLost, Snapshot, TurnStore
+from app.worker.store import Claim, Deferred, LeaseLost, Snapshot
 from app.worker.store.outage import Interrupted, interrupted_by_database
 from app.worker.threads import DatabaseThreads
 

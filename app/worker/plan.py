@@ -158,17 +158,31 @@ again: `recovery_delay` here) and the janitor's stale turns (`Upkeep.stale` and 
 
 Not decided here, because nothing is written: a lost lease (a fenced write matched nothing) stops
 the run, and a worker shutting down releases the lease for another worker to continue.
-What the model is sent is built by `transcript.Transcript`.
+What the model is sent is built by `transcript.Transcript`. The steps of the right-hand
+columns are the types of `steps.py` (`CallModel`, `RunTool`, `Fail`...), and the verdicts of
+`verdict.py` (`RecordCalls`, `RecordAnswer`...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.worker.entry import Entry, ToolCall
 from app.worker.offer import ERROR, NO_TOOLS, Toolbox, check_call
+from app.worker.steps import (
+    CallModel,
+    Cancel,
+    Fail,
+    Finish,
+    PendingAction,
+    RejectCall,
+    RequireAction,
+    RunOwnTool,
+    RunTool,
+    Step,
+    TakeSteer,
+)
 from app.worker.structured import REPAIRS, refusal_error
 
 APPROVAL = "approval"  # app.models.APPROVAL: the planner imports nothing of the database
@@ -188,103 +202,6 @@ IN_FLIGHT_REASON = "the worker stopped while this call was running; it may or ma
 OUTCOME_UNKNOWN_RESULT = (
     "Error: the worker stopped while this call was running, so its outcome is unknown: it may "
     "or may not have happened. It was not run again; check before calling it again."
-)
-
-
-# --- actions ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CallModel:
-    """Send the transcript to the model; `verdict.judge_reply` decides what its answer commits."""
-
-
-@dataclass(frozen=True)
-class TakeSteer:
-    """Row 26: take the steer message waiting behind the turn in before the model is called."""
-
-
-@dataclass(frozen=True)
-class RunTool:
-    """Execute this call with these (checked) arguments and commit its result on its own; with
-    `mark_in_flight`, commit the call `in_flight` first (its tool may not simply run again)."""
-
-    call: ToolCall
-    arguments: dict[str, Any]
-    mark_in_flight: bool = False
-
-
-@dataclass(frozen=True)
-class RunOwnTool:
-    """Answer this call of the worker's own tools (the session cache's) from the store, and
-    commit the answer like a tool result. Read-only: a crash simply runs it again."""
-
-    call: ToolCall
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class RejectCall:
-    """Commit `error` as this call's result without running it; the model reads why."""
-
-    call: ToolCall
-    error: str
-
-
-class PendingAction(NamedTuple):
-    """A call the turn waits on: its kind (`clarification`, `client_tool`, `approval`), checked
-    arguments, and why it is asked when that is not obvious (`reason`)."""
-
-    call: ToolCall
-    kind: str
-    arguments: dict[str, Any]
-    reason: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        found = {
-            "call_id": self.call.id,
-            "kind": self.kind,
-            "name": self.call.name,
-            "arguments": self.arguments,
-        }
-        return found if self.reason is None else {**found, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class RequireAction:
-    """Every unanswered call waits for the user or their client: the turn requires action
-    (lease released, nothing running) until the web side commits their results."""
-
-    actions: tuple[PendingAction, ...]
-
-
-@dataclass(frozen=True)
-class Finish:
-    """The turn's final answer is committed: the conversation goes idle."""
-
-
-@dataclass(frozen=True)
-class Fail:
-    """The turn cannot go on: the conversation fails with this error."""
-
-    error: str
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """The user cancelled the turn and every call is answered: the turn ends `cancelled`."""
-
-
-Step = (
-    CallModel
-    | TakeSteer
-    | RunTool
-    | RunOwnTool
-    | RejectCall
-    | RequireAction
-    | Finish
-    | Fail
-    | Cancel
 )
 
 
@@ -457,18 +374,7 @@ def recovery_delay(attempts: int, draw: float, base: float = 1.0, cap: float = 8
 
 
 __all__ = [
-    "CallModel",
-    "Cancel",
     "Entry",
-    "Fail",
-    "Finish",
-    "PendingAction",
-    "RejectCall",
-    "RequireAction",
-    "RunOwnTool",
-    "RunTool",
-    "Step",
-    "TakeSteer",
     "ToolCall",
     "current_turn",
     "next_step",

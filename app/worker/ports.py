@@ -1,17 +1,34 @@
-"""The two outside systems the loop talks to, as small interfaces: the model and the tools.
+"""The outside systems the loop talks to, as interfaces: the model, the tools and the database.
 
-The real adapters are `llm.LiteLLMClient` and `mcp.McpToolProvider`; tests and benchmarks plug in
-in-process implementations of these same protocols.
+The real adapters are `llm.LiteLLMClient`, `mcp.McpToolProvider` and `store.TurnStore`; tests and
+benchmarks plug in in-process implementations of the model's and the tools' protocols.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.errors import ChatWorkerError
 from app.worker.plan import ToolCall
+
+if TYPE_CHECKING:  # (the store's values: it implements this port, and imports this module)
+    from sqlalchemy import Engine
+
+    from app.worker.store.clock import Clock
+    from app.worker.store.driver import Deferred
+    from app.worker.store.outputs import ListedOutput, OutputPage
+    from app.worker.store.records import (
+        Claim,
+        Committed,
+        CompactionRecord,
+        KeptOutput,
+        Snapshot,
+        Steering,
+    )
+    from app.worker.transcript import Transcript
 
 # --- the model --------------------------------------------------------------------------------
 
@@ -236,3 +253,134 @@ class ToolProvider(Protocol):
     async def close(self) -> None:
         """Stop every server this provider started."""
         ...
+
+
+# --- the database -----------------------------------------------------------------------------
+
+
+class TurnStore(Protocol):
+    """The database as a running turn sees it (`store.TurnStore` is the real one; its methods
+    say what each does): the claim, the fenced writes of each step, the reads a step makes.
+    Synchronous: called on the database threads, a step's write through `loop_bridge.run`."""
+
+    engine: Engine
+    clock: Clock
+
+    @property
+    def steps_on_loop(self) -> bool: ...
+    def close(self) -> None: ...
+    def warm(self, owner_limited: bool = False, connections: int = 1) -> None: ...
+
+    # the claim
+    def claim(
+        self, conversation_id: uuid.UUID, owner: str, ttl: float, owner_limit: int | None = None
+    ) -> Snapshot | Deferred | None: ...
+    def keep_history(self, claim: Claim, transcript: Transcript) -> None: ...
+
+    # the fenced writes
+    def heartbeat(self, claim: Claim, ttl: float) -> Committed: ...
+    def release(self, claim: Claim) -> None: ...
+    def record_tool_calls(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        content: str | None,
+        calls: Sequence[ToolCall],
+        usage: Usage,
+        ttl: float,
+        finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> Committed: ...
+    def record_tool_result(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        call: ToolCall,
+        content: str,
+        is_error: bool,
+        ttl: float,
+        kept: KeptOutput | None = None,
+        files: Sequence[dict[str, Any]] = (),
+    ) -> Committed: ...
+    def record_answer(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        content: str,
+        usage: Usage,
+        finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
+        output: Any = None,
+    ) -> Committed: ...
+    def record_refused(
+        self,
+        claim: Claim,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        content: str,
+        error: str,
+        usage: Usage,
+        ttl: float,
+        finish_reason: str | None = None,
+        reply_stream: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> Committed: ...
+    def fall_back(
+        self,
+        claim: Claim,
+        *,
+        from_model: str,
+        to_model: str,
+        error: str,
+        ttl: float,
+        usage: Usage | None = None,
+    ) -> Committed: ...
+    def finish(self, claim: Claim, *, status: str) -> Committed: ...
+    def starting(self, claim: Claim, call_id: str, ttl: float) -> Committed: ...
+    def pause(
+        self, claim: Claim, *, status: str, actions: Sequence[dict[str, Any]]
+    ) -> Committed: ...
+    def compact(self, claim: Claim, record: CompactionRecord, *, ttl: float) -> Committed: ...
+    def steer(
+        self,
+        claim: Claim,
+        steering: Steering,
+        *,
+        status: str,
+        seq: int,
+        parent: int | None,
+        ttl: float,
+    ) -> Committed: ...
+    def cancel(self, claim: Claim, *, status: str) -> Committed: ...
+    def fail(
+        self, claim: Claim, error: str, *, status: str, usage: Usage | None = None
+    ) -> Committed: ...
+
+    # the reads
+    def budget_used_up(self, conversation_id: uuid.UUID) -> str | None: ...
+    def next_steer(self, conversation_id: uuid.UUID) -> Steering | None: ...
+    def cached_outputs(
+        self, conversation_id: uuid.UUID, *, tool: str | None = None, limit: int = 50
+    ) -> tuple[list[ListedOutput], int]: ...
+    def cached_output(
+        self, conversation_id: uuid.UUID, call_id: str, *, offset: int, limit: int
+    ) -> OutputPage | None: ...
+    def keep_files(
+        self, conversation_id: uuid.UUID, media: Sequence[ToolMedia]
+    ) -> list[dict[str, Any]]: ...
+    def read_files(
+        self, conversation: uuid.UUID, ids: Collection[uuid.UUID]
+    ) -> dict[Any, bytes]: ...

@@ -15,9 +15,13 @@ from app.worker.ports import ModelClient, ToolProvider
 
 
 def model_client(settings: Settings) -> ModelClient:
+    """The model client of the settings, litellm prepared and the offline demo's provider
+    (`demo/...`) registered with it."""
+    from app.demo import model as demo
     from app.worker.llm import LiteLLMClient, prepare_litellm
 
     prepare_litellm()
+    demo.register()
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return LiteLLMClient(
         timeout=settings.llm_timeout_seconds,

@@ -11,7 +11,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.worker.plan import Fail, ToolCall
+from app.worker.entry import ToolCall
+from app.worker.steps import Fail
 from app.worker.structured import Judgement, Matched, Mismatch, Unjudged
 
 EMPTY_REPLY_ERROR = "The model returned an empty message"

@@ -8,9 +8,7 @@ Revises: 0017
 Create Date: 2026-11-26
 """
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -22,12 +20,45 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
-EVENT_TYPES = (
-    "type IN ('turn.queued', 'turn.started', 'turn.resumed', 'turn.completed', 'turn.failed', "
-    "'turn.cancelled', 'turn.cancel_requested', 'status.changed', 'message.committed', "
-    "'action.required')"
+# The CHECK on `events.type` before and after, frozen: later migrations do not move them.
+EVENT_TYPES_BEFORE = (
+    "turn.queued",
+    "turn.started",
+    "turn.resumed",
+    "turn.completed",
+    "turn.failed",
+    "turn.cancelled",
+    "turn.cancel_requested",
+    "status.changed",
+    "message.committed",
+    "action.required",
 )
-EVENT_TYPES_NOW = EVENT_TYPES[:-1] + ", 'context.compacted')"
+EVENT_TYPES = (*EVENT_TYPES_BEFORE, "context.compacted")
+# Migration 0014's webhook outbox trigger on SQLite, as it made it: a copy of `events` drops it.
+SQLITE_OUTBOX = """
+    CREATE TRIGGER events_webhook_outbox AFTER INSERT ON events FOR EACH ROW
+    WHEN NEW.type IN ('turn.completed', 'turn.failed', 'turn.cancelled', 'action.required')
+    BEGIN
+    INSERT INTO webhook_deliveries
+        (webhook_id, conversation_id, event_seq, turn_id, type, error, occurred_at)
+    SELECT w.id, NEW.conversation_id, NEW.seq, NEW.turn_id,
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END,
+        (SELECT t.error FROM turns t WHERE t.id = NEW.turn_id), NEW.created_at
+    FROM webhooks w
+    WHERE (
+        w.conversation_id = NEW.conversation_id
+        OR (
+            w.conversation_id IS NULL
+            AND w.owner IS (
+                SELECT c.owner FROM conversations c WHERE c.id = NEW.conversation_id
+            )
+        )
+    )
+    AND w.event_types LIKE '% ' || (
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END
+    ) || ' %';
+    END
+"""
 
 
 def upgrade() -> None:
@@ -88,12 +119,12 @@ def upgrade() -> None:
             "conversation_id", "number", name=op.f("uq_compactions_conversation_id_number")
         ),
     )
-    _events_type_check(EVENT_TYPES_NOW)
+    _events_type_check(EVENT_TYPES)
 
 
 def downgrade() -> None:
     op.execute("DELETE FROM events WHERE type = 'context.compacted'")
-    _events_type_check(EVENT_TYPES)
+    _events_type_check(EVENT_TYPES_BEFORE)
     op.drop_table("compactions")
     # Not a batch (a copy of the table): migration 0014's trigger names these tables, and
     # SQLite (3.35+) drops a column in place.
@@ -109,24 +140,18 @@ def downgrade() -> None:
             op.drop_column(table, column)
 
 
-def _events_type_check(check: str) -> None:
+def _events_type_check(event_types: tuple[str, ...]) -> None:
     """Replace the CHECK on `events.type`. SQLite copies the table to do it, which drops the
-    webhook outbox trigger on it (migration 0014): it is made again from 0014's own text."""
+    webhook outbox trigger on it: it is made again as migration 0014 made it."""
     sqlite = op.get_context().dialect.name == "sqlite"
     if sqlite:
         op.execute("DROP TRIGGER events_webhook_outbox")
     with op.batch_alter_table("events") as batch:
         batch.drop_constraint(op.f("ck_events_type"), type_="check")
-        batch.create_check_constraint("type", check)
+        batch.create_check_constraint("type", _in("type", event_types))
     if sqlite:
-        for statement in _webhooks_migration().SQLITE:
-            op.execute(statement)
+        op.execute(SQLITE_OUTBOX)
 
 
-def _webhooks_migration():  # type: ignore[no-untyped-def]
-    path = Path(__file__).with_name("0014_webhooks.py")
-    spec = importlib.util.spec_from_file_location("chatworker_migration_0014", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _in(column: str, words: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(word) for word in words)})"

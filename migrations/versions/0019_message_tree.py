@@ -11,9 +11,7 @@ Revises: 0018
 Create Date: 2026-11-26
 """
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -23,9 +21,49 @@ down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-TURN_KINDS = "kind IN ('message', 'retry')"
-TURN_KINDS_NOW = "kind IN ('message', 'retry', 'regenerate', 'steer')"
+# The CHECKs on `turns.kind` and `events.type` before and after, frozen.
+TURN_KINDS_BEFORE = ("message", "retry")
+TURN_KINDS = (*TURN_KINDS_BEFORE, "regenerate", "steer")
+EVENT_TYPES_BEFORE = (
+    "turn.queued",
+    "turn.started",
+    "turn.resumed",
+    "turn.completed",
+    "turn.failed",
+    "turn.cancelled",
+    "turn.cancel_requested",
+    "status.changed",
+    "message.committed",
+    "action.required",
+    "context.compacted",
+)
+EVENT_TYPES = (*EVENT_TYPES_BEFORE, "branch.switched")
 PARENT_IS_OLDER = "parent_seq IS NULL OR parent_seq < seq"
+# Migration 0014's webhook outbox trigger on SQLite, as it made it: a copy of `events` drops it.
+SQLITE_OUTBOX = """
+    CREATE TRIGGER events_webhook_outbox AFTER INSERT ON events FOR EACH ROW
+    WHEN NEW.type IN ('turn.completed', 'turn.failed', 'turn.cancelled', 'action.required')
+    BEGIN
+    INSERT INTO webhook_deliveries
+        (webhook_id, conversation_id, event_seq, turn_id, type, error, occurred_at)
+    SELECT w.id, NEW.conversation_id, NEW.seq, NEW.turn_id,
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END,
+        (SELECT t.error FROM turns t WHERE t.id = NEW.turn_id), NEW.created_at
+    FROM webhooks w
+    WHERE (
+        w.conversation_id = NEW.conversation_id
+        OR (
+            w.conversation_id IS NULL
+            AND w.owner IS (
+                SELECT c.owner FROM conversations c WHERE c.id = NEW.conversation_id
+            )
+        )
+    )
+    AND w.event_types LIKE '% ' || (
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END
+    ) || ' %';
+    END
+"""
 
 
 def upgrade() -> None:
@@ -67,7 +105,7 @@ def upgrade() -> None:
         batch.alter_column("turn_id", existing_type=sa.Uuid(), nullable=True)
     op.add_column("conversations", sa.Column("forked_from", sa.Uuid(), nullable=True))
     op.add_column("conversations", sa.Column("forked_at_seq", sa.Integer(), nullable=True))
-    _checks(TURN_KINDS_NOW, _previous().EVENT_TYPES_NOW[:-1] + ", 'branch.switched')")
+    _checks(TURN_KINDS, EVENT_TYPES)
 
 
 def downgrade() -> None:
@@ -75,7 +113,7 @@ def downgrade() -> None:
     # The inactive versions go: a single path stays, as before the tree.
     op.execute("DELETE FROM messages WHERE NOT active")  # (their kept outputs cascade)
     op.execute("DELETE FROM turns WHERE kind IN ('regenerate', 'steer')")
-    _checks(TURN_KINDS, _previous().EVENT_TYPES_NOW)
+    _checks(TURN_KINDS_BEFORE, EVENT_TYPES_BEFORE)
     op.execute("DELETE FROM tool_outputs WHERE turn_id IS NULL")
     with op.batch_alter_table("tool_outputs") as batch:
         batch.alter_column("turn_id", existing_type=sa.Uuid(), nullable=False)
@@ -96,29 +134,22 @@ def downgrade() -> None:
             op.drop_column(table, column)
 
 
-def _checks(turn_kinds: str, event_types: str) -> None:
+def _checks(turn_kinds: tuple[str, ...], event_types: tuple[str, ...]) -> None:
     """Replace the CHECKs on `turns.kind` and `events.type`. SQLite copies each table to do it,
     and migration 0014's webhook outbox trigger names both: it is dropped first and made again
-    from 0014's own text."""
+    as 0014 made it."""
     sqlite = op.get_context().dialect.name == "sqlite"
     if sqlite:
         op.execute("DROP TRIGGER events_webhook_outbox")
     with op.batch_alter_table("turns") as batch:
         batch.drop_constraint(op.f("ck_turns_kind"), type_="check")
-        batch.create_check_constraint("kind", turn_kinds)
+        batch.create_check_constraint("kind", _in("kind", turn_kinds))
     with op.batch_alter_table("events") as batch:
         batch.drop_constraint(op.f("ck_events_type"), type_="check")
-        batch.create_check_constraint("type", event_types)
+        batch.create_check_constraint("type", _in("type", event_types))
     if sqlite:
-        for statement in _previous()._webhooks_migration().SQLITE:
-            op.execute(statement)
+        op.execute(SQLITE_OUTBOX)
 
 
-def _previous():  # type: ignore[no-untyped-def]
-    """Migration 0018, whose list of event types this one extends."""
-    path = Path(__file__).with_name("0018_context_compaction.py")
-    spec = importlib.util.spec_from_file_location("chatworker_migration_0018", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _in(column: str, words: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(word) for word in words)})"

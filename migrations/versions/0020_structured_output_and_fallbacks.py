@@ -10,9 +10,7 @@ Revises: 0019
 Create Date: 2026-11-26
 """
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -24,6 +22,48 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+# The CHECKs on `turns.kind` and `events.type` before and after, frozen.
+TURN_KINDS = ("message", "retry", "regenerate", "steer")
+EVENT_TYPES_BEFORE = (
+    "turn.queued",
+    "turn.started",
+    "turn.resumed",
+    "turn.completed",
+    "turn.failed",
+    "turn.cancelled",
+    "turn.cancel_requested",
+    "status.changed",
+    "message.committed",
+    "action.required",
+    "context.compacted",
+    "branch.switched",
+)
+EVENT_TYPES = (*EVENT_TYPES_BEFORE, "model.fallback")
+# Migration 0014's webhook outbox trigger on SQLite, as it made it: a copy of `events` drops it.
+SQLITE_OUTBOX = """
+    CREATE TRIGGER events_webhook_outbox AFTER INSERT ON events FOR EACH ROW
+    WHEN NEW.type IN ('turn.completed', 'turn.failed', 'turn.cancelled', 'action.required')
+    BEGIN
+    INSERT INTO webhook_deliveries
+        (webhook_id, conversation_id, event_seq, turn_id, type, error, occurred_at)
+    SELECT w.id, NEW.conversation_id, NEW.seq, NEW.turn_id,
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END,
+        (SELECT t.error FROM turns t WHERE t.id = NEW.turn_id), NEW.created_at
+    FROM webhooks w
+    WHERE (
+        w.conversation_id = NEW.conversation_id
+        OR (
+            w.conversation_id IS NULL
+            AND w.owner IS (
+                SELECT c.owner FROM conversations c WHERE c.id = NEW.conversation_id
+            )
+        )
+    )
+    AND w.event_types LIKE '% ' || (
+        CASE NEW.type WHEN 'action.required' THEN 'turn.requires_action' ELSE NEW.type END
+    ) || ' %';
+    END
+"""
 
 
 def upgrade() -> None:
@@ -33,14 +73,12 @@ def upgrade() -> None:
     op.add_column("turns", sa.Column("model", sa.String(200), nullable=True))
     op.add_column("messages", sa.Column("output", JSON, nullable=True))
     op.add_column("messages", sa.Column("output_error", sa.Text(), nullable=True))
-    previous = _previous()
-    previous._checks(previous.TURN_KINDS_NOW, _event_types(previous) + ", 'model.fallback')")
+    _checks(TURN_KINDS, EVENT_TYPES)
 
 
 def downgrade() -> None:
     op.execute("DELETE FROM events WHERE type = 'model.fallback'")
-    previous = _previous()
-    previous._checks(previous.TURN_KINDS_NOW, _event_types(previous) + ")")
+    _checks(TURN_KINDS, EVENT_TYPES_BEFORE)
     for table, column in (
         ("messages", "output_error"),
         ("messages", "output"),
@@ -55,16 +93,22 @@ def downgrade() -> None:
             op.drop_column(table, column)
 
 
-def _event_types(previous) -> str:  # type: ignore[no-untyped-def]
-    """The event types CHECK of migration 0019, without its closing parenthesis."""
-    return str(previous._previous().EVENT_TYPES_NOW[:-1] + ", 'branch.switched'")
+def _checks(turn_kinds: tuple[str, ...], event_types: tuple[str, ...]) -> None:
+    """Replace the CHECKs on `turns.kind` and `events.type` (as migration 0019 did, the turns'
+    unchanged). SQLite copies each table to do it, and migration 0014's webhook outbox trigger
+    names both: it is dropped first and made again as 0014 made it."""
+    sqlite = op.get_context().dialect.name == "sqlite"
+    if sqlite:
+        op.execute("DROP TRIGGER events_webhook_outbox")
+    with op.batch_alter_table("turns") as batch:
+        batch.drop_constraint(op.f("ck_turns_kind"), type_="check")
+        batch.create_check_constraint("kind", _in("kind", turn_kinds))
+    with op.batch_alter_table("events") as batch:
+        batch.drop_constraint(op.f("ck_events_type"), type_="check")
+        batch.create_check_constraint("type", _in("type", event_types))
+    if sqlite:
+        op.execute(SQLITE_OUTBOX)
 
 
-def _previous():  # type: ignore[no-untyped-def]
-    """Migration 0019, whose CHECKs (and SQLite's trigger dance) this one extends."""
-    path = Path(__file__).with_name("0019_message_tree.py")
-    spec = importlib.util.spec_from_file_location("chatworker_migration_0019", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _in(column: str, words: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(word) for word in words)})"

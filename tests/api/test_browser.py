@@ -280,7 +280,7 @@ def test_a_message_waits_behind_a_slow_tool_that_cancel_stops(
     expect(page.locator("#message-input")).to_be_focused()  # the button is disabled now
     note = page.locator("#transcript [data-role=turn-note][data-event='turn.cancelled']")
     expect(note).to_have_text("Turn 1 was cancelled.", timeout=WAIT_MS)
-    assert time.monotonic() - started < 10, "the 30 s tool was not stopped"
+    assert time.monotonic() - started < 15, "the 30 s tool was not stopped"
 
     # Then the queued message runs.
     answer = page.locator("#transcript [data-role=assistant] > .text")

@@ -1,4 +1,4 @@
-"""Hardening (issue 23) over real HTTP. No input gets a 500: every operation of the OpenAPI
+"""Hardening over real HTTP. No input gets a 500: every operation of the OpenAPI
 document (read at test time, so a new route is swept the day it exists) is sent, for each field
 of its JSON body, a string with a NUL, a lone surrogate, `NaN`, `1e999` and an object holding
 `NaN`; each string query parameter a NUL and bytes that are not UTF-8; and JWTs whose `sub`

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.api.conftest import Deployment, assert_problem, owner_name
+from tests.api.conftest import Deployment, assert_problem, finished_turn, owner_name
 
 pytestmark = pytest.mark.xdist_group("api-owner-streams")
 
@@ -108,8 +108,17 @@ def test_an_owner_past_its_streams_waits_and_others_are_served(
     with carol.http() as http:
         full = http.get(f"/v1/conversations/{carol.conversation}/events", params={"wait": 1})
         assert_problem(full, 503, "too_many_streams")
+    # A message in each conversation ends its long polls now, not after POLL_SECONDS.
+    for owner in (alice, bob):
+        with owner.http() as http:
+            woken = http.post(
+                f"/v1/conversations/{owner.conversation}/messages", json={"text": "wake"}
+            )
+            assert woken.status_code == 202, woken.text
+            finished_turn(http, woken.json()["turn"]["id"])
     for thread in [*held, *bobs]:
         thread.join(timeout=30)
+        assert not thread.is_alive(), "a long poll outlived the event it waited for"
     with alice.http() as http:  # the polls ended: alice's slots are free again
         again = http.get(f"/v1/conversations/{alice.conversation}/events", params={"wait": 0.1})
         assert again.status_code == 200, again.text

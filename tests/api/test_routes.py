@@ -539,7 +539,7 @@ def test_events_come_in_pages_and_a_long_poll_returns_when_an_event_commits(
     idle = http.get(f"{path}/events", params={"after": last, "wait": 0.5})
     assert idle.status_code == 200, idle.text
     assert idle.json()["data"] == []
-    assert 0.4 <= time.monotonic() - started < 5
+    assert 0.4 <= time.monotonic() - started < 15  # its 0.5 s, not a longer hold (60 s at most)
 
     with (
         ThreadPoolExecutor(1) as pool,

@@ -220,7 +220,7 @@ def test_cancel_while_the_model_answers_stops_the_turn_across_processes(
     requested = client.cancel(conversation_id)
     assert requested is not None and requested.cancel_requested_at is not None
     view = deployment.wait(conversation_id, timeout=20)
-    assert time.monotonic() - started < 5  # well before the model would have answered
+    assert time.monotonic() - started < 15  # well before the model would have answered (30 s)
 
     assert view.status == "idle" and [m.role for m in view.messages] == ["user"]
     assert client.get_turn(turn_id).status == "cancelled"  # type: ignore[arg-type]

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from app.client.store import budgets
+from app.budgets import store as budgets
 from app.errors import BudgetExceeded, ConversationNotFound, InvalidRequest
 from app.testing import fakes
 from app.worker.lease_runner import Outcome

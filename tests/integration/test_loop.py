@@ -23,10 +23,10 @@ from app.db import make_engine
 from app.models import Conversation
 from app.testing import fakes
 from app.worker.lease_runner import Outcome, TurnRunner
+from app.worker.messages import INTERRUPTED_RESULT
 from app.worker.plan import GAVE_UP_ERROR, MAX_ITERATIONS_ERROR, ToolCall
 from app.worker.ports import ModelError, ModelReply, Usage
 from app.worker.store import TurnStore, Upkeep
-from app.worker.transcript import INTERRUPTED_RESULT
 
 CONFIG = load_settings(
     max_iterations=20, lease_ttl_seconds=30, heartbeat_seconds=10, max_attempts=3
@@ -477,7 +477,7 @@ def test_losing_the_lease_during_a_hang_stops_the_worker_at_once(world: World) -
         # (inside the hang, whatever the machine's load: a fixed 0.3 s was not always enough)
         await asyncio.wait_for(hanging.wait(), timeout=30)
         assert await asyncio.to_thread(world.store.claim, conversation_id, "usurper", 30)
-        return await asyncio.wait_for(task, timeout=5)
+        return await asyncio.wait_for(task, timeout=30)  # (its next heartbeat: 0.05 s)
 
     assert asyncio.run(scenario()) is Outcome.LEASE_LOST
     assert world.roles(conversation_id) == ["user", "assistant"]

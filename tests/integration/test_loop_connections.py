@@ -38,7 +38,7 @@ async def backend(connections: LoopConnections) -> int:
         return int(row[0])
 
 
-def backends_gone(engine: Engine, pid: int, timeout: float = 5) -> bool:
+def backends_gone(engine: Engine, pid: int, timeout: float = 30) -> bool:
     """Whether the server's backend `pid` has ended (a closed connection's ends in milliseconds)."""
     query = text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid")
 

@@ -310,12 +310,13 @@ def test_a_hanging_tool_times_out_and_the_same_server_keeps_serving(tmp_path: Pa
         elapsed = time.monotonic() - started
         return hung, elapsed, await tools.execute("add", {"a": 1, "b": 1})
 
+    # (3 s: the quick call after it must not time out on a loaded machine)
     hung, elapsed, after = with_provider(
-        [stdio_server("tools", ledger)], scenario, call_timeout=0.5
+        [stdio_server("tools", ledger)], scenario, call_timeout=3.0
     )
 
-    assert hung == error("Tool hang timed out after 0.5 s") and hung.kind == "timeout"
-    assert 0.5 <= elapsed < HALFWAY_TO_A_HANG_S  # the timeout cut it, the server did not
+    assert hung == error("Tool hang timed out after 3 s") and hung.kind == "timeout"
+    assert 3 <= elapsed < HALFWAY_TO_A_HANG_S  # the timeout cut it, the server did not
     assert after == ok("2.0")
     assert len(set(pids(ledger))) == 1
 
@@ -350,7 +351,7 @@ def test_concurrent_callers_share_one_server_and_a_restart_happens_once(tmp_path
     async def scenario(tools: McpToolProvider) -> tuple[list[ToolResult], float, list[ToolResult]]:
         sums = await asyncio.gather(*(tools.execute("add", {"a": i, "b": 1}) for i in range(50)))
         started = time.monotonic()
-        await asyncio.gather(*(tools.execute("hang", {"seconds": 0.5}) for _ in range(20)))
+        await asyncio.gather(*(tools.execute("hang", {"seconds": 2}) for _ in range(20)))
         elapsed = time.monotonic() - started
         await tools.execute("exit_process", {})
         after = await asyncio.gather(*(tools.execute("add", {"a": i, "b": 0}) for i in range(10)))
@@ -359,7 +360,7 @@ def test_concurrent_callers_share_one_server_and_a_restart_happens_once(tmp_path
     sums, elapsed, after = with_provider([stdio_server("tools", ledger)], scenario)
 
     assert sums == [ok(f"{i + 1}.0") for i in range(50)]
-    assert elapsed < 20 * 0.5 / 2  # concurrent: 20 x 0.5 s one after the other would be 10 s
+    assert elapsed < 20 * 2 / 2  # concurrent: 20 x 2 s one after the other would be 40 s
     assert after == [ok(f"{i}.0") for i in range(10)]
     assert len(set(pids(ledger))) == 2  # the first server, and exactly one restart
 
@@ -691,6 +692,9 @@ def test_the_cancellation_on_the_wire_names_the_cancelled_request(tmp_path: Path
 # --- request _meta -------------------------------------------------------------------------------
 
 
+TRACE_CONTEXT_KEYS = frozenset({"traceparent", "tracestate", "baggage"})
+
+
 def test_a_client_passes_meta_with_a_call_and_the_tool_reads_it_from_its_request_context(
     tmp_path: Path,
 ) -> None:
@@ -709,10 +713,14 @@ def test_a_client_passes_meta_with_a_call_and_the_tool_reads_it_from_its_request
 
     assert with_meta is not None and without is not None
     assert with_meta["chatworker/call_id"] == "c1"
-    # The SDK adds its own reserved keys on a 2026 connection: look a key up, never compare all.
+    # The SDK adds its own reserved keys on a 2026 connection, and the W3C trace context when a
+    # tracer provider is installed (an earlier test in the same process may have installed one):
+    # look a key up, never compare all.
     assert "chatworker/call_id" not in without
     assert {key for key in with_meta if key != "chatworker/call_id"} == set(without)
-    assert all(key.startswith("io.modelcontextprotocol/") for key in without)
+    assert all(
+        key.startswith("io.modelcontextprotocol/") or key in TRACE_CONTEXT_KEYS for key in without
+    )
     assert [entry["arguments"] for entry in read_ledger(tmp_path / "ledger")] == [{}, {}]
 
 
@@ -808,14 +816,14 @@ def test_a_remote_server_is_reached_over_streamable_http_with_its_headers(
         return results
 
     try:
-        results = with_provider([config], scenario, call_timeout=0.5)
+        results = with_provider([config], scenario, call_timeout=3.0)  # (quick calls: slack)
     finally:
         for server in restarted:
             server.stop()
 
     assert results == [
         ok("3.0"),
-        error("Tool hang timed out after 0.5 s"),
+        error("Tool hang timed out after 3 s"),
         error("Error executing tool fail: nope"),
         error("Tool add failed: the tool server 'remote' stopped (Connection closed)"),
         ok("4.0"),

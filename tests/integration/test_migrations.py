@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -9,7 +10,7 @@ import uuid
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import CheckConstraint, create_engine, inspect, text
 
 from app.migrate import downgrade, upgrade
 from app.models import Base
@@ -60,6 +61,35 @@ def table_names(url: str) -> set[str]:
 def test_migrations_at_head_equal_the_models(blank_url: str) -> None:
     upgrade(blank_url)
     assert schema_diff(blank_url) == []
+
+
+def closed_sets(url: str) -> dict[str, set[str]]:
+    """Each CHECK of a closed set at head ("ck_events_type" -> its words), read from the
+    database (compare_metadata does not compare CHECKs)."""
+    engine = create_engine(url)
+    try:
+        found = inspect(engine)
+        return {
+            str(check["name"]): set(re.findall(r"'([^']*)'", check["sqltext"]))
+            for table in found.get_table_names()
+            for check in found.get_check_constraints(table)
+            if " IN " in check["sqltext"].upper() or "ANY" in check["sqltext"].upper()
+        }
+    finally:
+        engine.dispose()
+
+
+def test_migrations_at_head_check_the_models_closed_sets(blank_url: str) -> None:
+    upgrade(blank_url)
+    expected = {
+        str(constraint.name): set(re.findall(r"'([^']*)'", str(constraint.sqltext)))
+        for table in Base.metadata.sorted_tables
+        for constraint in table.constraints
+        if isinstance(constraint, CheckConstraint) and " IN (" in str(constraint.sqltext)
+    }
+    assert "ck_events_type" in expected and "ck_turns_status" in expected
+    at_head = closed_sets(blank_url)
+    assert {name: at_head.get(name) for name in expected} == expected
 
 
 def test_upgrade_downgrade_upgrade_round_trip(blank_url: str) -> None:

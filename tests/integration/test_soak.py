@@ -26,8 +26,8 @@ from app.testing.fake_llm import FakeLLMServer
 from tests.worker_process import REPO
 
 # ~90 s; at most 90 s of chaos (--min-kills) + 75 s drain (a doorbell Redis lost waits out the
-# 30 s lease and a 15 s sweep) + boots
-SOAK_TIMEOUT_S = 300
+# 30 s lease and a 15 s sweep) + boots; a guard against a hang, with room for a loaded machine
+SOAK_TIMEOUT_S = 480
 SOAK_ARGS = [
     "--conversations", "12", "--turns", "3", "--workers", "2", "--duration", "45",
     "--min-kills", "3",
@@ -35,6 +35,7 @@ SOAK_ARGS = [
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(SOAK_TIMEOUT_S + 60)  # (past its own bound and the SIGTERM's 30 s grace)
 def test_chaos_breaks_no_invariant(
     postgres_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

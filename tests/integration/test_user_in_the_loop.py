@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from app.client import ChatClient, Decision
+from app.client.store import reads
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import (
@@ -479,3 +480,35 @@ def test_a_turn_that_waits_twice_keeps_its_first_question_on_record(world: World
     world.client.answer_actions(turn.id, {"c_loc": "France"})
     assert run(world.runner(scripted), conversation_id) is Outcome.IDLE
     assert [a.call_id for a in world.client.get_turn(turn.id).actions] == ["ask", "c_loc"]
+
+
+# --- a turn's record ------------------------------------------------------------------------------
+
+
+def test_a_turn_s_record_is_of_one_moment_though_the_turn_pauses_while_it_is_read(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The AI SDK's and the Responses' streams tell from a turn's record whether its last
+    `action.required` is the pause it waits in (the stream ends there) or one answered before
+    (history, gone through): the turn's status and its events must be of one moment. Read in
+    two snapshots, a pause committed between them gave a running turn with the pause among its
+    events, and a stream that went past the pause and waited for an end that never came."""
+    scripted = model(fakes.calls(("c_loc", "get_location", {"precision": "city"})))
+    conversation_id = world.conversation("Where am I?", tools=[], client_tools=[LOCATE])
+    before = world.client.current_turn(conversation_id)
+    assert before is not None and before.status != "requires_action"
+    read_turn = reads.read_turn
+
+    def paused_meanwhile(connection: Any, turn_id: uuid.UUID) -> Any:
+        view = read_turn(connection, turn_id)
+        assert run(world.runner(scripted), conversation_id) is Outcome.REQUIRES_ACTION
+        return view
+
+    monkeypatch.setattr(reads, "read_turn", paused_meanwhile)
+    record = world.client.turn_record(before.id)
+    monkeypatch.undo()
+    paused = [event.seq for event in record.events if event.type == "action.required"]
+    assert (record.turn.status, paused) == (before.status, [])  # all of it before the pause
+    after = world.client.turn_record(before.id)
+    paused = [event.seq for event in after.events if event.type == "action.required"]
+    assert after.turn.status == "requires_action" and len(paused) == 1

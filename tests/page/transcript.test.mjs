@@ -6,6 +6,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import {
+  HANDLED,
+  SKIPPED,
   apply,
   empty,
   isBusy,
@@ -177,6 +179,15 @@ describe("discards and commits", () => {
 });
 
 describe("committed events", () => {
+  test("a type passed over on purpose only moves the log past it", () => {
+    const started = walk(TURN_EVENTS.slice(0, 3));
+    for (const type of SKIPPED) {
+      assert.equal(HANDLED.has(type), false, type);
+      const next = apply(started, committed(started.lastSeq + 1, type, { data: {} }));
+      assert.deepEqual(next, { ...started, lastSeq: started.lastSeq + 1 }, type);
+    }
+  });
+
   test("a whole turn: the user's message, the call, its result, the answer, in order", () => {
     const t = walk(TURN_EVENTS);
     assert.deepEqual(shown(t), [

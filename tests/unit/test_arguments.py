@@ -10,7 +10,8 @@ import pytest
 
 from app.worker.arguments import ArgumentCheck
 from app.worker.offer import toolbox
-from app.worker.plan import Entry, RejectCall, RunTool, ToolCall, next_step
+from app.worker.plan import Entry, ToolCall, next_step
+from app.worker.steps import RejectCall, RunTool
 
 ADD = {
     "type": "object",

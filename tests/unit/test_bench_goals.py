@@ -1,5 +1,5 @@
-"""`python -m bench` ends with issue 27's goals, one line each: met, MISSED (with the figure), or
-not measured in this run."""
+"""`python -m bench` ends with its performance goals, one line each: met, MISSED (with the
+figure), or not measured in this run."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ def test_each_goal_says_met_missed_or_not_measured() -> None:
     ]
     extras = {"overhead": {"ratio_to_best_floor": 2.1}}
     lines = goal_lines(rows, extras)
-    assert lines[0] == "issue 27's goals (this run):"
-    assert len(lines) == 1 + 9  # the issue table's rows (the API's two on two lines)
+    assert lines[0] == "the performance goals (this run):"
+    assert len(lines) == 1 + 9  # the goals table's rows (the API's two on two lines)
     said = "\n".join(lines)
     assert "p50 0.90 s, p95 1.50 s: met" in said
     assert "2.10x: MISSED" in said

@@ -24,8 +24,9 @@ from app.worker.context import (
     decide,
     window_in,
 )
+from app.worker.messages import ELIDED_OUTPUT, SUMMARY_HEADING
 from app.worker.plan import Entry, ToolCall
-from app.worker.transcript import ELIDED_OUTPUT, SUMMARY_HEADING, Transcript
+from app.worker.transcript import Transcript
 from tests.unit.entries import answer, calls, result, user
 
 RULES = Policy(window=10_000, threshold=0.8, reply_tokens=1_000)

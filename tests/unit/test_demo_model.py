@@ -149,10 +149,12 @@ def test_find_expression(text: str, expression: str | None) -> None:
 
 
 def test_the_demo_provider_answers_through_litellm_offline() -> None:
+    from app.demo.model import register
     from app.worker.llm import prepare_litellm
 
     prepare_litellm()
-    prepare_litellm()  # idempotent: registered once
+    register()
+    register()  # idempotent: registered once
     import litellm
 
     assert [p["provider"] for p in litellm.custom_provider_map].count("demo") == 1
@@ -182,9 +184,11 @@ def test_the_demo_provider_answers_through_litellm_offline() -> None:
 # litellm's stream_chunk_builder builds a pydantic schema that warns about its own TypedDicts.
 @pytest.mark.filterwarnings("ignore:Item 'summary' on TypedDict:UserWarning")
 def test_the_demo_provider_streams_and_serves_sync_calls() -> None:
+    from app.demo.model import register
     from app.worker.llm import prepare_litellm
 
     prepare_litellm()
+    register()
     import litellm
 
     text = litellm.completion(model="demo/anything", messages=[user("hi")], max_retries=0)

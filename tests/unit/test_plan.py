@@ -21,16 +21,7 @@ from app.worker.plan import (
     GAVE_UP_ERROR,
     MAX_ITERATIONS_ERROR,
     NO_USER_MESSAGE_ERROR,
-    CallModel,
-    Cancel,
     Entry,
-    Fail,
-    Finish,
-    RejectCall,
-    RunOwnTool,
-    RunTool,
-    Step,
-    TakeSteer,
     ToolCall,
     current_turn,
     next_step,
@@ -38,6 +29,17 @@ from app.worker.plan import (
     over_budget,
     pending_calls,
     recovery_delay,
+)
+from app.worker.steps import (
+    CallModel,
+    Cancel,
+    Fail,
+    Finish,
+    RejectCall,
+    RunOwnTool,
+    RunTool,
+    Step,
+    TakeSteer,
 )
 from app.worker.verdict import (
     CONTENT_FILTER_ERROR,
@@ -488,7 +490,7 @@ def test_a_used_up_budget_fails_the_turn_before_the_model_call() -> None:
 
 @pytest.mark.row(3, 5, 17)
 def test_calls_the_user_answers_wait_while_the_others_run_then_the_turn_pauses() -> None:
-    from app.worker.plan import PendingAction, RequireAction
+    from app.worker.steps import PendingAction, RequireAction
 
     tools = toolbox(
         {"add"}, {"add"}, action_kinds={"ask_user": "clarification", "locate": "client_tool"}
@@ -528,7 +530,7 @@ def test_a_waiting_call_with_broken_arguments_is_answered_by_the_worker_not_the_
 
 @pytest.mark.row(5)
 def test_a_call_needing_approval_waits_until_approved() -> None:
-    from app.worker.plan import PendingAction, RequireAction
+    from app.worker.steps import PendingAction, RequireAction
 
     note = ToolCall("n", "write_note", '{"text": "x"}')
     transcript = [Entry(1, "user", "go"), Entry(2, "assistant", None, (note,))]
@@ -552,12 +554,8 @@ def test_a_call_of_the_worker_s_own_tools_is_answered_by_the_worker_not_run_on_a
 
 @pytest.mark.row(5)
 def test_a_call_in_flight_at_a_crash_runs_again_only_if_its_tool_says_it_may() -> None:
-    from app.worker.plan import (
-        IN_FLIGHT_REASON,
-        OUTCOME_UNKNOWN_RESULT,
-        PendingAction,
-        RequireAction,
-    )
+    from app.worker.plan import IN_FLIGHT_REASON, OUTCOME_UNKNOWN_RESULT
+    from app.worker.steps import PendingAction, RequireAction
 
     note = ToolCall("n", "write_note", '{"text": "x"}')
     look = ToolCall("l", "search", '{"q": "x"}')

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from app.worker import offer, plan, session_cache
-from app.worker.plan import RunOwnTool, ToolCall
+from app.worker.plan import ToolCall
+from app.worker.steps import RunOwnTool
 from app.worker.store import ListedOutput, OutputPage
 
 

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from app.worker.llm.retry import call_with_retries, is_unavailable
-from app.worker.plan import CallModel, Cancel, Entry, Fail, Finish, next_step
+from app.worker.plan import Entry, next_step
 from app.worker.ports import ModelError
+from app.worker.steps import CallModel, Cancel, Fail, Finish
 from app.worker.structured import (
     REPAIR_PROMPT,
     UNJUDGED_ERROR,

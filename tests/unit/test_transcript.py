@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from app.worker.messages import INTERRUPTED_RESULT
 from app.worker.plan import Entry, ToolCall
-from app.worker.transcript import INTERRUPTED_RESULT, Transcript, provider_messages
+from app.worker.transcript import Transcript, provider_messages
 from tests.unit.entries import A, B, C, answer, calls, result, user
 
 

@@ -48,8 +48,16 @@ from app.models import (
     TURN_RESUMED,
     TURN_STARTED,
 )
+from app.vocabulary import LIVE_TYPES, NOTICE_EVENTS
 
 Chunk = dict[str, Any]
+# What this dialect shows, and what it passes over on purpose: the notices around a turn
+# (`app.vocabulary.NOTICE_EVENTS`) are not a UI message's business. A test holds both to the
+# vocabulary (tests/unit/test_renderer_coverage.py).
+HANDLED = frozenset(
+    (TURN_STARTED, TURN_RESUMED, MESSAGE_COMMITTED, ACTION_REQUIRED, *TERMINAL_EVENTS, *LIVE_TYPES)
+)
+SKIPPED = frozenset(NOTICE_EVENTS)
 VENDOR = "chatworker"  # our key in a chunk's providerMetadata
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
@@ -35,10 +34,17 @@ from app.api.auth import Authenticated, Caller
 from app.api.event_stream import EventStream
 from app.api.gate import TAKES_FILES, GuardedRoute
 from app.api.problems import documented
-from app.api.rendered import RenderedTurn
-from app.api.responses.routes import NO_MESSAGES
 from app.api.state import Api, ApiState
-from app.client import TurnRecord, TurnView
+from app.api.stream_loop import Renderer, follow_turn, turn_stream
+from app.client import (
+    Cursor,
+    Delta,
+    Discarded,
+    EventView,
+    Following,
+    TurnRecord,
+    TurnView,
+)
 from app.client.schemas import check_output_schema
 from app.errors import ConversationNotFound, InvalidRequest, TurnNotFound
 from app.models import ACTION_REQUIRED, REQUIRES_ACTION
@@ -94,29 +100,14 @@ def stop(chat_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
 async def _stream(
     api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
 ) -> EventStream:
-    api.open_stream(caller.owner)
-    try:
-        opened, first = await api.read_step(lambda: _open(api, caller, turn_id, continues_after))
-    except BaseException:
-        api.close_stream(caller.owner)
-        raise
-
-    async def written() -> AsyncIterator[ServerSentEvent]:
-        async for chunk in opened.events(first):
-            yield ServerSentEvent(data=json.dumps(chunk))
-        yield ServerSentEvent(data="[DONE]")
-
-    return EventStream(
-        written(),
-        ping=api.settings.api_heartbeat_seconds,
-        headers=dict(HEADERS),
-        closing=opened.close,
+    return await turn_stream(
+        api, caller.owner, lambda: _open(api, caller, turn_id, continues_after), dict(HEADERS)
     )
 
 
 def _open(
     api: ApiState, caller: Caller, turn_id: uuid.UUID, continues_after: int
-) -> tuple[RenderedTurn, list[dict[str, Any]]]:
+) -> tuple[Following, Renderer, list[ServerSentEvent]]:
     record = api.client.turn_record(turn_id, owner=caller.owner)
     pauses = [event.seq for event in record.events if event.type == ACTION_REQUIRED]
     if record.turn.status == REQUIRES_ACTION:
@@ -127,8 +118,29 @@ def _open(
         continues_after=continues_after,
         answered_through=max(pauses, default=0),
     )
-    opened = RenderedTurn.of(api, record, chunks, list, caller.owner)
-    return opened, chunks.begin()
+    return follow_turn(api, record, caller.owner), _Written(chunks), _written(chunks.begin())
+
+
+class _Written:
+    """`UiMessageChunks` as the stream's renderer: each chunk as `data: {json}`, then
+    `data: [DONE]`."""
+
+    def __init__(self, chunks: UiMessageChunks) -> None:
+        self.chunks = chunks
+
+    @property
+    def ended(self) -> bool:
+        return self.chunks.ended
+
+    def feed(self, item: EventView | Delta | Discarded, cursor: Cursor) -> list[ServerSentEvent]:
+        return _written(self.chunks.feed(item))
+
+    async def finish(self, following: Following) -> list[ServerSentEvent]:
+        return [ServerSentEvent(data="[DONE]")]
+
+
+def _written(chunks: list[dict[str, Any]]) -> list[ServerSentEvent]:
+    return [ServerSentEvent(data=json.dumps(chunk)) for chunk in chunks]
 
 
 # --- the steps ----------------------------------------------------------------------------------
@@ -213,7 +225,7 @@ def _chat(api: ApiState, caller: Caller, conversation_id: uuid.UUID, request: Ch
     setup given must be the conversation's."""
     setup = request.setup
     try:
-        existing = api.client.get_conversation(conversation_id, NO_MESSAGES, owner=caller.owner)
+        existing = api.client.get_conversation(conversation_id, messages=False, owner=caller.owner)
     except ConversationNotFound:
         existing = None
     if existing is None:

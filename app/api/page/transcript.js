@@ -69,6 +69,28 @@
  * @typedef {{approve: boolean} | {output: string}} Answer
  */
 
+/** The stream's types this reducer shows (`apply`'s and `applyCommitted`'s cases), and those it
+ * passes over on purpose (the log moves past them); tests/unit/test_renderer_coverage.py holds
+ * both to app/vocabulary.py, so a new type fails there until it is decided here. */
+export const HANDLED = new Set([
+  "stream.end",
+  "message.delta",
+  "message.discarded",
+  "message.committed",
+  "status.changed",
+  "turn.queued",
+  "turn.started",
+  "turn.resumed",
+  "turn.cancel_requested",
+  "turn.completed",
+  "turn.failed",
+  "turn.cancelled",
+  "action.required",
+  "context.compacted",
+  "branch.switched",
+]);
+export const SKIPPED = new Set(["model.fallback"]);
+
 /** The conversation statuses of a running turn. */
 export const BUSY = new Set(["processing", "tool_loop"]);
 

@@ -1,6 +1,7 @@
 """Errors in OpenAI's shape on the dialect's routes: `{"error": {"message", "type", "param",
 "code"}}`, with the same statuses as the rest of the API (`problems.py` decides the status and the
-code; this module only writes them as OpenAI's SDKs read them).
+code; this module only writes them as OpenAI's SDKs read them; `routes.py` declares them to
+`problems.speaks`).
 
 A 409 carries `x-should-retry: false`: the SDKs retry a 409 by default, and a busy conversation
 stays busy until its turn ends.
@@ -14,8 +15,8 @@ from fastapi.responses import JSONResponse
 
 from app.errors import InvalidRequest, TurnNotFound
 
-#: The paths that answer errors in OpenAI's shape.
-PREFIXES = ("/v1/responses",)
+#: The paths that answer errors in OpenAI's shape (and those under it).
+PREFIX = "/v1/responses"
 
 _INVALID = "invalid_request_error"
 _TYPES = {
@@ -45,8 +46,10 @@ class ResponseNotFound(TurnNotFound):
     """No such response (its turn does not exist, is another owner's, or has fewer parts)."""
 
 
-def speaks_openai(path: str) -> bool:
-    return any(path == prefix or path.startswith(prefix + "/") for prefix in PREFIXES)
+#: The dialect's own refusals: their status and code.
+REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
+    ResponseNotFound: (404, "response_not_found")
+}
 
 
 def openai_error(

@@ -30,7 +30,8 @@ so the attempt that is committed is numbered exactly as it was streamed live (it
 attempt are committed with it), and an attempt that is discarded is numbered below every later
 one: a client resuming with `starting_after` from inside a discarded attempt gets the committed
 one whole, from its output_item.added, at the same output_index (replace the item you hold).
-Numbers rise on every stream; they skip over retried or crashed attempts.
+Numbers rise on every stream; they skip over retried or crashed attempts. The events of each
+kind of item are written by `output_events.py`; this module decides which, when, and their numbers.
 """
 
 from __future__ import annotations
@@ -40,6 +41,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.responses.ids import ResponseId, message_item
+from app.api.responses.output_events import (
+    Event,
+    Numbering,
+    mcp_call_added,
+    mcp_call_done,
+    message_done,
+    message_dropped,
+    open_message,
+    text_delta,
+    whole_item,
+)
 from app.api.responses.translate import Cutter, Tools
 from app.client.views import EventView, MessageView, TurnView
 from app.live.entries import Delta, Discarded
@@ -52,12 +64,19 @@ from app.models import (
     TURN_RESUMED,
     TURN_STARTED,
 )
+from app.vocabulary import LIVE_TYPES, NOTICE_EVENTS
 
 ATTEMPT_STRIDE = 1 << 20  # numbers kept for one attempt of a reply: more deltas than it can have
 ATTEMPTS_PER_CLAIM = 16
 MAX_BLOCK_EVENTS = ATTEMPT_STRIDE - 8  # a reply streamed past this shows the rest at its commit
 
-Event = dict[str, Any]
+# What this dialect shows, and what it passes over on purpose: the notices around a turn
+# (`app.vocabulary.NOTICE_EVENTS`) are not a response's business. A test holds both to the
+# vocabulary (tests/unit/test_renderer_coverage.py).
+HANDLED = frozenset(
+    (TURN_STARTED, TURN_RESUMED, MESSAGE_COMMITTED, ACTION_REQUIRED, *TERMINAL_EVENTS, *LIVE_TYPES)
+)
+SKIPPED = frozenset(NOTICE_EVENTS)
 
 
 @dataclass
@@ -79,7 +98,7 @@ class ResponseEvents:
         self.response = response
         self.turn_id = response.turn_id
         self.snapshot = snapshot
-        self.last = -1
+        self._numbering = Numbering()
         self.ended = False
         self.terminal: str | None = None  # the event type that ends it
         self._cutter: Cutter | None = None
@@ -93,7 +112,7 @@ class ResponseEvents:
 
     def begin(self, turn: TurnView, tools: Tools) -> list[Event]:
         self._cutter = Cutter(turn, tools)
-        return [self._event("response.created", response=self.snapshot("queued"))]
+        return [self._numbering.next("response.created", response=self.snapshot("queued"))]
 
     # --- what comes in ---------------------------------------------------------------------------
 
@@ -109,7 +128,7 @@ class ResponseEvents:
     def finish(self, final: dict[str, Any]) -> list[Event]:
         """The last event, with the response as it ended (read after `ended`)."""
         kind = self.terminal or "response.completed"
-        return [self._event(kind, response=final)]
+        return [self._numbering.next(kind, response=final)]
 
     # --- committed events --------------------------------------------------------------------
 
@@ -129,9 +148,8 @@ class ResponseEvents:
                 self._claims_since_step += 1
             if self._mine(cutter) and not self._started:
                 self._started = True
-                out.append(
-                    self._event("response.in_progress", response=self.snapshot("in_progress"))
-                )
+                snapshot = self.snapshot("in_progress")
+                out.append(self._numbering.next("response.in_progress", response=snapshot))
             return out
         reply_claims = self._claims_since_step
         if event.type == MESSAGE_COMMITTED and event.message is not None:
@@ -186,12 +204,14 @@ class ResponseEvents:
                     out += self._message_block(index, item, message, claims)
             elif kind == "mcp_call":
                 if shown is None:
-                    out += self._mcp_call_added(index, item)
-                    shown = self._shown[item["id"]]
+                    out += mcp_call_added(self._numbering, index, item)
+                    shown = self._shown[item["id"]] = {"status": "in_progress"}
                 if shown["status"] != item["status"] and item["status"] != "in_progress":
-                    out += self._mcp_call_done(index, item)
+                    out += mcp_call_done(self._numbering, index, item)
+                    self._shown[item["id"]] = {"status": item["status"]}
             elif shown is None:
-                out += self._whole_item(index, item)
+                out += whole_item(self._numbering, index, item)
+                self._shown[item["id"]] = {"done": True}
         return out
 
     def _message_block(
@@ -216,134 +236,17 @@ class ResponseEvents:
                 out += self._drop_live("the committed reply is another attempt")
                 live = None
         if live is None:
-            base = self.last + 1 + ordinal * ATTEMPT_STRIDE
-            out += self._open_message(base, index, item["id"])
+            base = self._numbering.last + 1 + ordinal * ATTEMPT_STRIDE
+            out += open_message(base, index, item["id"])
         number = base + 2 + len(sent)
         for piece in pieces[len(sent) :]:
-            out.append(self._delta_event(number, index, item["id"], piece))
+            out.append(text_delta(number, index, item["id"], piece))
             number += 1
-        item_id = item["id"]
-        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-        out.append(
-            self._at(
-                number,
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            )
-        )
-        out.append(
-            self._at(
-                number + 1,
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            )
-        )
-        out.append(self._at(number + 2, "response.output_item.done", output_index=index, item=item))
-        self.last = number + 2
-        self._shown[item_id] = {"done": True}
+        out += message_done(number, index, item)
+        self._numbering.last = number + 2
+        self._shown[item["id"]] = {"done": True}
         self._live = None
         return out
-
-    def _open_message(self, base: int, index: int, item_id: str) -> list[Event]:
-        item = {
-            "id": item_id,
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        return [
-            self._at(base, "response.output_item.added", output_index=index, item=item),
-            self._at(
-                base + 1,
-                "response.content_part.added",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part=part,
-            ),
-        ]
-
-    def _delta_event(self, number: int, index: int, item_id: str, piece: str) -> Event:
-        return self._at(
-            number,
-            "response.output_text.delta",
-            item_id=item_id,
-            output_index=index,
-            content_index=0,
-            delta=piece,
-            logprobs=[],
-        )
-
-    def _mcp_call_added(self, index: int, item: dict[str, Any]) -> list[Event]:
-        item_id = item["id"]
-        start = {**item, "status": "in_progress", "output": None, "error": None}
-        out = [
-            self._event("response.output_item.added", output_index=index, item=start),
-            self._event(
-                "response.mcp_call_arguments.delta",
-                item_id=item_id,
-                output_index=index,
-                delta=item["arguments"],
-            ),
-            self._event(
-                "response.mcp_call_arguments.done",
-                item_id=item_id,
-                output_index=index,
-                arguments=item["arguments"],
-            ),
-            self._event("response.mcp_call.in_progress", item_id=item_id, output_index=index),
-        ]
-        self._shown[item_id] = {"status": "in_progress"}
-        return out
-
-    def _mcp_call_done(self, index: int, item: dict[str, Any]) -> list[Event]:
-        kind = (
-            "response.mcp_call.failed"
-            if item["status"] == "failed"
-            else "response.mcp_call.completed"
-        )
-        self._shown[item["id"]] = {"status": item["status"]}
-        return [
-            self._event(kind, item_id=item["id"], output_index=index),
-            self._event("response.output_item.done", output_index=index, item=item),
-        ]
-
-    def _whole_item(self, index: int, item: dict[str, Any]) -> list[Event]:
-        """An item shown at once: a function_call (its arguments in one delta), an approval
-        request."""
-        self._shown[item["id"]] = {"done": True}
-        if item["type"] != "function_call":
-            return [
-                self._event("response.output_item.added", output_index=index, item=item),
-                self._event("response.output_item.done", output_index=index, item=item),
-            ]
-        start = {**item, "arguments": "", "status": "in_progress"}
-        return [
-            self._event("response.output_item.added", output_index=index, item=start),
-            self._event(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=index,
-                delta=item["arguments"],
-            ),
-            self._event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            ),
-            self._event("response.output_item.done", output_index=index, item=item),
-        ]
 
     # --- live -----------------------------------------------------------------------------------
 
@@ -368,17 +271,15 @@ class ResponseEvents:
                 delta.message_seq,
                 delta.stream,
                 ordinal,
-                self.last + 1 + ordinal * ATTEMPT_STRIDE,
+                self._numbering.last + 1 + ordinal * ATTEMPT_STRIDE,
                 len(segment.output),
             )
             self._live = live
-            out += self._open_message(live.base, live.index, item_id)
+            out += open_message(live.base, live.index, item_id)
         if len(live.pieces) >= MAX_BLOCK_EVENTS:
             return out
         item_id = message_item(self.turn_id, live.seq)
-        out.append(
-            self._delta_event(live.base + 2 + len(live.pieces), live.index, item_id, delta.text)
-        )
+        out.append(text_delta(live.base + 2 + len(live.pieces), live.index, item_id, delta.text))
         live.pieces.append(delta.text)
         return out
 
@@ -394,30 +295,7 @@ class ResponseEvents:
         self._live = None
         item_id = message_item(self.turn_id, live.seq)
         text = "".join(live.pieces)
-        item = {
-            "id": item_id,
-            "type": "message",
-            "role": "assistant",
-            "status": "incomplete",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}],
-        }
-        return [
-            self._at(
-                live.base + 2 + len(live.pieces),
-                "response.output_item.done",
-                output_index=live.index,
-                item=item,
-            )
-        ]
-
-    # --- numbering ------------------------------------------------------------------------------
-
-    def _event(self, kind: str, **fields: Any) -> Event:
-        self.last += 1
-        return {"type": kind, "sequence_number": self.last, **fields}
-
-    def _at(self, number: int, kind: str, **fields: Any) -> Event:
-        return {"type": kind, "sequence_number": number, **fields}
+        return [message_dropped(live.base + 2 + len(live.pieces), live.index, item_id, text)]
 
 
 def _seq_of(item_id: str) -> int:

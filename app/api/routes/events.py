@@ -13,16 +13,12 @@ from app.api.gate import GuardedRoute
 from app.api.problems import documented
 from app.api.schemas import Event, EventList
 from app.api.state import Api
-from app.api.streaming import released, sse_events
+from app.api.stream_loop import STREAM_WAKE_SECONDS, released
+from app.api.streaming import sse_events
 from app.client import Cursor
 from app.client.following import REST, TURN_END
 
 router = APIRouter(prefix="/conversations", tags=["events"], route_class=GuardedRoute)
-
-# A stream waits this long on the live channel before it looks around (the log is due): each wake
-# costs the loop a turn, and a process may serve thousands of streams. While Redis is down, the
-# log is read this often.
-STREAM_WAKE_SECONDS = 5.0
 
 
 @router.get(

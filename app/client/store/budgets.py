@@ -1,110 +1,18 @@
-"""Budgets (read by both sides): their rows set, listed and removed, what an owner or one
-conversation has spent, and whether a budget (`models.Budget`) is used up.
-
-The worker asks before each model call (a crash never resets what is committed), the web side
-before it accepts a message (429 `budget_exceeded` at the API). Spend is the sum over the turns
-of the subject (its conversations, for an owner), per UTC day by the day the turn was submitted,
-or in total; a call whose price is unknown adds its tokens but no money (its cost is unknown).
-A budget is used up once the spend reaches it. The values set are checked by `checks.check_budget`.
+"""Budgets set, listed and removed by the operator (the spend both sides read, and whether a budget
+is used up, is in `app/budgets/store.py`). The values set are checked by `checks.check_budget`.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Connection, Select, delete, func, insert, or_, select
+from sqlalchemy import ColumnElement, Connection, delete, insert, select
 
+from app.budgets.store import limits
 from app.client.views import BudgetView
 from app.errors import ConversationNotFound
-from app.models import DAY
-from app.models.tables import budgets, conversations, turns
-
-
-class Limit(NamedTuple):
-    owner: str | None
-    conversation_id: uuid.UUID | None
-    period: str
-    max_tokens: int | None
-    max_cost_usd: Decimal | None
-
-
-class Spend(NamedTuple):
-    tokens: int
-    cost_usd: Decimal
-
-
-def used_up(limit: Limit, spend: Spend) -> str | None:
-    """**Pure**: the error naming the budget when `spend` has reached it, else None."""
-    who = f"owner {limit.owner!r}" if limit.owner is not None else "this conversation"
-    when = "today (UTC)" if limit.period == DAY else "in total"
-    if limit.max_tokens is not None and spend.tokens >= limit.max_tokens:
-        return (
-            f"Budget exceeded: {who} used {spend.tokens:,} tokens {when}; its "
-            f"{'daily' if limit.period == DAY else 'total'} token budget is {limit.max_tokens:,}"
-        )
-    if limit.max_cost_usd is not None and spend.cost_usd >= limit.max_cost_usd:
-        return (
-            f"Budget exceeded: {who} spent ${spend.cost_usd:.4f} {when}; its "
-            f"{'daily' if limit.period == DAY else 'total'} budget is ${limit.max_cost_usd:.4f}"
-        )
-    return None
-
-
-def _limits() -> Select[Any]:
-    """The one SELECT of budget rows, for `applying` and `list_budgets`."""
-    return select(
-        budgets.c.owner,
-        budgets.c.conversation_id,
-        budgets.c.period,
-        budgets.c.max_tokens,
-        budgets.c.max_cost_usd,
-        budgets.c.created_at,
-    ).order_by(budgets.c.id)
-
-
-def applying(connection: Connection, conversation_id: uuid.UUID) -> list[Limit]:
-    """The budgets of the conversation and of its owner."""
-    owner = select(conversations.c.owner).where(conversations.c.id == conversation_id)
-    query = _limits().where(
-        or_(
-            budgets.c.conversation_id == conversation_id,
-            budgets.c.owner == owner.scalar_subquery(),
-        )
-    )
-    return [Limit(*row[:5]) for row in connection.execute(query)]
-
-
-def spend(connection: Connection, limit: Limit, now: datetime | None = None) -> Spend:
-    """What the budget's subject has spent in its period, from the committed turn totals."""
-    query: Any = select(
-        _sum(turns.c.prompt_tokens + turns.c.completion_tokens),
-        _sum(turns.c.cost_usd),
-    )
-    if limit.conversation_id is not None:
-        query = query.where(turns.c.conversation_id == limit.conversation_id)
-    else:
-        query = query.join(conversations, conversations.c.id == turns.c.conversation_id).where(
-            conversations.c.owner == limit.owner
-        )
-    if limit.period == DAY:
-        today = (now or datetime.now(UTC)).replace(hour=0, minute=0, second=0, microsecond=0)
-        query = query.where(turns.c.created_at >= today)
-    tokens, cost = connection.execute(query).one()
-    return Spend(int(tokens), Decimal(str(cost)))
-
-
-def check(
-    connection: Connection, conversation_id: uuid.UUID, now: datetime | None = None
-) -> str | None:
-    """The first used-up budget of the conversation or its owner, as an error; None if none."""
-    for limit in applying(connection, conversation_id):
-        found = used_up(limit, spend(connection, limit, now))
-        if found is not None:
-            return found
-    return None
+from app.models.tables import budgets, conversations
 
 
 def set_budget(
@@ -144,7 +52,7 @@ def remove_budget(
 
 
 def list_budgets(connection: Connection, owner: str | None = None) -> list[BudgetView]:
-    query = _limits()
+    query = limits()
     if owner is not None:
         owned = select(conversations.c.id).where(conversations.c.owner == owner)
         query = query.where(
@@ -154,11 +62,6 @@ def list_budgets(connection: Connection, owner: str | None = None) -> list[Budge
         BudgetView(o, c, p, t, None if m is None else float(m), at)
         for o, c, p, t, m, at in connection.execute(query)
     ]
-
-
-def _sum(column: Any) -> Any:
-    """A sum that is 0 over no rows."""
-    return func.coalesce(func.sum(column), 0)
 
 
 def _subject(
@@ -172,14 +75,4 @@ def _subject(
     return [subject, budgets.c.period == period]
 
 
-__all__ = [
-    "Limit",
-    "Spend",
-    "applying",
-    "check",
-    "list_budgets",
-    "remove_budget",
-    "set_budget",
-    "spend",
-    "used_up",
-]
+__all__ = ["list_budgets", "remove_budget", "set_budget"]

@@ -13,8 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from app.demo.model import DEMO_PROVIDER, demo_handler
-from app.files import capabilities
+from app import model_profile
 from app.telemetry import logs, metrics
 from app.worker.llm import windows
 from app.worker.llm.retry import MAX_RETRY_AFTER_SECONDS, Sleep, call_with_retries
@@ -36,7 +35,8 @@ NO_CHOICES_ERROR = "The model returned no choices"
 
 
 def prepare_litellm() -> None:
-    """Import and configure litellm once, and register the offline demo provider.
+    """Import and configure litellm once (providers of the project's own, the offline demo's,
+    are registered where the worker is assembled: `app/worker/runtime.py`).
 
     The environment must be set before the first import: without it, importing litellm fetches
     the model cost map over the network and runs `load_dotenv()` on the working directory, and
@@ -56,14 +56,11 @@ def prepare_litellm() -> None:
         import litellm
 
     litellm.suppress_debug_info = True
-    if not any(item["provider"] == DEMO_PROVIDER for item in litellm.custom_provider_map):
-        litellm.custom_provider_map.append(
-            {"provider": DEMO_PROVIDER, "custom_handler": demo_handler()}
-        )
 
 
 class LiteLLMClient:
-    """`ModelClient` over `litellm.acompletion`: any litellm model string, plus `demo/...`.
+    """`ModelClient` over `litellm.acompletion`: any litellm model string (and a provider
+    registered with litellm, as the runtime registers the demo's `demo/...`).
 
     With `stream` (the default) the reply is asked for as a stream, usage included, and each
     fragment goes to the call's sink as it arrives; the policy retries a transient error before
@@ -101,8 +98,8 @@ class LiteLLMClient:
         return takes_schema(model)
 
     def takes_file(self, model: str, kind: str) -> bool:
-        # (the web side's own answer, from the same map and declarations: both sides agree)
-        return capabilities.takes(model, kind, self.file_kinds)
+        # (the web side's own answer, `model_profile`: both sides agree)
+        return model_profile.takes(model, kind, self.file_kinds)
 
     async def complete(self, request: ModelRequest, sink: ReplySink = NO_SINK) -> ModelReply:
         prepare_litellm()
@@ -176,27 +173,17 @@ class LiteLLMClient:
 
 
 STREAMED = {"stream": True, "stream_options": {"include_usage": True}}
-# Anthropic caches a prompt's prefix up to a marked block (and finds earlier marks up to 20
-# blocks back): one mark after the tools and system prompt, one on the newest message.
-ANTHROPIC_MARKS = [{"location": "message", "role": "system"}, {"location": "message", "index": -1}]
 _providers: dict[str, str] = {}
 
 
 def cache_marks(model: str, key: str) -> dict[str, Any]:
-    """How to mark a request's stable prefix for the model's provider: OpenAI's
-    `prompt_cache_key` (requests of one key land on the same cache), Anthropic's
-    `cache_control` breakpoints (through litellm's injection points); nothing for the rest,
-    which cache on their own or not at all (a parameter they do not take would be refused)."""
-    provider = _provider(model)
-    if provider in ("openai", "azure"):
-        return {"prompt_cache_key": key}
-    claude_elsewhere = provider in ("bedrock", "vertex_ai", "vertex_ai_beta") and "claude" in model
-    if provider == "anthropic" or claude_elsewhere:
-        return {"cache_control_injection_points": ANTHROPIC_MARKS}
-    return {}
+    """The prompt cache's marks for the model's provider (`model_profile.cache_marks`), the
+    provider as litellm reads it from the model string."""
+    return model_profile.cache_marks(provider(model), model, key)
 
 
-def _provider(model: str) -> str:
+def provider(model: str) -> str:
+    """litellm's provider of the model ('' when it names none), asked once per model."""
     found = _providers.get(model)
     if found is None:
         import litellm

@@ -22,14 +22,10 @@ from app.db import psycopg_driven
 from app.loop_connections import LoopConnections
 from app.models.raw_statement import RawStatement
 from app.worker import loop_bridge
-from app.worker.store.fence import DEFERRED, OWNER_LOCK, TRANSCRIPT, StepKind, Write
-from app.worker.store.journal import (
-    CLAIM_COMPOSITE,
-    CLAIM_LIMITED_COMPOSITE,
-    COMPOSITES,
-    JSON_PARAMETERS,
-    Composite,
-)
+from app.worker.store.claim_statements import DEFERRED, OWNER_LOCK, TRANSCRIPT
+from app.worker.store.composites import CLAIM_COMPOSITE, CLAIM_LIMITED_COMPOSITE, COMPOSITES
+from app.worker.store.fence import StepKind, Write
+from app.worker.store.journal import JSON_PARAMETERS, Composite
 
 Row = tuple[Any, ...]
 

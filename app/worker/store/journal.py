@@ -8,7 +8,7 @@ databases run the UPDATE, then each part over the returned row bound as `f_<colu
 in one transaction. Either way the parts are built once, from the same functions.
 
 The events a statement appends are one more part, built by `event_log.log` from the seqs its
-UPDATE reserved, in the order they are listed here.
+UPDATE reserved, in the order `composites` lists them (each statement: its head and parts).
 """
 
 from __future__ import annotations
@@ -41,39 +41,22 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from app.models import (
-    ACTION_REQUIRED,
-    CANCELLED,
     COMPLETED,
-    CONTEXT_COMPACTED,
     MESSAGE_COMMITTED,
-    MODEL_FALLBACK,
-    REQUIRES_ACTION,
     RUNNING,
-    TURN_CANCELLED,
-    TURN_COMPLETED,
-    TURN_FAILED,
-    TURN_FAILED_EVENT,
-    TURN_STARTED,
     USER,
 )
 from app.models.tables import compactions, messages, tool_outputs, turns
 from app.worker.plan import Entry
 from app.worker.ports import Usage
-from app.worker.store import tree
-from app.worker.store.event_log import Logged, claim_events, into_tool_loop, log, status_changed
+from app.worker.store.event_log import Logged
 from app.worker.store.fence import (
     ADD_CACHED,
     ADD_COMPLETION,
     ADD_COST,
     ADD_PROMPT,
-    CLAIM,
-    CLAIM_LIMITED,
-    ERROR,
-    HEADS,
     NOW,
     TURN_ID,
-    StepKind,
-    Write,
 )
 
 Part = Callable[[FromClause], Insert | Update]
@@ -133,7 +116,7 @@ _OUTPUT_PARAMS: dict[str, BindParameter[Any]] = {
     "chars": bindparam("o_chars", type_=Integer),
 }
 # A compaction's row (`compactions`): its columns and their parameters.
-_COMPACTION_PARAMS: dict[str, BindParameter[Any]] = {
+COMPACTION_PARAMS: dict[str, BindParameter[Any]] = {
     "number": bindparam("k_number", type_=Integer),
     "kind": bindparam("k_kind", type_=String),
     "reason": bindparam("k_reason", type_=String),
@@ -165,12 +148,12 @@ JSON_PARAMETERS = (
 )
 
 
-def _insert_message(fenced: FromClause) -> Insert:
+def insert_message(fenced: FromClause) -> Insert:
     source = select(fenced.c.id, *_MESSAGE_PARAMS.values())
     return insert(messages).from_select(["conversation_id", *_MESSAGE_PARAMS], source)
 
 
-def _keep_output(fenced: FromClause) -> Insert:
+def keep_output(fenced: FromClause) -> Insert:
     """The session tool cache's copy of the call's whole output (`tool_outputs`)."""
     message = _MESSAGE_PARAMS
     source = select(
@@ -189,14 +172,14 @@ def _keep_output(fenced: FromClause) -> Insert:
     return insert(tool_outputs).from_select([*columns, "is_error", "created_at"], source)
 
 
-def _insert_compaction(fenced: FromClause) -> Insert:
+def insert_compaction(fenced: FromClause) -> Insert:
     """The compaction's row: what the model is sent from now on."""
-    source = select(fenced.c.id, TURN_ID, NOW, *_COMPACTION_PARAMS.values())
-    columns = ["conversation_id", "turn_id", "created_at", *_COMPACTION_PARAMS]
+    source = select(fenced.c.id, TURN_ID, NOW, *COMPACTION_PARAMS.values())
+    columns = ["conversation_id", "turn_id", "created_at", *COMPACTION_PARAMS]
     return insert(compactions).from_select(columns, source)
 
 
-def _promote_message(fenced: FromClause) -> Insert:
+def promote_message(fenced: FromClause) -> Insert:
     """A turn that waited outside the transcript: its message goes in as the claim starts it,
     below the leaf (or where its turn says: an edit, a rollback)."""
     source = select(
@@ -226,7 +209,7 @@ def _promote_message(fenced: FromClause) -> Insert:
     return insert(messages).from_select(columns, source)
 
 
-def _start_turn(fenced: FromClause) -> Update:
+def start_turn(fenced: FromClause) -> Update:
     promoted = select(
         case((fenced.c.turn_input.is_not(None), fenced.c.message_seq))
     ).scalar_subquery()
@@ -247,7 +230,7 @@ def _start_turn(fenced: FromClause) -> Update:
     )
 
 
-_TURN_USAGE = {
+TURN_USAGE = {
     "prompt_tokens": turns.c.prompt_tokens + ADD_PROMPT,
     "completion_tokens": turns.c.completion_tokens + ADD_COMPLETION,
     "cost_usd": turns.c.cost_usd + ADD_COST,
@@ -255,7 +238,7 @@ _TURN_USAGE = {
 }
 
 
-def _running_turn(**values: Any) -> Part:
+def running_turn(**values: Any) -> Part:
     """An UPDATE of the lease holder's turn, only if the fence matched."""
 
     def part(fenced: FromClause) -> Update:
@@ -265,11 +248,11 @@ def _running_turn(**values: Any) -> Part:
     return part
 
 
-_add_usage = _running_turn(**_TURN_USAGE)
+add_usage = running_turn(**TURN_USAGE)
 
 
-def _end_turn(status: str, **values: Any) -> Part:
-    return _running_turn(status=status, finished_at=NOW, **_TURN_USAGE, **values)
+def end_turn(status: str, **values: Any) -> Part:
+    return running_turn(status=status, finished_at=NOW, **TURN_USAGE, **values)
 
 
 # A steered turn: the one the lease holder ran until its steer message was taken in.
@@ -277,7 +260,7 @@ ENDED_ID = bindparam("ended_id", type_=Uuid)
 STEERED_DATA = bindparam("steered_data", type_=_JSON)
 
 
-def _end_steered(fenced: FromClause) -> Update:
+def end_steered(fenced: FromClause) -> Update:
     """The turn the steer message joined ends `completed`: the steer turn carries the run on."""
     fence_matched = select(fenced.c.id).exists()
     return (
@@ -287,7 +270,7 @@ def _end_steered(fenced: FromClause) -> Update:
     )
 
 
-_start_steer = _running_turn(
+start_steer = running_turn(
     status=RUNNING,
     started_at=NOW,
     input=None,
@@ -302,127 +285,8 @@ FALLBACK_MODEL = bindparam("fallback_model", type_=String)
 FALLBACK_DATA = bindparam("fallback_data", type_=_JSON)
 
 
-def _committed(fenced: FromClause) -> Logged:
+def committed(fenced: FromClause) -> Logged:
     return Logged(MESSAGE_COMMITTED, message_seq=_MESSAGE_PARAMS["seq"])
-
-
-# --- the statements ---------------------------------------------------------------------------
-
-_CLAIM_PARTS = (
-    tree.move_path,
-    _promote_message,
-    _start_turn,
-    log(claim_events, turn=lambda f: f.c.turn_id),
-)
-CLAIM_COMPOSITE = Composite(CLAIM, _CLAIM_PARTS)
-CLAIM_LIMITED_COMPOSITE = Composite(CLAIM_LIMITED, _CLAIM_PARTS)
-
-COMPOSITES: dict[Write | StepKind, Composite] = {
-    Write.HEARTBEAT: Composite(HEADS[Write.HEARTBEAT]),
-    Write.STARTING: Composite(HEADS[Write.STARTING]),
-    Write.RELEASE: Composite(HEADS[Write.RELEASE]),
-    Write.FINISH: Composite(
-        HEADS[Write.FINISH],
-        (
-            _end_turn(COMPLETED),
-            log(lambda f: [Logged(TURN_COMPLETED), status_changed(f)]),
-        ),
-    ),
-    Write.FAIL: Composite(
-        HEADS[Write.FAIL],
-        (
-            _end_turn(TURN_FAILED, error=ERROR),
-            log(lambda f: [Logged(TURN_FAILED_EVENT), status_changed(f)]),
-        ),
-    ),
-    Write.PAUSE: Composite(
-        HEADS[Write.PAUSE],
-        (
-            _running_turn(status=REQUIRES_ACTION, actions=ACTIONS),
-            log(lambda f: [Logged(ACTION_REQUIRED), status_changed(f)]),
-        ),
-    ),
-    Write.CANCEL: Composite(
-        HEADS[Write.CANCEL],
-        (
-            _end_turn(CANCELLED),
-            log(lambda f: [Logged(TURN_CANCELLED), status_changed(f)]),
-        ),
-    ),
-    Write.COMPACT: Composite(
-        HEADS[Write.COMPACT],
-        (
-            _insert_compaction,
-            _add_usage,
-            log(
-                lambda f: [
-                    Logged(
-                        CONTEXT_COMPACTED,
-                        message_seq=_COMPACTION_PARAMS["through_seq"],
-                        data=COMPACTED_DATA,
-                    )
-                ]
-            ),
-        ),
-    ),
-    Write.STEER: Composite(
-        HEADS[Write.STEER],
-        (
-            _end_steered,
-            _insert_message,
-            _start_steer,
-            log(
-                lambda f: [
-                    Logged(TURN_COMPLETED, turn=ENDED_ID, data=STEERED_DATA),
-                    _committed(f),
-                    Logged(TURN_STARTED, attempt=1),
-                    status_changed(f),
-                ]
-            ),
-        ),
-    ),
-    Write.FALLBACK: Composite(
-        HEADS[Write.FALLBACK],
-        (
-            _running_turn(model=FALLBACK_MODEL, **_TURN_USAGE),
-            log(lambda f: [Logged(MODEL_FALLBACK, data=FALLBACK_DATA)]),
-        ),
-    ),
-    StepKind.REFUSED: Composite(
-        HEADS[StepKind.REFUSED],
-        (_insert_message, _add_usage, log(lambda f: [_committed(f), status_changed(f)])),
-    ),
-    StepKind.TOOL_CALLS: Composite(
-        HEADS[StepKind.TOOL_CALLS], (_insert_message, _add_usage, log(lambda f: [_committed(f)]))
-    ),
-    StepKind.TOOL_CALLS_ENTERING: Composite(
-        HEADS[StepKind.TOOL_CALLS_ENTERING],
-        (_insert_message, _add_usage, log(lambda f: [_committed(f), into_tool_loop()])),
-    ),
-    StepKind.TOOL_RESULT: Composite(
-        HEADS[StepKind.TOOL_RESULT], (_insert_message, log(lambda f: [_committed(f)]))
-    ),
-    StepKind.TOOL_RESULT_ENTERING: Composite(
-        HEADS[StepKind.TOOL_RESULT_ENTERING],
-        (_insert_message, log(lambda f: [_committed(f), into_tool_loop()])),
-    ),
-    StepKind.TOOL_OUTPUT: Composite(
-        HEADS[StepKind.TOOL_OUTPUT],
-        (_insert_message, _keep_output, log(lambda f: [_committed(f)])),
-    ),
-    StepKind.TOOL_OUTPUT_ENTERING: Composite(
-        HEADS[StepKind.TOOL_OUTPUT_ENTERING],
-        (_insert_message, _keep_output, log(lambda f: [_committed(f), into_tool_loop()])),
-    ),
-    StepKind.ANSWER: Composite(
-        HEADS[StepKind.ANSWER],
-        (
-            _insert_message,
-            _end_turn(COMPLETED),
-            log(lambda f: [_committed(f), Logged(TURN_COMPLETED), status_changed(f)]),
-        ),
-    ),
-}
 
 
 # --- parameters -------------------------------------------------------------------------------
@@ -473,14 +337,30 @@ def message_parameters(
 
 
 __all__ = [
-    "CLAIM_COMPOSITE",
-    "CLAIM_LIMITED_COMPOSITE",
-    "COMPOSITES",
+    "ACTIONS",
+    "COMPACTED_DATA",
+    "COMPACTION_PARAMS",
+    "ENDED_ID",
+    "FALLBACK_DATA",
+    "FALLBACK_MODEL",
     "JSON_PARAMETERS",
+    "STEERED_DATA",
     "TURN_ID",
+    "TURN_USAGE",
     "Composite",
     "Logged",
+    "add_usage",
+    "committed",
+    "end_steered",
+    "end_turn",
+    "insert_compaction",
+    "insert_message",
+    "keep_output",
     "message_parameters",
     "output_parameters",
+    "promote_message",
+    "running_turn",
+    "start_steer",
+    "start_turn",
     "usage_parameters",
 ]

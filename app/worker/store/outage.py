@@ -31,7 +31,7 @@ from app.errors import ChatWorkerError, DatabaseUnavailable
 from app.models import RELEASED_LEASE
 from app.models.tables import conversations
 from app.worker.store.fence import FENCE, NOW, fence_parameters
-from app.worker.store.lifecycle import Claim
+from app.worker.store.records import Claim
 
 c = conversations.c
 

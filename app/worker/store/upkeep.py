@@ -43,9 +43,10 @@ from app.models.tables import catalog, conversations, deliveries, file_uses, tur
 from app.worker.ports import ToolDefinition
 from app.worker.store import doorbells, liveness
 from app.worker.store.clock import Clock, utc_now
+from app.worker.store.composites import COMPOSITES
 from app.worker.store.driver import Sequenced
 from app.worker.store.fence import Write, fence_parameters
-from app.worker.store.journal import COMPOSITES, usage_parameters
+from app.worker.store.journal import usage_parameters
 
 JANITOR = "janitor"  # the lease owner for the moment the janitor fails a turn
 

@@ -1,7 +1,12 @@
-"""Which kinds of file a model takes, from litellm's model map read as data: its bundled
-`model_prices_and_context_window_backup.json`, found beside the package without importing it
-(the web side never imports litellm: `tests/boundaries.py`). Read once per process, on the first
-message with a file; only the flags kept.
+"""What both sides know of a model, and each provider's quirks, in one place: which kinds of file a
+model takes, and how a request's stable prefix is marked for its provider's prompt cache. A new
+provider quirk goes here. Pure but for one read of litellm's model map, as data.
+
+The map is litellm's bundled `model_prices_and_context_window_backup.json`, found beside the
+package without importing it (the web side never imports litellm: `tests/boundaries.py`), read
+once per process on the first question; only the flags used are kept. What litellm itself works
+out from a model string (its provider, its window, whether it takes a response schema) the worker
+asks litellm (`app/worker/llm/`): the map alone answers otherwise for one model name in twenty.
 
 A model the map does not know takes no image and no PDF: say so with
 `CHATWORKER_MODEL_FILE_KINDS` (`{"openai/my-vision-model": ["image"]}`), which is asked first.
@@ -15,9 +20,14 @@ import os
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from types import MappingProxyType
+from typing import Any
 
 FEATURES = {"image": "supports_vision", "pdf": "supports_pdf_input"}
 MAP_FILE = "model_prices_and_context_window_backup.json"
+# Anthropic caches a prompt's prefix up to a marked block (and finds earlier marks up to 20
+# blocks back): one mark after the tools and system prompt, one on the newest message.
+ANTHROPIC_MARKS = [{"location": "message", "role": "system"}, {"location": "message", "index": -1}]
+CLAUDE_HOSTS = ("bedrock", "vertex_ai", "vertex_ai_beta")  # providers that also serve Claude
 
 NONE_DECLARED: Mapping[str, Sequence[str]] = MappingProxyType({})
 
@@ -28,6 +38,18 @@ def takes(model: str, kind: str, declared: Mapping[str, Sequence[str]] = NONE_DE
     if model in declared:
         return kind in declared[model]
     return FEATURES[kind] in _flags(model)
+
+
+def cache_marks(provider: str, model: str, key: str) -> dict[str, Any]:
+    """How to mark a request's stable prefix for the model's `provider` (litellm's name of it):
+    OpenAI's `prompt_cache_key` (requests of one key land on the same cache), Anthropic's
+    `cache_control` breakpoints (through litellm's injection points); nothing for the rest,
+    which cache on their own or not at all (a parameter they do not take would be refused)."""
+    if provider in ("openai", "azure"):
+        return {"prompt_cache_key": key}
+    if provider == "anthropic" or (provider in CLAUDE_HOSTS and "claude" in model):
+        return {"cache_control_injection_points": ANTHROPIC_MARKS}
+    return {}
 
 
 @lru_cache(maxsize=512)
@@ -64,4 +86,4 @@ def _table() -> dict[str, tuple[str, frozenset[str]]]:
     }
 
 
-__all__ = ["FEATURES", "takes"]
+__all__ = ["ANTHROPIC_MARKS", "FEATURES", "cache_marks", "takes"]

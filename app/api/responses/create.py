@@ -1,0 +1,183 @@
+"""What a create request does: a new conversation and its first turn, a message to a given
+conversation, or, after `previous_response_id`, the answers that continue its turn, the next turn,
+or a turn on a new branch from an earlier response. The setup a conversation was given first is
+checked against each later request."""
+
+from __future__ import annotations
+
+import uuid
+
+from app.api.auth import Caller
+from app.api.responses.errors import ResponseNotFound, Unsupported
+from app.api.responses.ids import ResponseId
+from app.api.responses.objects import response_count
+from app.api.responses.requests import CreateResponse
+from app.api.responses.tools_given import McpTool
+from app.api.state import ApiState
+from app.client import ConversationView
+from app.errors import TurnNotFound
+from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
+
+#: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
+#: finds the conversation its first attempt made).
+KEYED_CONVERSATIONS = uuid.UUID("5f1c2a0e-8d3b-4f6a-9c7e-2b4d6e8f0a13")
+
+
+def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | None) -> ResponseId:
+    client = api.client
+    if request.previous is not None:
+        return _continue(api, caller, request, key)
+    if request.conversation is not None:
+        conversation = client.get_conversation(  # (its setup only)
+            request.conversation, messages=False, owner=caller.owner
+        )
+        _check_setup(api, request, conversation)
+        return _submit(api, caller, request.conversation, request, key)
+    if request.text is None:
+        raise Unsupported("input needs a user message to start a response", param="input")
+    if request.files:  # (checked before the conversation is created)
+        api.client.check_files(list(request.files), request.model)
+    tools, approval = _mcp_names(api, request.mcp)
+    chosen = None
+    if key is not None:
+        chosen = uuid.uuid5(KEYED_CONVERSATIONS, f"{caller.owner}\x00{key}")
+    view, _ = client.create_or_get(
+        conversation_id=chosen,
+        model=request.model,
+        instructions=request.instructions,
+        tools=tools,
+        tool_choice=request.tool_choice,
+        owner=caller.owner,
+        client_tools=list(request.client_tools) or None,
+        approval_tools=approval or None,
+    )
+    return _submit(api, caller, view.id, request, key)
+
+
+def _submit(
+    api: ApiState,
+    caller: Caller,
+    conversation_id: uuid.UUID,
+    request: CreateResponse,
+    key: str | None,
+    *,
+    after: int | None = None,
+) -> ResponseId:
+    assert request.text is not None
+    submitted = api.client.submit_message(
+        conversation_id,
+        request.text,
+        idempotency_key=key,
+        owner=caller.owner,
+        metadata=request.metadata,
+        after_seq=after,
+        output_schema=request.output_schema,
+        files=list(request.files) or None,
+    )
+    assert submitted.turn_id is not None
+    record = api.client.turn_record(submitted.turn_id, owner=caller.owner)
+    # A message that answered the turn's question continues that turn: its next response.
+    return ResponseId(submitted.turn_id, response_count(record) - 1)
+
+
+def _continue(
+    api: ApiState, caller: Caller, request: CreateResponse, key: str | None
+) -> ResponseId:
+    previous = request.previous
+    assert previous is not None
+    try:
+        record = api.client.turn_record(previous.turn_id, owner=caller.owner)
+    except TurnNotFound:
+        raise ResponseNotFound(f"previous_response_id: no response {previous}") from None
+    conversation = record.conversation
+    _check_setup(api, request, conversation)
+    count = response_count(record)
+    if previous.segment >= count:
+        raise ResponseNotFound(f"previous_response_id: no response {previous}")
+    latest = previous.segment == count - 1
+    if request.answers:
+        if not (latest and record.turn.status == REQUIRES_ACTION):
+            raise Unsupported(
+                f"response {previous} waits for no answer (it is not the latest response of "
+                "its turn, or its turn does not wait)",
+                param="previous_response_id",
+            )
+        api.client.answer_actions(
+            previous.turn_id, request.outputs, approvals=request.approvals, owner=caller.owner
+        )
+        return ResponseId(previous.turn_id, previous.segment + 1)
+    current = api.client.current_turn(conversation.id, owner=caller.owner)
+    if current is not None and current.id == previous.turn_id and latest:
+        return _submit(api, caller, conversation.id, request, key)
+    # An earlier response: the conversation goes on from it, on a new branch.
+    if not (latest and record.turn.is_finished):
+        raise Unsupported(
+            f"previous_response_id {previous} waits for answers, or its turn has not ended: "
+            "continue from the response that followed them",
+            param="previous_response_id",
+        )
+    committed = [
+        e.message_seq
+        for e in record.events
+        if e.type == MESSAGE_COMMITTED and e.message_seq is not None
+    ]
+    return _submit(api, caller, conversation.id, request, key, after=max(committed, default=None))
+
+
+def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView) -> None:
+    """A conversation's setup is fixed at its first response: a later request may repeat it,
+    not change it (yet)."""
+    model, instructions = setup.model, setup.instructions
+    tools, client_tools = setup.tools, setup.client_tools
+    if request.model != model:
+        raise Unsupported(
+            f"model {request.model!r}: this conversation runs {model!r} (a model per response is "
+            "not supported yet)",
+            param="model",
+        )
+    if request.instructions is not None and request.instructions != instructions:
+        raise Unsupported(
+            "instructions differ from the conversation's (they are set by its first response)",
+            param="instructions",
+        )
+    if request.tools_given:
+        names, approval = _mcp_names(api, request.mcp)
+        functions = sorted(str(tool["name"]) for tool in request.client_tools)
+        if (
+            sorted(names) != sorted(tools)
+            or functions != sorted(str(t["name"]) for t in client_tools)
+            or sorted(approval) != sorted(setup.approval_tools)
+        ):
+            raise Unsupported(
+                "tools differ from the conversation's (they are set by its first response)",
+                param="tools",
+            )
+
+
+def _mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> tuple[list[str], list[str]]:
+    """The catalogue's tools of each named server (those allowed), and those of them whose
+    every call asks for approval (`require_approval`)."""
+    if not servers:
+        return [], []
+    catalogue = api.client.admin.list_tools()
+    names: list[str] = []
+    approval: list[str] = []
+    for server in servers:
+        offered = {tool.name for tool in catalogue if tool.server == server.server_label}
+        if not offered:
+            known = sorted({tool.server for tool in catalogue})
+            raise Unsupported(
+                f"no MCP server {server.server_label!r} (the workers offer: "
+                f"{', '.join(known) or 'none'})",
+                param="tools",
+            )
+        wanted = offered if server.allowed_tools is None else set(server.allowed_tools)
+        unknown = sorted((wanted | set(server.approve)) - offered)
+        if unknown:
+            raise Unsupported(
+                f"server {server.server_label!r} has no tool {unknown[0]!r}", param="tools"
+            )
+        asked = sorted(wanted) if server.approve_all else sorted(set(server.approve) & wanted)
+        names.extend(sorted(wanted))
+        approval.extend(asked)
+    return names, approval
