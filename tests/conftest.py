@@ -16,6 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from xdist.remote import Producer
+from xdist.scheduler import Scheduling
 
 from app.db import make_engine
 from app.migrate import upgrade
@@ -23,6 +25,7 @@ from app.models import Base
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.zygote import ENABLE_ENV as ZYGOTE_ENV
+from tests import scheduling
 from tests.database_pool import DatabasePool
 from tests.invariants import violations_after_test
 
@@ -41,47 +44,20 @@ INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 INTEGRATION_DIRS = {"integration", "api", "crash"}
 
 
-# The slowest work units first, slowest first (seconds on a loaded machine): under `--dist
-# loadgroup` the test processes take the units in this order (see `pytest_configure`), so none
-# starts a long one near the end while the others have run dry. Then the modules with a test
-# marked `slow`, then the rest as collected (the many short ones of tests/unit last).
-SLOW_FIRST = (
-    "tests/integration/test_bench.py",  # 5 runs of the benchmark, 80-200 s each
-    "tests/api/test_schemathesis.py",  # one group, ~150 s
-    "tests/integration/test_invariant_tampering.py",  # one group
-    "tests/api/test_ai_sdk.py",  # the API groups: ~40-100 s each
-    "tests/api/test_responses.py",
-    "tests/api/test_routes.py",
-    "tests/api/test_request_bodies.py",
-    "tests/api/test_bad_inputs.py",
-    "tests/api/test_browser.py",
-    "tests/api/test_owner_streams.py",
-    "tests/api/test_hardening.py",
-    "tests/api/test_owners.py",
-    "tests/crash/test_crash_matrix.py",  # 20 tests of 10-20 s each
-)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # xdist hands out the groups with the most tests first, whatever their tests cost (its
-    # `--no-loadscope-reorder`): the order below is the one that counts.
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
 @pytest.hookimpl(trylast=True)  # after pytest's own ordering by fixture scope
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _in_integration_dir(item) or INTEGRATION_FIXTURES & _all_fixtures(item):
             item.add_marker(pytest.mark.integration)
-    slow = {_module(item) for item in items if item.get_closest_marker("slow") is not None}
-    ranks = {name: rank for rank, name in enumerate(SLOW_FIRST)}
-    # (a stable sort by module: a module's tests stay together, in their order)
-    items.sort(key=lambda item: ranks.get(_module(item), len(ranks) + (_module(item) not in slow)))
+    scheduling.slowest_first(items)
 
 
-def _module(item: pytest.Item) -> str:
-    return item.nodeid.split("::", 1)[0]
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """`--dist loadgroup` hands out the slowest units first (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadgroup":
+        return scheduling.SlowestFirst(config, log)
+    return None
 
 
 def _in_integration_dir(node: pytest.Item | pytest.Collector) -> bool:
