@@ -16,6 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from xdist.remote import Producer
+from xdist.scheduler import Scheduling
 
 from app.db import make_engine
 from app.migrate import upgrade
@@ -23,6 +25,7 @@ from app.models import Base
 from app.testing import services
 from app.testing.fake_llm import FakeLLMServer
 from app.testing.zygote import ENABLE_ENV as ZYGOTE_ENV
+from tests import scheduling
 from tests.database_pool import DatabasePool
 from tests.invariants import violations_after_test
 
@@ -41,10 +44,20 @@ INTEGRATION_FIXTURES = {"postgres_server", "redis_server"}
 INTEGRATION_DIRS = {"integration", "api", "crash"}
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering by fixture scope
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _in_integration_dir(item) or INTEGRATION_FIXTURES & _all_fixtures(item):
             item.add_marker(pytest.mark.integration)
+    scheduling.slowest_first(items)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """`--dist loadgroup` hands out the slowest units first (tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadgroup":
+        return scheduling.SlowestFirst(config, log)
+    return None
 
 
 def _in_integration_dir(node: pytest.Item | pytest.Collector) -> bool:

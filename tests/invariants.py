@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
 
 from app.testing.services import libpq_dsn
 
@@ -60,29 +59,42 @@ def violations(
     mcp_marker: str | None = None,
 ) -> list[str]:
     """Every broken invariant of the database at `database_url`, as sentences."""
-    problems: list[str] = []
     with psycopg.connect(libpq_dsn(database_url), autocommit=True) as conn:
-        conversations = conn.execute(
-            "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status,"
-            " c.lease_token, (SELECT coalesce(max(e.seq), 0) FROM events e"
-            "  WHERE e.conversation_id = c.id AND e.type = 'branch.switched'"
-            "  AND e.turn_id IS NULL) > (SELECT coalesce(max(e.seq), 0) FROM events e"
-            "  WHERE e.conversation_id = c.id AND e.type IN"
-            "  ('turn.completed', 'turn.failed', 'turn.cancelled'))"
-            " FROM conversations c LEFT JOIN turns t"
-            " ON t.conversation_id = c.id AND t.number = c.turn_number"
-        ).fetchall()
-        problems += event_log_violations(conn)
-        problems += tool_cache_violations(conn)
-        problems += compaction_violations(conn)
-        problems += outbox_violations(conn)
-        rows = conn.execute(
-            # (an answer refused by its turn's schema is no final answer: its role reads so)
-            "SELECT conversation_id, seq, CASE WHEN output_error IS NULL THEN role ELSE"
-            f" '{REFUSED}' END, content, tool_calls, tool_call_id, parent_seq, active"
-            " FROM messages ORDER BY conversation_id, seq"
-        ).fetchall()
-        problems += _idle_in_transaction(conn, make_url(database_url).database or "")
+        return violations_seen_by(
+            conn, at_rest=at_rest, live_within=live_within, mcp_marker=mcp_marker
+        )
+
+
+def violations_seen_by(
+    conn: psycopg.Connection[Any],
+    *,
+    at_rest: bool = True,
+    live_within: float = 60.0,
+    mcp_marker: str | None = None,
+) -> list[str]:
+    """`violations` of the database as `conn` sees it (its own transaction's writes too)."""
+    problems: list[str] = []
+    conversations = conn.execute(
+        "SELECT c.id, c.status, c.error, c.lease_owner, c.heartbeat_at, t.status,"
+        " c.lease_token, (SELECT coalesce(max(e.seq), 0) FROM events e"
+        "  WHERE e.conversation_id = c.id AND e.type = 'branch.switched'"
+        "  AND e.turn_id IS NULL) > (SELECT coalesce(max(e.seq), 0) FROM events e"
+        "  WHERE e.conversation_id = c.id AND e.type IN"
+        "  ('turn.completed', 'turn.failed', 'turn.cancelled'))"
+        " FROM conversations c LEFT JOIN turns t"
+        " ON t.conversation_id = c.id AND t.number = c.turn_number"
+    ).fetchall()
+    problems += event_log_violations(conn)
+    problems += tool_cache_violations(conn)
+    problems += compaction_violations(conn)
+    problems += outbox_violations(conn)
+    rows = conn.execute(
+        # (an answer refused by its turn's schema is no final answer: its role reads so)
+        "SELECT conversation_id, seq, CASE WHEN output_error IS NULL THEN role ELSE"
+        f" '{REFUSED}' END, content, tool_calls, tool_call_id, parent_seq, active"
+        " FROM messages ORDER BY conversation_id, seq"
+    ).fetchall()
+    problems += _idle_in_transaction(conn, conn.info.dbname)
     transcripts: dict[Any, list[tuple[Any, ...]]] = defaultdict(list)
     for row in rows:
         transcripts[row[0]].append(row[1:])
