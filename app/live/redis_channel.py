@@ -15,6 +15,7 @@ a lost one is caught by that worker's next step or heartbeat, which read the com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import uuid
@@ -34,7 +35,8 @@ CANCELS = "chatworker:cancels"
 READ_COUNT = 5000  # entries one read returns at most (a reader calls again for the rest)
 MAX_CONNECTIONS = 10_000
 _RECONNECT_S = 1.0
-_LISTEN_POLL_S = 1.0  # how often a listener checks whether it was stopped
+_LISTEN_POLL_S = 1.0  # how often a listener checks whether it was stopped (`close` wakes it)
+_CLOSE_WAIT_S = 2.0  # how long `close` waits for each listener (woken by its own channel)
 
 
 def _batch(rows: Any, since: Position) -> Batch:
@@ -62,7 +64,7 @@ class RedisChannel:
             socket_connect_timeout=3,
             max_connections=MAX_CONNECTIONS,
         )
-        self._listeners: list[tuple[threading.Event, threading.Thread]] = []
+        self._listeners: list[tuple[threading.Event, threading.Thread, str]] = []
         self._reader: Multiplexer | None = None
         self._lock = threading.Lock()
 
@@ -122,10 +124,14 @@ class RedisChannel:
 
     def on_cancel(self, callback: Callable[[uuid.UUID], None]) -> Callable[[], None]:
         stopped = threading.Event()
+        wake = f"{CANCELS}:wake:{uuid.uuid4().hex}"  # this listener's own: `close` rings it
         thread = threading.Thread(
-            target=self._listen, args=(callback, stopped), name="chatworker-cancels", daemon=True
+            target=self._listen,
+            args=(callback, stopped, wake),
+            name="chatworker-cancels",
+            daemon=True,
         )
-        self._listeners.append((stopped, thread))
+        self._listeners.append((stopped, thread, wake))
         thread.start()
         return stopped.set
 
@@ -133,24 +139,29 @@ class RedisChannel:
         self.redis.ping()
 
     def close(self) -> None:
-        """Stop listening (each listener notices within a second), then close the connections."""
-        for stopped, _ in self._listeners:
+        """Stop listening, then close the connections. Each listener is woken by its own channel:
+        a worker's graceful stop does not wait out the poll."""
+        for stopped, _, wake in self._listeners:
             stopped.set()
-        for _, thread in self._listeners:
-            thread.join(_LISTEN_POLL_S + 1)
+            with contextlib.suppress(redis.RedisError):
+                self.redis.publish(wake, "")
+        for _, thread, _ in self._listeners:
+            thread.join(_CLOSE_WAIT_S)
         if self._reader is not None:
             self._reader.close()
         self.redis.close()
 
-    def _listen(self, callback: Callable[[uuid.UUID], None], stopped: threading.Event) -> None:
+    def _listen(
+        self, callback: Callable[[uuid.UUID], None], stopped: threading.Event, wake: str
+    ) -> None:
         """Subscribe, deliver, and subscribe again after Redis comes back."""
         while not stopped.is_set():
             try:
                 with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:  # type: ignore[no-untyped-call]
-                    pubsub.subscribe(CANCELS)
+                    pubsub.subscribe(CANCELS, wake)
                     while not stopped.is_set():
                         message = pubsub.get_message(timeout=_LISTEN_POLL_S)
-                        if message is not None:
+                        if message is not None and message.get("channel") == CANCELS:
                             _deliver(callback, message.get("data"))
             except Exception as exc:  # Redis went away (or is closing): listen again, never die
                 if not stopped.is_set():

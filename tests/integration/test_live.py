@@ -20,6 +20,7 @@ from app.db import make_engine
 from app.errors import ConversationNotFound, InvalidCursor, InvalidRequest
 from app.live import TEXT, CommitNotice, Fragment, LiveChannel
 from app.live.memory import MemoryChannel
+from app.live import redis_channel
 from app.live.redis_channel import RedisChannel, stream_key
 from app.testing import fakes
 from app.worker.broadcast import Broadcaster
@@ -140,6 +141,25 @@ def test_a_cancel_announced_reaches_every_listener_until_it_stops(channel: LiveC
         time.sleep(0.02)
     assert [heard_id for heard_id in heard if heard_id not in probes] == [conversation_id]
     stop()
+
+
+def test_close_wakes_the_cancel_listener_instead_of_waiting_for_the_end_of_its_poll(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's graceful stop is not held by the cancel listener: with a 60 s poll, `close`
+    (which waits 2 s at most) still finds the listener thread ended, and it heard nothing."""
+    monkeypatch.setattr(redis_channel, "_LISTEN_POLL_S", 60.0)
+    live = RedisChannel(redis_url)
+    heard: list[uuid.UUID] = []
+    live.on_cancel(heard.append)
+    ((_, thread, wake),) = live._listeners
+    deadline = time.monotonic() + 30
+    while not live.redis.pubsub_numsub(wake)[0][1]:  # (its own channel: pub/sub is server-wide)
+        assert time.monotonic() < deadline, "the listener never subscribed"
+        time.sleep(0.02)
+    live.close()
+    assert not thread.is_alive()
+    assert heard == []  # the wake-up is not a cancel
 
 
 def test_the_memory_channel_keeps_the_last_entries_and_forgets_silent_conversations() -> None:
