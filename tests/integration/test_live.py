@@ -18,9 +18,8 @@ from app.client import ChatClient, Cursor, Delta, Discarded, EventView
 from app.config import load_settings
 from app.db import make_engine
 from app.errors import ConversationNotFound, InvalidCursor, InvalidRequest
-from app.live import TEXT, CommitNotice, Fragment, LiveChannel
+from app.live import TEXT, CommitNotice, Fragment, LiveChannel, redis_channel
 from app.live.memory import MemoryChannel
-from app.live import redis_channel
 from app.live.redis_channel import RedisChannel, stream_key
 from app.testing import fakes
 from app.worker.broadcast import Broadcaster
