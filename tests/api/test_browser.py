@@ -350,10 +350,14 @@ def test_a_dropped_connection_and_a_reload_mid_turn_miss_nothing_and_repeat_noth
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     _assert_page_shows(page, messages)
 
-    # The list opens it again, as it was.
+    # The list opens it again, as it was. Its links are kept when it is shown again (a refresh
+    # replacing the link between a press and its release would lose the click).
+    link = f"[data-testid=conversation-link][data-id='{conversation_id}']"
+    page.evaluate(f"window.kept = document.querySelector(`{link}`)")
     page.locator("#new-conversation").click()
     expect(page.locator("#transcript > *")).to_have_count(0)
-    page.locator(f"[data-testid=conversation-link][data-id='{conversation_id}']").click()
+    assert page.evaluate(f"window.kept === document.querySelector(`{link}`)")
+    page.locator(link).click()
     expect(page).to_have_url(re.compile(f"#c={conversation_id}$"))
     expect(answer).to_have_text(STORY, timeout=WAIT_MS)
     _assert_page_shows(page, messages)

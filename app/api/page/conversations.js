@@ -86,31 +86,61 @@ export class ConversationList {
     this.render();
   }
 
+  /** The list shown, its items kept (only what changed is written): a refresh landing between
+   * a press and its release would otherwise replace the link being clicked, and lose the click. */
   render() {
-    this.els.list.replaceChildren(
-      ...this.conversations.map((conversation) => {
-        const when = new Date(conversation.created_at).toLocaleString(undefined, {
-          dateStyle: "short",
-          timeStyle: "short",
-        });
-        return h(
-          "li",
-          {},
-          h(
-            "a",
-            {
-              href: `#c=${conversation.id}`,
-              "data-testid": "conversation-link",
-              "data-id": conversation.id,
-              "aria-current": conversation.id === this.openId ? "page" : null,
-            },
-            h("span", { class: "conversation-title", text: titleOf(conversation) }),
-            h("small", { class: "conversation-meta", text: `${conversation.status} · ${when}` }),
-          ),
-        );
-      }),
-    );
+    /** @type {Map<string, Element>} */
+    const shown = new Map();
+    for (const item of this.els.list.children) {
+      const id = item.querySelector("a")?.getAttribute("data-id");
+      if (id) shown.set(id, item);
+    }
+    const items = this.conversations.map((conversation) => {
+      const item = shown.get(conversation.id) || listItem(conversation.id);
+      showIn(item, conversation, conversation.id === this.openId);
+      return item;
+    });
+    const children = [...this.els.list.children];
+    if (items.length !== children.length || items.some((item, n) => item !== children[n])) {
+      this.els.list.replaceChildren(...items);
+    }
     this.els.empty.hidden = this.conversations.length > 0;
     this.els.more.hidden = !this.next;
+  }
+}
+
+/** @param {string} id @returns {Element} an empty item of the list, its link to `id` */
+function listItem(id) {
+  return h(
+    "li",
+    {},
+    h(
+      "a",
+      { href: `#c=${id}`, "data-testid": "conversation-link", "data-id": id },
+      h("span", { class: "conversation-title" }),
+      h("small", { class: "conversation-meta" }),
+    ),
+  );
+}
+
+/** Write what an item shows of `conversation`, each part only if it changed.
+ * @param {Element} item @param {Conversation} conversation @param {boolean} current */
+function showIn(item, conversation, current) {
+  const when = new Date(conversation.created_at).toLocaleString(undefined, {
+    dateStyle: "short",
+    timeStyle: "short",
+  });
+  const parts = [
+    [".conversation-title", titleOf(conversation)],
+    [".conversation-meta", `${conversation.status} · ${when}`],
+  ];
+  for (const [selector, text] of parts) {
+    const part = item.querySelector(selector);
+    if (part && part.textContent !== text) part.textContent = text;
+  }
+  const link = item.querySelector("a");
+  if (link && link.hasAttribute("aria-current") !== current) {
+    if (current) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
   }
 }
