@@ -3,12 +3,20 @@ other test is using, as empty as a new clone, for ~0.06 s instead of the ~0.4 s 
 `CREATE DATABASE ... TEMPLATE` and its `DROP` cost here.
 
 Given back after a test (its invariants checked), a database is emptied (every session on it
-terminated and waited for, every table but `alembic_version` truncated, sequences restarted) and
-kept only if its schema still fingerprints as the template's: a test that changed the schema, a
-database setting or anything the reset cannot undo has its database dropped instead.
+terminated and waited for, every row of every table but `alembic_version` deleted, sequences
+restarted) and kept only if its schema still fingerprints as the template's: a test that changed
+the schema, a database setting or anything the reset cannot undo has its database dropped instead.
+
+The rows are deleted, not truncated: a `TRUNCATE` of the 14 tables gives each table and index new
+files, ~85 ms of the server's CPU here, against ~1 ms for the deletes of a test's few rows (with
+the foreign keys' triggers off for the session: `session_replication_role = replica`, a
+superuser's right; without it, `TRUNCATE`). Over the suite's ~1,500 tests that use a database,
+that is about two minutes of a 2-core machine's CPU.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -45,6 +53,9 @@ SELECT md5(coalesce(string_agg(item, E'\\n' ORDER BY item), '')) FROM (
 """
 TABLES = """
 SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'
+"""
+SEQUENCES = """
+SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'
 """
 OTHERS = """
 SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
@@ -87,12 +98,31 @@ class DatabasePool:
             if conn.execute(FINGERPRINT).fetchone() != self._fingerprint:
                 raise ValueError("the schema changed")
             tables = [row[0] for row in conn.execute(TABLES).fetchall()]
-            statement = sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
-                sql.SQL(", ").join(sql.Identifier(table) for table in tables)
-            )
-            conn.execute(statement)
+            sequences = [row[0] for row in conn.execute(SEQUENCES).fetchall()]
+            try:
+                _delete_rows(conn, tables, sequences)
+            except psycopg.errors.InsufficientPrivilege:
+                statement = sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(
+                    sql.SQL(", ").join(sql.Identifier(table) for table in tables)
+                )
+                conn.execute(statement)
 
     def close(self) -> None:
         for name in self._free:
             services.drop_database(self.server, name)
         self._free.clear()
+
+
+def _delete_rows(conn: psycopg.Connection[Any], tables: list[str], sequences: list[str]) -> None:
+    """Every row of `tables` deleted and `sequences` restarted, in one transaction and one round
+    trip, with the foreign keys' triggers off (so the order does not matter)."""
+    statements = [sql.SQL("SET LOCAL session_replication_role = replica")]
+    statements += [sql.SQL("DELETE FROM {}").format(sql.Identifier(table)) for table in tables]
+    statements += [
+        sql.SQL("SELECT setval({}::regclass, 1, false)").format(
+            sql.Literal(sql.Identifier(sequence).as_string(conn))
+        )
+        for sequence in sequences
+    ]
+    with conn.transaction():
+        conn.execute(sql.SQL("; ").join(statements))

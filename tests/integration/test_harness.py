@@ -18,8 +18,11 @@ import redis
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
+from app.client import ChatClient
+from app.config import load_settings
 from app.testing import services
 from app.testing.services import libpq_dsn
+from tests.database_pool import TABLES, DatabasePool
 from tests.invariants import violations
 
 REPO = Path(__file__).resolve().parents[2]
@@ -138,6 +141,43 @@ def test_each_test_gets_its_own_migrated_database(engine: Engine, migrated_templ
         name = connection.execute(text("SELECT current_database()")).scalar()
     assert name != migrated_template
     assert str(name).startswith(services.PREFIX)
+
+
+def test_a_database_given_back_is_taken_again_empty_with_its_sequences_restarted(
+    postgres_server: str, migrated_template: str
+) -> None:
+    """The pool's reset (deletes, not TRUNCATE): a database a test filled comes back to the next
+    one with no row in any table and ids counting from 1 again; one whose schema a test changed
+    is dropped instead of reused."""
+    pool = DatabasePool(postgres_server, migrated_template)
+    try:
+        url = pool.take()
+        client = ChatClient(load_settings(database_url=url, redis_url=None), enqueue=lambda _: None)
+        for _ in range(3):
+            conversation_id = client.create_conversation()
+            client.submit_message(conversation_id, "hello")
+        client.engine.dispose()
+        pool.give_back(url)
+        assert pool.take() == url  # the same database, reused
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+            tables = [row[0] for row in conn.execute(TABLES).fetchall()]
+            counts = {
+                table: conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]  # type: ignore[index]
+                for table in tables
+            }
+            assert set(counts.values()) == {0}, counts
+            conn.execute("ALTER TABLE conversations ADD COLUMN extra int")
+        client = ChatClient(load_settings(database_url=url, redis_url=None), enqueue=lambda _: None)
+        conversation_id = client.create_conversation()
+        client.submit_message(conversation_id, "hello again")
+        client.engine.dispose()
+        with psycopg.connect(libpq_dsn(url), autocommit=True) as conn:
+            ids = conn.execute("SELECT id FROM messages").fetchall()
+        assert ids == [(1,)]  # (counting from 1 again)
+        pool.give_back(url)  # its schema changed: dropped
+        assert pool.take() != url
+    finally:
+        pool.close()
 
 
 def test_redis_url_is_an_empty_logical_database_other_than_0(redis_url: str) -> None:
