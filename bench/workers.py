@@ -78,6 +78,9 @@ def rig(database_url: str, redis_url: str, workdir: Path, default: dict[str, Any
         llm.script([], default=default)
         tools = json.dumps({"mcpServers": {"tools": server_config()}})
         env = worker_environment(database_url, redis_url, llm.api_base, tools)
+        # A measure that ends with turns in flight leaves them (its database is dropped): its
+        # workers release them at once instead of waiting the 10 s grace for them to end.
+        env["CHATWORKER_SHUTDOWN_GRACE_SECONDS"] = "0"
         settings = load_settings(database_url=database_url, redis_url=redis_url, model=FAKE_MODEL)
         broker = make_broker(settings)
         engine = make_engine(database_url)

@@ -116,7 +116,7 @@ class DatabasePool:
 def _delete_rows(conn: psycopg.Connection[Any], tables: list[str], sequences: list[str]) -> None:
     """Every row of `tables` deleted and `sequences` restarted, in one transaction and one round
     trip, with the foreign keys' triggers off (so the order does not matter)."""
-    statements = [sql.SQL("SET LOCAL session_replication_role = replica")]
+    statements: list[sql.Composable] = [sql.SQL("SET LOCAL session_replication_role = replica")]
     statements += [sql.SQL("DELETE FROM {}").format(sql.Identifier(table)) for table in tables]
     statements += [
         sql.SQL("SELECT setval({}::regclass, 1, false)").format(
