@@ -63,8 +63,12 @@ def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dic
     model = check_model(default_model if model is None else model)
     tool_choice = given.get("tool_choice", "auto")
     check_tool_choice(tool_choice)
-    names = check_tool_names(given.get("tools", ()), tool_choice)
+    names = check_tool_names(given.get("tools", ()))
     client_tools = check_client_tools(given.get("client_tools"), names)
+    if tool_choice == "required" and not names and not client_tools:
+        raise InvalidRequest(
+            "tool_choice 'required' needs at least one tool (of a server, or a client tool)"
+        )
     approval = check_approval_tools(given.get("approval_tools"), names)
     clarify = given.get("clarify", True)
     if not isinstance(clarify, bool):
@@ -94,14 +98,11 @@ def check_tool_choice(tool_choice: Any) -> None:
         raise InvalidRequest(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
 
 
-def check_tool_names(tools: Sequence[str], tool_choice: str) -> list[str]:
-    """The tool names without duplicates, in order; 'required' needs at least one."""
+def check_tool_names(tools: Sequence[str]) -> list[str]:
+    """The tool names without duplicates, in order."""
     if isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools):
         raise InvalidRequest("tools must be a list of tool names")
-    names = list(dict.fromkeys(tools))
-    if tool_choice == "required" and not names:
-        raise InvalidRequest("tool_choice 'required' needs at least one tool")
-    return names
+    return list(dict.fromkeys(tools))
 
 
 def check_approval_tools(approval: Any, tools: Sequence[str]) -> list[str] | None:

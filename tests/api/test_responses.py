@@ -292,6 +292,36 @@ def test_a_client_tool_is_a_function_call_answered_with_previous_response_id(
     assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
 
 
+def test_tool_choice_required_with_only_a_function_tool_forces_its_call(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """How pydantic-ai asks for structured output: one function tool and `tool_choice:
+    required`. The request's function tools count as tools; the model is told to call one."""
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {
+                "tool_calls": [
+                    {"id": "c_final", "name": "final_result", "arguments": {"city": "Oslo"}}
+                ]
+            }
+        ],
+        match=token,
+    )
+    final = {
+        "type": "function",
+        "name": "final_result",
+        "description": "The answer.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    response = create(sdk, input=f"which city {token}", tools=[final], tool_choice="required")
+    (call,) = response.output
+    assert call.type == "function_call" and call.name == "final_result"
+    assert response.tool_choice == "required"
+    (sent,) = fake_llm.requests(match=token)
+    assert sent["body"]["tool_choice"] == "required"
+
+
 def test_cancel_stops_a_running_response(sdk: openai.OpenAI, fake_llm: FakeLLMServer) -> None:
     token = uuid.uuid4().hex
     fake_llm.script([HANG], match=token)

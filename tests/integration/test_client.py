@@ -218,6 +218,18 @@ def test_tool_names_are_checked_even_before_any_worker_published(
     engine.dispose()
 
 
+def test_tool_choice_required_is_met_by_a_client_tool_alone(client: ChatClient) -> None:
+    """A client's function tool is a tool: `required` with no server tool but one client tool is
+    accepted (a structured-output framework sends exactly that)."""
+    tool = {"name": "final_result", "description": "The answer.", "parameters": {}}
+    conversation_id = client.create_conversation(tool_choice="required", client_tools=[tool])
+    view = client.get_conversation(conversation_id)
+    assert (view.tool_choice, [t["name"] for t in view.client_tools]) == (
+        "required",
+        ["final_result"],
+    )
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
