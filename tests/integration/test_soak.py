@@ -1,5 +1,5 @@
 """The chaos soak, short enough for CI: 12 conversations x 3 turns through 2 real workers while,
-for 45 s (up to 90 s, until 3 workers were killed), workers are SIGKILLed every few seconds,
+for 30 s (up to 60 s, until 3 workers were killed), workers are SIGKILLed every few seconds,
 Redis restarts once and the workers' Postgres backends are terminated (their liveness tokens'
 too), at the production lease settings; answers stream, a tenth of
 the turns are cancelled by their user, and 4 conversations are followed live by readers that
@@ -25,11 +25,11 @@ import pytest
 from app.testing.fake_llm import FakeLLMServer
 from tests.worker_process import REPO
 
-# ~90 s; at most 90 s of chaos (--min-kills) + 75 s drain (a doorbell Redis lost waits out the
+# ~60 s; at most 60 s of chaos (--min-kills) + 75 s drain (a doorbell Redis lost waits out the
 # 30 s lease and a 15 s sweep) + boots; a guard against a hang, with room for a loaded machine
 SOAK_TIMEOUT_S = 480
 SOAK_ARGS = [
-    "--conversations", "12", "--turns", "3", "--workers", "2", "--duration", "45",
+    "--conversations", "12", "--turns", "3", "--workers", "2", "--duration", "30",
     "--min-kills", "3",
 ]  # fmt: skip
 
