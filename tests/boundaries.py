@@ -11,8 +11,8 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .tools_given, .translate, .objects,   the client's checks, schemas (and app.patterns) and
-    .stream, .output_events;              views, the live entries, app.models and app.errors:
+    .history, .tools_given, .translate,   the client's checks, schemas (and app.patterns) and
+    .objects, .stream, .output_events;    views, the live entries, app.models and app.errors:
     app.api.aisdk .requests, .chunks      pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
@@ -65,6 +65,7 @@ DIALECT_PURE = (
         for name in (
             "ids",
             "requests",
+            "history",
             "tools_given",
             "translate",
             "objects",

@@ -101,6 +101,7 @@ class ChatClient:
     wait_for_turn = blocking(Async.wait_for_turn)
     turn_record = blocking(Async.turn_record)
     current_turn = blocking(Async.current_turn)
+    turn_of_call = blocking(Async.turn_of_call)
     events = blocking(Async.events)
     wait_for_events = blocking(Async.wait_for_events)
     get_conversation = blocking(Async.get_conversation)

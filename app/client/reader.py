@@ -211,6 +211,16 @@ class AsyncReader:
 
         return await self.offload(read)
 
+    async def turn_of_call(self, call_id: str, *, owner: str | None = None) -> uuid.UUID:
+        """The latest turn (of `owner`'s, if given) that asked for an answer to call `call_id`;
+        `TurnNotFound` when none did."""
+
+        def read() -> uuid.UUID:
+            with self.wiring.reads.connect() as connection:
+                return reads.turn_of_call(connection, call_id, owner)
+
+        return await self.offload(read)
+
     async def current_turn(
         self, conversation_id: uuid.UUID | str, *, owner: str | None = None
     ) -> TurnView | None:

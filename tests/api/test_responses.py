@@ -322,6 +322,102 @@ def test_tool_choice_required_with_only_a_function_tool_forces_its_call(
     assert sent["body"]["tool_choice"] == "required"
 
 
+def dumped(response: Response) -> list[dict[str, Any]]:
+    """A response's output items as a framework sends them back (the SDK's own dump)."""
+    return [item.model_dump(exclude_none=True) for item in response.output]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_a_stateless_tool_loop_sends_the_whole_history_and_continues_the_same_turn(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer, stream: bool
+) -> None:
+    """How every agent framework's tool loop calls OpenAI by default: no previous_response_id,
+    the whole history in each request (its messages, the items the responses returned, its
+    outputs). The history's last item of ours says where the conversation is: the answer
+    continues the turn that asked, and the next question is the next turn of the same
+    conversation, the model sent the transcript once, not a copy of it."""
+    token = uuid.uuid4().hex
+    # The next turn's script first: its request holds both tokens, and the first match serves.
+    later = uuid.uuid4().hex
+    fake_llm.script([{"text": "Paris is in France."}], match=later)
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_loc", "name": "get_location", "arguments": {}}]},
+            {"text": "You are in Paris."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    question = {"role": "user", "content": f"where am I {token}"}
+    first = create(sdk, input=[question], tools=[LOCATE])
+    (call,) = first.output
+    assert call.type == "function_call"
+    answer = {"type": "function_call_output", "call_id": call.call_id, "output": "Paris"}
+    history = [question, *dumped(first), answer]
+    if stream:
+        with sdk.responses.stream(model=FAKE_MODEL, input=history, tools=[LOCATE]) as events:
+            second = events.get_final_response()
+    else:
+        second = create(sdk, input=history, tools=[LOCATE])
+    assert second.output_text == "You are in Paris."
+    assert second.conversation == first.conversation
+    assert second.id.startswith(first.id)  # the same turn: its response after the pause
+
+    again = {"role": "user", "content": f"which country {later}"}
+    third = create(sdk, input=[*history, *dumped(second), again], tools=[LOCATE])
+    assert third.output_text == "Paris is in France."
+    assert third.conversation == first.conversation
+    sent = fake_llm.requests(match=later)[-1]["body"]["messages"]
+    assert [m["role"] for m in sent if m["role"] != "system"] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+
+
+def test_a_stateless_history_by_item_references_continues_it(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """The AI SDK sends earlier output as `item_reference`s to the ids we returned."""
+    token = uuid.uuid4().hex
+    later = uuid.uuid4().hex
+    fake_llm.script([{"text": "Still here."}], match=later)  # (first: its request holds both)
+    fake_llm.script([{"text": "Hello."}], match=token)
+    hello = {"role": "user", "content": f"hello {token}"}
+    first = create(sdk, input=[hello])
+    references = [{"type": "item_reference", "id": item.id} for item in first.output]
+    again = {"role": "user", "content": f"still there {later}"}
+    second = create(sdk, input=[hello, *references, again])
+    assert second.output_text == "Still here." and second.conversation == first.conversation
+
+
+def test_a_history_naming_another_owner_s_items_or_none_of_ours_is_refused(
+    sdk: openai.OpenAI, shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    """A history only continues the caller's own conversations: another owner's call id, or an
+    item id we never returned, is a 400 naming the item, and starts no turn."""
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"tool_calls": [{"id": f"c_{token}", "name": "get_location", "arguments": {}}]}],
+        match=token,
+    )
+    question = {"role": "user", "content": f"where am I {token}"}
+    first = create(sdk, input=[question], tools=[LOCATE])
+    answer = {"type": "function_call_output", "call_id": f"c_{token}", "output": "Paris"}
+    other_key = shared_api.key(owner_name("responses-other"))
+    with openai.OpenAI(base_url=str(sdk.base_url), api_key=other_key) as other:
+        for foreign in (dumped(first), [{"type": "item_reference", "id": "ext_1"}]):
+            with pytest.raises(openai.BadRequestError) as refused:
+                other.responses.create(
+                    model=FAKE_MODEL, input=[question, *foreign, answer], tools=[LOCATE]
+                )
+            assert refused.value.body["param"] == "input[1]"  # type: ignore[index]
+    assert retrieve(sdk, first.id).status == "completed"  # still waiting for its answer
+    assert len(fake_llm.requests(match=token)) == 1
+
+
 def test_cancel_stops_a_running_response(sdk: openai.OpenAI, fake_llm: FakeLLMServer) -> None:
     token = uuid.uuid4().hex
     fake_llm.script([HANG], match=token)
@@ -364,7 +460,8 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
     cases: list[tuple[dict[str, Any], type[Exception], str | None]] = [
         ({"input": "x", "store": False}, openai.BadRequestError, "store"),
         ({"input": "x", "tools": [{"type": "web_search"}]}, openai.BadRequestError, "tools[0]"),
-        ({"input": [{"type": "reasoning", "summary": []}]}, openai.BadRequestError, "input[0]"),
+        # a reasoning item is passed over: nothing is left to answer
+        ({"input": [{"type": "reasoning", "summary": []}]}, openai.BadRequestError, "input"),
         ({"input": "x", "temperature": 0.2}, openai.BadRequestError, "temperature"),
         (
             {"input": "x", "metadata": {str(n): "v" for n in range(17)}},

@@ -6,13 +6,22 @@ checked against each later request."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from app.api.auth import Caller
 from app.api.responses.errors import ResponseNotFound, Unsupported
-from app.api.responses.ids import ResponseId
-from app.api.responses.objects import response_count
+from app.api.responses.history import Anchor
+from app.api.responses.ids import (
+    ResponseId,
+    approval_request_item,
+    function_call_item,
+    mcp_call_item,
+    message_item,
+)
+from app.api.responses.objects import response_count, tools_of
 from app.api.responses.requests import CreateResponse
 from app.api.responses.tools_given import McpTool
+from app.api.responses.translate import segments
 from app.api.state import ApiState
 from app.client import ConversationView
 from app.errors import TurnNotFound
@@ -25,6 +34,8 @@ KEYED_CONVERSATIONS = uuid.UUID("5f1c2a0e-8d3b-4f6a-9c7e-2b4d6e8f0a13")
 
 def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | None) -> ResponseId:
     client = api.client
+    if request.anchor is not None:  # a stateless input: the chained request it stands for
+        request = replace(request, previous=_response_holding(api, caller, request.anchor))
     if request.previous is not None:
         return _continue(api, caller, request, key)
     if request.conversation is not None:
@@ -122,6 +133,28 @@ def _continue(
         if e.type == MESSAGE_COMMITTED and e.message_seq is not None
     ]
     return _submit(api, caller, conversation.id, request, key, after=max(committed, default=None))
+
+
+def _response_holding(api: ApiState, caller: Caller, anchor: Anchor) -> ResponseId:
+    """The caller's response whose output holds the anchor (history.py); a 400 naming the item
+    when there is none."""
+    call = anchor.call_id
+    try:
+        if anchor.turn_id is not None:
+            turn_id = anchor.turn_id
+            ids = {message_item(anchor.turn_id, anchor.seq or 0)}
+        else:
+            assert call is not None
+            turn_id = api.client.turn_of_call(call, owner=caller.owner)
+            ids = {function_call_item(call), mcp_call_item(call), approval_request_item(call)}
+        record = api.client.turn_record(turn_id, owner=caller.owner)
+    except TurnNotFound:
+        record = None
+    if record is not None:
+        for segment in segments(record.turn, record.events, tools_of(record, {})):
+            if any(item.get("id") in ids for item in segment.output):
+                return segment.id
+    raise Unsupported(f"{anchor.where} is not an item of any of your responses", param=anchor.where)
 
 
 def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView) -> None:

@@ -6,7 +6,10 @@ model                  the conversation's model (a new conversation's; an existi
                        must be the same)
 input                  a string, or items: `message` (role user; text, `input_text`,
                        `input_image` / `input_file` parts holding their bytes as data: URLs:
-                       the message's files), `function_call_output`, `mcp_approval_response`
+                       the message's files), `function_call_output`, `mcp_approval_response`;
+                       or the whole history, items this server returned included (stateless,
+                       as agent frameworks send it: history.py), system and developer
+                       messages of a new conversation being its instructions
 instructions           a new conversation's instructions (an existing one's: the same)
 previous_response_id   continue that response's conversation: answers continue its turn,
                        a message starts the next turn; naming an earlier response, the
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.responses.errors import Unsupported
+from app.api.responses.history import Anchor, History, read_history
 from app.api.responses.ids import ResponseId, call_of_approval_request
 from app.api.responses.tools_given import McpTool, read_tools
 from app.client.checks import check_metadata
@@ -96,6 +100,7 @@ class CreateResponse:
     metadata: dict[str, str] | None = None  # (checked by the client: check_metadata)
     output_schema: dict[str, Any] | None = None  # `text.format` json_schema / json_object
     files: tuple[dict[str, Any], ...] = ()  # input_image / input_file parts, in order
+    anchor: Anchor | None = None  # a stateless input's last item of ours (history.py)
 
     @property
     def answers(self) -> bool:
@@ -122,7 +127,25 @@ def parse_create(body: Any) -> CreateResponse:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Unsupported("model is required (a string)", param="model")
-    text, outputs, approvals, files = _input(body.get("input"))
+    given = body.get("input")
+    history = read_history(given) if isinstance(given, list) and given else None
+    if history is not None and history.anchor is not None and body.get("previous_response_id"):
+        raise Unsupported(
+            f"{history.anchor.where} is an item of an earlier response, and previous_response_id "
+            "is given: send the whole history, or previous_response_id and the new items",
+            param="input",
+        )
+    if history is not None and not history.new:
+        said = (
+            "holds only instructions and reasoning items"
+            if history.anchor is None
+            else f"ends with {history.anchor.where}, an item of ours: nothing new follows it"
+        )
+        raise Unsupported(f"input {said} (a message or the answers are missing)", param="input")
+    text, outputs, approvals, files = _input(
+        given if history is None else [item for _, item in history.new],
+        None if history is None else [index for index, _ in history.new],
+    )
     if text is not None and (outputs or approvals):
         raise Unsupported(
             "input holds a message and answers: send the answers (with previous_response_id) "
@@ -135,7 +158,8 @@ def parse_create(body: Any) -> CreateResponse:
         raise Unsupported(
             "previous_response_id and conversation cannot both be given", param="conversation"
         )
-    if (outputs or approvals) and previous is None:
+    anchor = None if history is None else history.anchor
+    if (outputs or approvals) and previous is None and anchor is None:
         raise Unsupported(
             "function_call_output and mcp_approval_response answer a response: give its "
             "previous_response_id",
@@ -147,7 +171,8 @@ def parse_create(body: Any) -> CreateResponse:
         text=text,
         outputs=outputs,
         approvals=approvals,
-        instructions=_optional_text(body, "instructions"),
+        instructions=_instructions(body, history),
+        anchor=anchor,
         previous=None if previous is None else ResponseId.parse(previous, "previous_response_id"),
         conversation=None if conversation is None else _conversation(conversation),
         client_tools=client_tools,
@@ -244,9 +269,20 @@ def _tool_choice(value: Any) -> str:
     )
 
 
+def _instructions(body: dict[str, Any], history: History | None) -> str | None:
+    """`instructions`, then a new conversation's system and developer messages."""
+    given = _optional_text(body, "instructions")
+    said = None if history is None else history.instructions
+    if said is None:
+        return given
+    return said if given is None else f"{given}\n\n{said}"
+
+
 def _input(
-    value: Any,
+    value: Any, positions: list[int] | None = None
 ) -> tuple[str | None, dict[str, str], dict[str, Decision], list[dict[str, Any]]]:
+    """The new items (at `positions` of the input, if not all of it): the user's text and
+    files, the answers."""
     if isinstance(value, str):
         return value, {}, {}, []
     if not isinstance(value, list) or not value:
@@ -255,8 +291,8 @@ def _input(
     files: list[dict[str, Any]] = []  # the messages' input_image and input_file parts
     outputs: dict[str, str] = {}
     approvals: dict[str, Decision] = {}
-    for index, item in enumerate(value):
-        where = f"input[{index}]"
+    for position, item in enumerate(value):
+        where = f"input[{position if positions is None else positions[position]}]"
         if not isinstance(item, dict):
             raise Unsupported(f"{where} must be an object", param=where)
         kind = item.get("type", "message" if "role" in item else None)

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from sqlalchemy import Connection, bindparam, select, text
+from sqlalchemy import Connection, bindparam, select, text, true, type_coerce
+from sqlalchemy import cast as cast_
+from sqlalchemy.dialects.postgresql import JSONB
 
 from app.client.setup import SETUP_COLUMNS
 from app.client.store import branches
@@ -71,6 +73,23 @@ def conversation_of_turn(
     if found is None or (owner is not None and found.owner != owner):
         raise TurnNotFound(f"no turn {turn_id}")
     return cast(uuid.UUID, found.conversation_id)
+
+
+def turn_of_call(connection: Connection, call_id: str, owner: str | None) -> uuid.UUID:
+    """The latest of `owner`'s turns that asked for an answer to call `call_id` (a client tool,
+    a question, an approval); `TurnNotFound` when none did."""
+    probe = cast_(type_coerce([{"call_id": call_id}], JSONB), JSONB)
+    found = connection.execute(
+        select(turns.c.id)
+        .join(conversations, conversations.c.id == turns.c.conversation_id)
+        .where(turns.c.actions.op("@>")(probe))
+        .where(true() if owner is None else conversations.c.owner == owner)
+        .order_by(turns.c.created_at.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    if found is None:
+        raise TurnNotFound(f"no turn waits for call {call_id!r}")
+    return cast(uuid.UUID, found)
 
 
 def list_conversations(
