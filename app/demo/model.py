@@ -32,16 +32,25 @@ OPERATOR_BETWEEN_OPERANDS = re.compile(r"[\d)]\s*(?:\*\*|//|[-+*/%])\s*[-(\d.]")
 
 
 def demo_reply(
-    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], tool_choice: Any = None
 ) -> dict[str, Any]:
     """The demo model's answer: `{"message": {...}, "finish_reason": ..., "usage": {...}}`.
 
     A pure function of the request: a user message with tools offered gets one tool call
     (`calculate` for arithmetic, else `search_docs`, else an argument-free first tool); tool
     results get a text summary of them; anything else gets its user text echoed.
+    `tool_choice` as OpenAI's: `none` calls nothing; `required`, or a function named
+    (`{"type": "function", "function": {"name": ...}}`), always calls one after a user message
+    (the named one, or the usual choice, else the first tool), its arguments built from its
+    schema when nothing better fits.
     """
     last = messages[-1] if messages else {}
-    call = _choose_call(last, tools, messages) if last.get("role") == "user" else None
+    call = None
+    if last.get("role") == "user" and tool_choice != "none":
+        forced = _forced(tools, tool_choice)
+        call = _choose_call(last, forced or tools, messages)
+        if call is None and (forced or tool_choice == "required") and tools:
+            call = _schema_call((forced or tools)[0], last, messages)
     if call is not None:
         message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
         produced = call["function"]["name"] + call["function"]["arguments"]
@@ -70,6 +79,46 @@ def _choose_call(
         name, arguments = str(functions[0].get("name", "")), {}
     else:
         return None
+    return _call(name, arguments, messages)
+
+
+def _forced(tools: Sequence[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]]:
+    """The tool a `tool_choice` names (none when it names none, or none offered)."""
+    if not isinstance(tool_choice, dict):
+        return []
+    name = (tool_choice.get("function") or {}).get("name", tool_choice.get("name"))
+    return [tool for tool in tools if (tool.get("function") or {}).get("name") == name]
+
+
+def _schema_call(
+    tool: dict[str, Any], user: dict[str, Any], messages: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
+    """A call of `tool` with an argument for each required parameter, by its schema: the user's
+    text for a string, the first of an enum, zero, false or empty for the rest."""
+    function = tool.get("function") or {}
+    parameters = function.get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    text = _text(user.get("content")).strip()[:MAX_QUERY_CHARS]
+    arguments = {
+        str(name): _value_for(properties.get(name) or {}, text)
+        for name in parameters.get("required") or []
+    }
+    return _call(str(function.get("name", "")), arguments, messages)
+
+
+def _value_for(schema: dict[str, Any], text: str) -> Any:
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    kind = kind[0] if isinstance(kind, list) and kind else kind
+    return {"integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}.get(
+        str(kind), text
+    )
+
+
+def _call(
+    name: str, arguments: dict[str, Any], messages: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     call_id = f"demo_call_{sum(1 for m in messages if m.get('role') == 'assistant')}"
     return {
         "id": call_id,
@@ -208,8 +257,10 @@ def demo_handler() -> Any:
 
 
 def _reply_for(kwargs: dict[str, Any]) -> dict[str, Any]:
-    tools = (kwargs.get("optional_params") or {}).get("tools") or []
-    return demo_reply(kwargs.get("messages") or [], tools)
+    optional = kwargs.get("optional_params") or {}
+    return demo_reply(
+        kwargs.get("messages") or [], optional.get("tools") or [], optional.get("tool_choice")
+    )
 
 
 def _model_response(kwargs: dict[str, Any]) -> Any:

@@ -80,6 +80,53 @@ def test_a_tool_that_needs_arguments_is_not_called_blindly() -> None:
     assert reply["message"]["content"].startswith("[demo model] You said: hi")
 
 
+FINAL = {
+    "type": "function",
+    "function": {
+        "name": "final_result",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "unit": {"type": "string", "enum": ["C", "F"]},
+                "rain": {"type": "boolean"},
+            },
+            "required": ["city", "days", "unit", "rain"],
+        },
+    },
+}
+
+
+def test_tool_choice_required_always_calls_a_tool_its_arguments_built_from_its_schema() -> None:
+    """Without `required` a tool that needs arguments is not called; with it, the first tool is,
+    each required argument filled by its type: the user's text, zero, the first of an enum,
+    false (how a structured-output framework's `final_result` gets called offline)."""
+    assert demo_reply([user("Oslo")], [FINAL])["finish_reason"] == "stop"
+    assert the_call(demo_reply([user("Oslo")], [FINAL], "required"))[1:] == (
+        "final_result",
+        {"city": "Oslo", "days": 0, "unit": "C", "rain": False},
+    )
+
+
+def test_a_named_tool_choice_calls_that_tool_and_none_calls_nothing() -> None:
+    named = {"type": "function", "function": {"name": "add"}}
+    _, name, arguments = the_call(demo_reply([user("2+2")], [CALCULATE, NEEDS_ARGS], named))
+    assert (name, arguments) == ("add", {"a": "2+2", "b": "2+2"})
+    assert demo_reply([user("2+2")], [CALCULATE], "none")["finish_reason"] == "stop"
+
+
+def test_required_does_not_call_again_after_tool_results() -> None:
+    """`required` holds for the step after the user's message; the results are then answered
+    in text (else the loop would call tools until its iterations ran out)."""
+    messages = [
+        user("Oslo"),
+        assistant_calling("demo_call_0", "final_result"),
+        {"role": "tool", "tool_call_id": "demo_call_0", "content": "ok"},
+    ]
+    assert demo_reply(messages, [FINAL], "required")["finish_reason"] == "stop"
+
+
 def test_the_call_id_counts_the_assistant_messages_so_far() -> None:
     messages = [
         user("first"),
@@ -165,6 +212,8 @@ def test_the_demo_provider_answers_through_litellm_offline() -> None:
             model=DEFAULT_DEMO_MODEL, messages=messages, timeout=5, max_retries=0, **kwargs
         )
 
+    forced = asyncio.run(call([user("Oslo")], tools=[FINAL], tool_choice="required"))
+    assert forced.choices[0].message.tool_calls[0].function.name == "final_result"
     first = asyncio.run(call(question, tools=[CALCULATE], tool_choice="auto"))
     [tool_call] = first.choices[0].message.tool_calls
     answered = [
