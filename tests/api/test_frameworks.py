@@ -1,0 +1,74 @@
+"""Agent frameworks, their defaults untouched, against `/v1/responses` of a real API process and
+worker: each framework runs in an environment of its own (`tests/frameworks/`, installed by
+`scripts/dev test` into `.venv-frameworks/`), its tool loop sending the whole history on every
+request, as frameworks do unless told to chain responses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+
+from app.testing.fake_llm import FakeLLMServer
+from tests.api.conftest import Deployment, owner_name
+from tests.worker_process import FAKE_MODEL, REPO
+
+pytestmark = pytest.mark.xdist_group("api-frameworks")
+
+FRAMEWORKS = REPO / ".venv-frameworks"
+DRIVERS = REPO / "tests" / "frameworks"
+
+
+def run_framework(name: str, driver: str, *args: str) -> dict[str, Any]:
+    """One run of `driver` in the framework's environment; its last line of output, as JSON."""
+    python = FRAMEWORKS / name / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"{python} is missing: scripts/dev test installs tests/frameworks/{name}.txt")
+    result = subprocess.run(
+        [str(python), str(DRIVERS / driver), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def agents_sdk(shared_api: Deployment, mode: str, question: str) -> Any:
+    key = shared_api.key(owner_name("frameworks"))
+    url = f"{shared_api.apis[0].url}/v1"
+    return run_framework("agents", "agents_sdk.py", url, key, FAKE_MODEL, mode, question)[
+        "final_output"
+    ]
+
+
+@pytest.mark.parametrize("mode", ["tool_loop", "streamed"])
+def test_the_openai_agents_sdk_runs_its_tool_loop_with_its_defaults(
+    shared_api: Deployment, fake_llm: FakeLLMServer, mode: str
+) -> None:
+    """`Runner.run` / `Runner.run_streamed` with a function tool: the model calls it, the SDK
+    runs it and sends the whole history back with its output, the model answers."""
+    token = uuid.uuid4().hex
+    call = {"id": f"c_{token[:8]}", "name": "get_weather", "arguments": {"city": "Oslo"}}
+    fake_llm.script(
+        [{"tool_calls": [call]}, {"text": "It rains in Oslo all day."}],
+        match=token,
+        mode="by_iteration",
+    )
+    assert agents_sdk(shared_api, mode, f"Weather in Oslo? {token}") == "It rains in Oslo all day."
+    sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
+    assert [m["role"] for m in sent if m["role"] != "system"] == ["user", "assistant", "tool"]
+    assert "Rain all day in Oslo." in json.dumps(sent[-1]["content"])
+
+
+def test_the_openai_agents_sdk_gets_structured_output(
+    shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
+    assert agents_sdk(shared_api, "structured", f"Oslo? {token}") == {"city": "Oslo", "rain": True}
