@@ -33,26 +33,33 @@ def run_framework(name: str, driver: str, *args: str) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},  # (the Agents SDK exports else)
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def agents_sdk(shared_api: Deployment, mode: str, question: str) -> Any:
+#: Each framework: its environment (tests/frameworks/NAME.txt) and its driver.
+DRIVEN = {
+    "agents-sdk": ("agents", "agents_sdk.py"),
+    "pydantic-ai": ("pydantic_ai", "pydantic_ai_driver.py"),
+}
+
+
+def run(framework: str, shared_api: Deployment, mode: str, question: str) -> Any:
+    name, driver = DRIVEN[framework]
     key = shared_api.key(owner_name("frameworks"))
     url = f"{shared_api.apis[0].url}/v1"
-    return run_framework("agents", "agents_sdk.py", url, key, FAKE_MODEL, mode, question)[
-        "final_output"
-    ]
+    return run_framework(name, driver, url, key, FAKE_MODEL, mode, question)["final_output"]
 
 
+@pytest.mark.parametrize("framework", DRIVEN)
 @pytest.mark.parametrize("mode", ["tool_loop", "streamed"])
-def test_the_openai_agents_sdk_runs_its_tool_loop_with_its_defaults(
-    shared_api: Deployment, fake_llm: FakeLLMServer, mode: str
+def test_a_framework_runs_its_tool_loop_with_its_defaults(
+    shared_api: Deployment, fake_llm: FakeLLMServer, mode: str, framework: str
 ) -> None:
-    """`Runner.run` / `Runner.run_streamed` with a function tool: the model calls it, the SDK
-    runs it and sends the whole history back with its output, the model answers."""
+    """A run with a function tool: the model calls it, the framework runs it and sends the whole
+    history back with its output, the model answers."""
     token = uuid.uuid4().hex
     call = {"id": f"c_{token[:8]}", "name": "get_weather", "arguments": {"city": "Oslo"}}
     fake_llm.script(
@@ -60,15 +67,41 @@ def test_the_openai_agents_sdk_runs_its_tool_loop_with_its_defaults(
         match=token,
         mode="by_iteration",
     )
-    assert agents_sdk(shared_api, mode, f"Weather in Oslo? {token}") == "It rains in Oslo all day."
+    assert run(framework, shared_api, mode, f"Weather in Oslo? {token}") == (
+        "It rains in Oslo all day."
+    )
     sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
     assert [m["role"] for m in sent if m["role"] != "system"] == ["user", "assistant", "tool"]
     assert "Rain all day in Oslo." in json.dumps(sent[-1]["content"])
 
 
-def test_the_openai_agents_sdk_gets_structured_output(
+def test_the_openai_agents_sdk_gets_structured_output_through_a_json_schema(
     shared_api: Deployment, fake_llm: FakeLLMServer
 ) -> None:
+    """`output_type`: the SDK asks for `text.format` json_schema, the answer is parsed."""
     token = uuid.uuid4().hex
     fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
-    assert agents_sdk(shared_api, "structured", f"Oslo? {token}") == {"city": "Oslo", "rain": True}
+    assert run("agents-sdk", shared_api, "structured", f"Oslo? {token}") == {
+        "city": "Oslo",
+        "rain": True,
+    }
+
+
+def test_pydantic_ai_gets_structured_output_through_a_required_function_tool(
+    shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    """`output_type`: pydantic-ai offers one function tool, `final_result`, with `tool_choice:
+    required`; the model calls it and pydantic-ai reads its arguments as the output."""
+    token = uuid.uuid4().hex
+    final = {
+        "id": f"f_{token[:8]}",
+        "name": "final_result",
+        "arguments": {"city": "Oslo", "rain": True},
+    }
+    fake_llm.script([{"tool_calls": [final]}, {"text": "done"}], match=token, mode="by_iteration")
+    assert run("pydantic-ai", shared_api, "structured", f"Oslo? {token}") == {
+        "city": "Oslo",
+        "rain": True,
+    }
+    (first, *_) = fake_llm.requests(match=token)
+    assert first["body"]["tool_choice"] == "required"
