@@ -43,6 +43,7 @@ def run_framework(name: str, driver: str, *args: str) -> dict[str, Any]:
 DRIVEN = {
     "agents-sdk": ("agents", "agents_sdk.py"),
     "pydantic-ai": ("pydantic_ai", "pydantic_ai_driver.py"),
+    "langchain": ("langchain", "langchain_driver.py"),
 }
 
 
@@ -105,3 +106,15 @@ def test_pydantic_ai_gets_structured_output_through_a_required_function_tool(
     }
     (first, *_) = fake_llm.requests(match=token)
     assert first["body"]["tool_choice"] == "required"
+
+
+def test_langchain_gets_structured_output_through_a_json_schema(
+    shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    """`ChatOpenAI(use_responses_api=True).with_structured_output`: `text.format` json_schema."""
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
+    assert run("langchain", shared_api, "structured", f"Oslo? {token}") == {
+        "city": "Oslo",
+        "rain": True,
+    }

@@ -1,0 +1,54 @@
+"""One run of LangChain's agent with its defaults against this server, in its own environment
+(`langchain.txt`): `python langchain_driver.py BASE_URL KEY MODEL MODE QUESTION` prints one JSON
+line, {"final_output": ...}.
+
+The model is `ChatOpenAI(use_responses_api=True)`. MODE: `tool_loop` (`create_agent(...).invoke`,
+one tool), `streamed` (`.stream`, every chunk read, the model streaming) or `structured`
+(`ChatOpenAI.with_structured_output`, a pydantic model). Nothing but the base URL, the key, the
+model and the Responses API is set."""
+
+import json
+import sys
+
+from langchain.agents import create_agent
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
+
+
+class Forecast(BaseModel):
+    city: str
+    rain: bool
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"Rain all day in {city}."
+
+
+def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
+    chat = ChatOpenAI(
+        model=model,
+        base_url=base_url,
+        api_key=key,
+        use_responses_api=True,
+        max_retries=0,
+        streaming=mode == "streamed",
+    )
+    output: object
+    if mode == "structured":
+        output = chat.with_structured_output(Forecast).invoke(question).model_dump()
+    else:
+        agent = create_agent(chat, [get_weather], system_prompt="Answer with the weather.")
+        request = {"messages": [{"role": "user", "content": question}]}
+        if mode == "streamed":
+            state = list(agent.stream(request, stream_mode="values"))[-1]
+        else:
+            state = agent.invoke(request)
+        output = state["messages"][-1].text
+    print(json.dumps({"final_output": output}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
