@@ -76,13 +76,15 @@ def test_a_framework_runs_its_tool_loop_with_its_defaults(
     assert "Rain all day in Oslo." in json.dumps(sent[-1]["content"])
 
 
-def test_the_openai_agents_sdk_gets_structured_output_through_a_json_schema(
-    shared_api: Deployment, fake_llm: FakeLLMServer
+@pytest.mark.parametrize("framework", ["agents-sdk", "langchain"])
+def test_a_framework_gets_structured_output_through_a_json_schema(
+    shared_api: Deployment, fake_llm: FakeLLMServer, framework: str
 ) -> None:
-    """`output_type`: the SDK asks for `text.format` json_schema, the answer is parsed."""
+    """The Agents SDK's `output_type` and LangChain's `with_structured_output` ask for
+    `text.format` json_schema; the answer is parsed."""
     token = uuid.uuid4().hex
     fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
-    assert run("agents-sdk", shared_api, "structured", f"Oslo? {token}") == {
+    assert run(framework, shared_api, "structured", f"Oslo? {token}") == {
         "city": "Oslo",
         "rain": True,
     }
@@ -106,15 +108,3 @@ def test_pydantic_ai_gets_structured_output_through_a_required_function_tool(
     }
     (first, *_) = fake_llm.requests(match=token)
     assert first["body"]["tool_choice"] == "required"
-
-
-def test_langchain_gets_structured_output_through_a_json_schema(
-    shared_api: Deployment, fake_llm: FakeLLMServer
-) -> None:
-    """`ChatOpenAI(use_responses_api=True).with_structured_output`: `text.format` json_schema."""
-    token = uuid.uuid4().hex
-    fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
-    assert run("langchain", shared_api, "structured", f"Oslo? {token}") == {
-        "city": "Oslo",
-        "rain": True,
-    }

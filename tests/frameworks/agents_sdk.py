@@ -15,17 +15,7 @@ import sys
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-
-
-class Forecast(BaseModel):
-    city: str
-    rain: bool
-
-
-@function_tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"Rain all day in {city}."
+from weather import Forecast, get_weather
 
 
 async def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
@@ -35,7 +25,7 @@ async def main(base_url: str, key: str, model: str, mode: str, question: str) ->
         name="weather",
         instructions="Answer with the weather.",
         model=OpenAIResponsesModel(model=model, openai_client=client),
-        tools=[get_weather],
+        tools=[function_tool(get_weather)],
         output_type=Forecast if mode == "structured" else None,
     )
     if mode == "streamed":

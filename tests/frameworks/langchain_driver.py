@@ -13,18 +13,7 @@ import sys
 from langchain.agents import create_agent
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel
-
-
-class Forecast(BaseModel):
-    city: str
-    rain: bool
-
-
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"Rain all day in {city}."
+from weather import Forecast, get_weather
 
 
 def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
@@ -40,7 +29,7 @@ def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
     if mode == "structured":
         output = chat.with_structured_output(Forecast).invoke(question).model_dump()
     else:
-        agent = create_agent(chat, [get_weather], system_prompt="Answer with the weather.")
+        agent = create_agent(chat, [tool(get_weather)], system_prompt="Answer with the weather.")
         request = {"messages": [{"role": "user", "content": question}]}
         if mode == "streamed":
             state = list(agent.stream(request, stream_mode="values"))[-1]

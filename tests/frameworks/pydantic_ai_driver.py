@@ -14,16 +14,7 @@ from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResultEvent
 from pydantic_ai.models.openai import OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
-
-
-class Forecast(BaseModel):
-    city: str
-    rain: bool
-
-
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"Rain all day in {city}."
+from weather import Forecast, get_weather
 
 
 async def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:

@@ -11,13 +11,7 @@ from dataclasses import replace
 from app.api.auth import Caller
 from app.api.responses.errors import ResponseNotFound, Unsupported
 from app.api.responses.history import Anchor
-from app.api.responses.ids import (
-    ResponseId,
-    approval_request_item,
-    function_call_item,
-    mcp_call_item,
-    message_item,
-)
+from app.api.responses.ids import ResponseId, call_items, message_item
 from app.api.responses.objects import response_count, tools_of
 from app.api.responses.requests import CreateResponse
 from app.api.responses.tools_given import McpTool
@@ -138,15 +132,13 @@ def _continue(
 def _response_holding(api: ApiState, caller: Caller, anchor: Anchor) -> ResponseId:
     """The caller's response whose output holds the anchor (history.py); a 400 naming the item
     when there is none."""
-    call = anchor.call_id
     try:
-        if anchor.turn_id is not None:
-            turn_id = anchor.turn_id
-            ids = {message_item(anchor.turn_id, anchor.seq or 0)}
+        if anchor.turn_id is not None and anchor.seq is not None:
+            turn_id, ids = anchor.turn_id, {message_item(anchor.turn_id, anchor.seq)}
         else:
-            assert call is not None
-            turn_id = api.client.turn_of_call(call, owner=caller.owner)
-            ids = {function_call_item(call), mcp_call_item(call), approval_request_item(call)}
+            assert anchor.call_id is not None
+            turn_id = api.client.turn_of_call(anchor.call_id, owner=caller.owner)
+            ids = call_items(anchor.call_id)
         record = api.client.turn_record(turn_id, owner=caller.owner)
     except TurnNotFound:
         record = None

@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.api.responses.errors import Unsupported
-from app.api.responses.ids import APPROVAL_REQUEST, RESPONSE
+from app.api.responses.ids import RESPONSE, call_of_item, message_of_item
 
 #: Items a response returns (ours when sent back), and those passed over wherever they are.
 OUTPUT_KINDS = frozenset({"function_call", "mcp_call", "mcp_approval_request"})
 PASSED_OVER = frozenset({"reasoning", "mcp_list_tools"})
 INSTRUCTION_ROLES = frozenset({"system", "developer"})
-_CALL_PREFIXES = ("fc_", "mcp_", APPROVAL_REQUEST)
 
 
 @dataclass(frozen=True)
@@ -116,15 +115,12 @@ def _ours(item: Any, where: str) -> Anchor | None:
 
 def _named(reference: str, where: str) -> Anchor:
     """The anchor an item id of ours names; any other id is refused, naming it."""
-    if reference.startswith("msg_"):
-        turn, _, seq = reference[len("msg_") :].partition("_")
-        try:
-            return Anchor(where, turn_id=uuid.UUID(hex=turn), seq=int(seq))
-        except ValueError:
-            pass
-    for prefix in _CALL_PREFIXES:
-        if reference.startswith(prefix) and len(reference) > len(prefix):
-            return Anchor(where, call_id=reference[len(prefix) :])
+    message = message_of_item(reference)
+    if message is not None:
+        return Anchor(where, turn_id=message[0], seq=message[1])
+    call_id = call_of_item(reference)
+    if call_id is not None:
+        return Anchor(where, call_id=call_id)
     if reference.startswith(RESPONSE):
         raise Unsupported(
             f"{where} names a response ({reference}): give it as previous_response_id",

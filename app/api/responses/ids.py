@@ -60,6 +60,31 @@ def function_call_item(call_id: str) -> str:
     return f"fc_{call_id}"
 
 
+_MESSAGE_ITEM = re.compile(r"msg_([0-9a-f]{32})_([0-9]{1,9})")
+#: The output items that show a call, by the prefix of their id (`*_item` above).
+_CALL_ITEMS = ("fc_", "mcp_", APPROVAL_REQUEST)
+
+
+def message_of_item(item_id: str) -> tuple[uuid.UUID, int] | None:
+    """The turn and message seq a `message_item` id names (None: not one)."""
+    found = _MESSAGE_ITEM.fullmatch(item_id)
+    return None if found is None else (uuid.UUID(found.group(1)), int(found.group(2)))
+
+
+def call_of_item(item_id: str) -> str | None:
+    """The call id a call's output item id names (`function_call`, `mcp_call`,
+    `mcp_approval_request`; None: not one)."""
+    for prefix in _CALL_ITEMS:
+        if item_id.startswith(prefix) and len(item_id) > len(prefix):
+            return item_id[len(prefix) :]
+    return None
+
+
+def call_items(call_id: str) -> set[str]:
+    """The ids of every output item that can show call `call_id`."""
+    return {f"{prefix}{call_id}" for prefix in _CALL_ITEMS}
+
+
 def function_output_item(call_id: str) -> str:
     return f"fco_{call_id}"
 
