@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.client import attachments, branching, filing, quota
 from app.client.checks import check_seq, parse_conversation_id, parse_file_id
+from app.client.history import check_history
 from app.client.keys import check_owner_name
 from app.client.reader import AsyncReader
 from app.client.setup import Setup, check_setup, check_tools_offered
@@ -138,6 +139,32 @@ class ConversationCommands(AsyncReader):
                 return reads.read_conversation(connection, fork_id, None)
 
         return await self.offload(fork)
+
+    async def import_history(
+        self,
+        conversation_id: uuid.UUID | str,
+        history: Sequence[Mapping[str, Any]],
+        *,
+        owner: str | None = None,
+    ) -> bool:
+        """A history written elsewhere (an agent framework's, another provider's) as the start of
+        a new conversation: its messages (`role` user, assistant or tool; `content`; an
+        assistant's `tool_calls` as `{"id", "name", "arguments"}`; a tool's `tool_call_id`) as
+        the conversation's path, each call answered by the tool message after it. The next
+        message continues it. False, writing nothing, when the conversation holds messages
+        already; `InvalidMessage` naming the message that cannot be taken."""
+
+        def write() -> bool:
+            found = parse_conversation_id(conversation_id)
+            rows = check_history(history, self.wiring.limit)
+            with self.engine.begin() as connection:
+                reads.check_owner(connection, found, owner)
+                written = conversations.insert_history(connection, found, rows)
+            if written:
+                self.wiring.notify(found)
+            return written
+
+        return await self.offload(write)
 
     async def check_files(
         self, files: Sequence[Mapping[str, Any] | bytes] | None, model: str | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 
 from sqlalchemy import Engine
 
@@ -218,6 +219,22 @@ class AsyncReader:
         def read() -> uuid.UUID:
             with self.wiring.reads.connect() as connection:
                 return reads.turn_of_call(connection, call_id, owner)
+
+        return await self.offload(read)
+
+    async def turn_keyed(
+        self,
+        conversation_ids: Sequence[uuid.UUID],
+        key: str,
+        *,
+        owner: str | None = None,
+    ) -> uuid.UUID | None:
+        """The latest turn submitted with idempotency key `key` in any of the conversations (of
+        `owner`'s, if given); None when there is none."""
+
+        def read() -> uuid.UUID | None:
+            with self.wiring.reads.connect() as connection:
+                return reads.turn_keyed(connection, list(conversation_ids), key, owner)
 
         return await self.offload(read)
 

@@ -42,7 +42,7 @@ def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | Non
         raise Unsupported("input needs a user message to start a response", param="input")
     if request.files:  # (checked before the conversation is created)
         api.client.check_files(list(request.files), request.model)
-    tools, approval = _mcp_names(api, request.mcp)
+    tools, approval = mcp_names(api, request.mcp)
     chosen = None
     if key is not None:
         chosen = uuid.uuid5(KEYED_CONVERSATIONS, f"{caller.owner}\x00{key}")
@@ -166,7 +166,7 @@ def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView
             param="instructions",
         )
     if request.tools_given:
-        names, approval = _mcp_names(api, request.mcp)
+        names, approval = mcp_names(api, request.mcp)
         functions = sorted(str(tool["name"]) for tool in request.client_tools)
         if (
             sorted(names) != sorted(tools)
@@ -179,7 +179,7 @@ def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView
             )
 
 
-def _mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> tuple[list[str], list[str]]:
+def mcp_names(api: ApiState, servers: tuple[McpTool, ...]) -> tuple[list[str], list[str]]:
     """The catalogue's tools of each named server (those allowed), and those of them whose
     every call asks for approval (`require_approval`)."""
     if not servers:

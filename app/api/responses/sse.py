@@ -20,19 +20,34 @@ from app.api.state import ApiState
 from app.api.stream_loop import Renderer, follow_turn, turn_stream
 from app.client import Cursor, Delta, Discarded, EventView, Following, TurnRecord
 
+#: How a dialect writes a response's events: as server-sent events (after `finish`, its last).
+Writer = Callable[[list[dict[str, Any]]], list[ServerSentEvent]]
+
 
 async def stream(
-    api: ApiState, caller: Caller, response: ResponseId, starting_after: int | None
+    api: ApiState,
+    caller: Caller,
+    response: ResponseId,
+    starting_after: int | None,
+    writer: Callable[[TurnRecord], Writer] | None = None,
 ) -> EventStream:
     """The response's events as server-sent events: a follower of its conversation from just
     before its turn's first event, rendered by `stream.ResponseEvents`, those after
-    `starting_after` written."""
+    `starting_after` written (by `writer(record)`, another dialect's, if given)."""
     after = -1 if starting_after is None else starting_after
-    return await turn_stream(api, caller.owner, lambda: _open(api, caller, response, after))
+
+    def opening() -> tuple[Following, Renderer, list[ServerSentEvent]]:
+        return _open(api, caller, response, after, writer)
+
+    return await turn_stream(api, caller.owner, opening)
 
 
 def _open(
-    api: ApiState, caller: Caller, response: ResponseId, after: int
+    api: ApiState,
+    caller: Caller,
+    response: ResponseId,
+    after: int,
+    writer: Callable[[TurnRecord], Writer] | None,
 ) -> tuple[Following, Renderer, list[ServerSentEvent]]:
     """The response's renderer, a follower of its conversation, and its first events."""
     record = lookup.record_of(api, caller, response)
@@ -49,7 +64,7 @@ def _open(
             ended = TurnRecord(events.final_turn, record.conversation, events.events)
         return response_object(ended, response, servers)
 
-    written = _Written(api, events, after, final)
+    written = _Written(api, events, after, final, None if writer is None else writer(record))
     return follow_turn(api, record, caller.owner), written, written.written(first)
 
 
@@ -64,23 +79,27 @@ class _Written:
         events: ResponseEvents,
         after: int,
         final: Callable[[], dict[str, Any]],
+        writer: Writer | None,
     ) -> None:
         self.api, self.events, self.after, self.final = api, events, after, final
+        self.writer = writer
 
     @property
     def ended(self) -> bool:
-        return self.events.ended
+        return self.events.ended or bool(getattr(self.writer, "ended", False))
 
     def feed(self, item: EventView | Delta | Discarded, cursor: Cursor) -> list[ServerSentEvent]:
         return self.written(self.events.feed(item))
 
     async def finish(self, following: Following) -> list[ServerSentEvent]:
-        if not self.events.ended:
+        if not self.events.ended or getattr(self.writer, "ended", False):
             return []  # (the follower was closed)
         final = await self.api.read_step(self.final)
         return self.written(self.events.finish(final))
 
     def written(self, events: list[dict[str, Any]]) -> list[ServerSentEvent]:
+        if self.writer is not None:
+            return self.writer(events)
         return [
             ServerSentEvent(data=json.dumps(event), event=event["type"])
             for event in events

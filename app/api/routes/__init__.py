@@ -4,6 +4,7 @@ health checks)."""
 from fastapi import APIRouter
 
 from app.api.aisdk.routes import router as aisdk_router
+from app.api.chat.routes import router as chat_router
 from app.api.responses.routes import router as responses_router
 from app.api.routes import branches, conversations, events, files, system, turns, webhooks
 
@@ -17,5 +18,6 @@ router.include_router(webhooks.router)
 router.include_router(files.router)
 router.include_router(responses_router)
 router.include_router(aisdk_router)
+router.include_router(chat_router)
 
 __all__ = ["router"]

@@ -17,12 +17,14 @@ from sqlalchemy import Connection, Integer, Uuid, delete, insert, literal, selec
 from app.client.setup import SETUP_COLUMNS
 from app.client.store.journal import (
     AT_REST,
+    append,
     lock_conversation,
     turn_id_of,
 )
 from app.errors import ConversationBusy, ConversationConflict, ConversationNotFound
 from app.files import store as files
-from app.models.tables import conversations
+from app.models import MESSAGE_COMMITTED
+from app.models.tables import conversations, messages
 
 
 def insert_conversation(
@@ -82,6 +84,39 @@ def insert_fork(
 _SETUP = ("owner", *SETUP_COLUMNS)
 
 
+def insert_history(
+    connection: Connection, conversation_id: uuid.UUID, history: list[dict[str, Any]]
+) -> bool:
+    """`history` (messages: role, content, tool_calls, tool_call_id, tool_name) as the whole of
+    a new conversation's single path, numbered 1..n, each committed (no turn made them); False
+    when the conversation holds messages already (nothing is written)."""
+    row = lock_conversation(connection, conversation_id)
+    if row.event_seq or row.turn_count:
+        return False
+    connection.execute(
+        insert(messages),
+        [
+            {
+                "conversation_id": conversation_id,
+                "seq": seq,
+                "parent_seq": seq - 1 or None,
+                "active": True,
+                "role": message["role"],
+                "content": message.get("content"),
+                "tool_calls": message.get("tool_calls"),
+                "tool_call_id": message.get("tool_call_id"),
+                "tool_name": message.get("tool_name"),
+            }
+            for seq, message in enumerate(history, start=1)
+        ],
+    )
+    committed = [
+        {"type": MESSAGE_COMMITTED, "message_seq": seq} for seq in range(1, len(history) + 1)
+    ]
+    append(connection, conversation_id, row.event_seq, committed)
+    return True
+
+
 def delete_conversation(connection: Connection, conversation_id: uuid.UUID) -> None:
     """The conversation with its turns, messages and events (the foreign keys cascade), once it
     rests: `ConversationBusy` while a turn runs or waits (cancel it first)."""
@@ -108,4 +143,10 @@ def status_of(connection: Connection, conversation_id: uuid.UUID) -> str:
     return str(status)
 
 
-__all__ = ["delete_conversation", "insert_conversation", "insert_fork", "status_of"]
+__all__ = [
+    "delete_conversation",
+    "insert_conversation",
+    "insert_fork",
+    "insert_history",
+    "status_of",
+]

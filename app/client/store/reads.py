@@ -92,6 +92,24 @@ def turn_of_call(connection: Connection, call_id: str, owner: str | None) -> uui
     return cast(uuid.UUID, found)
 
 
+def turn_keyed(
+    connection: Connection, conversation_ids: list[uuid.UUID], key: str, owner: str | None
+) -> uuid.UUID | None:
+    """The latest of `owner`'s turns submitted with idempotency key `key` in one of the
+    conversations (by their unique key index); None when there is none."""
+    if not conversation_ids:
+        return None
+    found = connection.execute(
+        select(turns.c.id)
+        .join(conversations, conversations.c.id == turns.c.conversation_id)
+        .where(turns.c.conversation_id.in_(conversation_ids), turns.c.idempotency_key == key)
+        .where(true() if owner is None else conversations.c.owner == owner)
+        .order_by(turns.c.created_at.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return cast(uuid.UUID | None, found)
+
+
 def list_conversations(
     connection: Connection, owner: str | None, limit: int, before: uuid.UUID | None
 ) -> list[ConversationView]:

@@ -1,0 +1,1 @@
+"""OpenAI's Chat Completions over the durable turns: `routes.py` has the map."""

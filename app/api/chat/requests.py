@@ -1,0 +1,250 @@
+"""`POST /v1/chat/completions` read into what it asks of us, or refused naming the parameter.
+Pure.
+
+parameter              taken as
+---------------------  -------------------------------------------------------------------
+model                  the conversation's model
+messages               the whole conversation (`history.py` places it)
+tools                  `function` tools: the client executes them (`tool_calls` come back);
+                       `mcp` tools (this server's extension, as on /v1/responses): a
+                       worker's MCP server by `server_label`, run inside the turn
+tool_choice            auto | none | required | {"type": "function", "function": {"name"}}
+response_format        text | json_object | json_schema (`name`, `schema`, `strict`): the
+                       turn's output schema, its answer checked against it
+stream                 chunks as server-sent events, then `data: [DONE]`
+stream_options         `include_usage`: a last chunk with the usage
+n                      1 (one choice)
+metadata               the turn's (at most 16 strings)
+store, user, ...       see IGNORED: accepted, without effect (every turn is stored)
+temperature, ...       see SAMPLING: accepted, not applied (the conversation's model runs
+                       with its provider's defaults), said in the docs
+logprobs, audio, ...   see UNSUPPORTED: refused unless the default
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.api.chat.history import ChatHistory, read_history
+from app.api.responses.errors import Unsupported
+from app.api.responses.requests import JSON_OBJECT
+from app.api.responses.tools_given import McpTool, read_tools
+from app.client.checks import check_metadata
+from app.client.schemas import check_output_schema
+from app.errors import InvalidRequest
+
+KNOWN = frozenset(
+    {
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "response_format",
+        "stream",
+        "stream_options",
+        "n",
+        "metadata",
+    }
+)
+IGNORED = frozenset(
+    {
+        "store",
+        "user",
+        "safety_identifier",
+        "prompt_cache_key",
+        "service_tier",
+        "parallel_tool_calls",
+    }
+)
+SAMPLING = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_completion_tokens",
+        "seed",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "reasoning_effort",
+        "verbosity",
+    }
+)
+#: Refused with a clear 400 when given a value that is not the default.
+UNSUPPORTED: dict[str, Any] = {
+    "logprobs": False,
+    "top_logprobs": None,
+    "logit_bias": None,
+    "audio": None,
+    "modalities": None,
+    "prediction": None,
+    "web_search_options": None,
+    "functions": None,
+    "function_call": None,
+}
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str
+    history: ChatHistory
+    client_tools: tuple[dict[str, Any], ...] = ()
+    mcp: tuple[McpTool, ...] = ()
+    tool_choice: str = "auto"
+    forced: str | None = None  # the function a tool_choice names
+    output_schema: dict[str, Any] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    metadata: dict[str, str] | None = None
+
+    def setup(self) -> dict[str, Any]:
+        """What a conversation is set up with, as the history's digests name it."""
+        return {
+            "model": self.model,
+            "instructions": self.history.instructions,
+            "functions": sorted(
+                (tool["name"], tool["description"], tool["parameters"])
+                for tool in self.client_tools
+            ),
+            "mcp": sorted(repr(server) for server in self.mcp),
+            "tool_choice": self.tool_choice,
+            "forced": self.forced,
+        }
+
+
+def parse_chat(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise Unsupported("the body must be a JSON object")
+    for name in body:
+        if name in KNOWN or name in IGNORED or name in SAMPLING:
+            continue
+        if name in UNSUPPORTED:
+            if body[name] is not None and body[name] != UNSUPPORTED[name]:
+                raise Unsupported(f"{name} is not supported by this server", param=name)
+            continue
+        raise Unsupported(f"unknown parameter {name!r}", param=name)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise Unsupported("model is required (a string)", param="model")
+    if body.get("n") not in (None, 1):
+        raise Unsupported("n must be 1: this server gives one choice", param="n")
+    client_tools, mcp = read_tools(_tools(body.get("tools")))
+    choice, forced = _tool_choice(body.get("tool_choice"), client_tools)
+    if choice == "required" and not (client_tools or mcp):
+        raise Unsupported("tool_choice 'required' needs at least one tool", param="tool_choice")
+    stream = _flag(body, "stream")
+    return ChatRequest(
+        model=model,
+        history=read_history(body.get("messages")),
+        client_tools=client_tools,
+        mcp=mcp,
+        tool_choice=choice,
+        forced=forced,
+        output_schema=_response_format(body.get("response_format")),
+        stream=stream,
+        include_usage=_include_usage(body.get("stream_options"), stream),
+        metadata=_metadata(body.get("metadata")),
+    )
+
+
+def _tools(value: Any) -> Any:
+    """Chat's function tools (`{"type": "function", "function": {...}}`) in the Responses
+    shape `read_tools` takes; other entries as they are."""
+    if not isinstance(value, list):
+        return value
+    shaped = []
+    for index, tool in enumerate(value):
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            function = tool.get("function")
+            if not isinstance(function, dict):
+                raise Unsupported(
+                    f'tools[{index}] must be {{"type": "function", "function": {{"name", '
+                    '"description", "parameters"}}',
+                    param=f"tools[{index}]",
+                )
+            shaped.append({"type": "function", **function})
+        else:
+            shaped.append(tool)
+    return shaped
+
+
+def _tool_choice(value: Any, functions: tuple[dict[str, Any], ...]) -> tuple[str, str | None]:
+    if value is None:
+        return "auto", None
+    if value in TOOL_CHOICES:
+        return str(value), None
+    named = value.get("function") if isinstance(value, dict) else None
+    name = named.get("name") if isinstance(named, dict) else None
+    if not isinstance(name, str) or value.get("type") != "function":
+        raise Unsupported(
+            'tool_choice must be auto, none, required or {"type": "function", "function": '
+            '{"name": ...}}',
+            param="tool_choice",
+        )
+    if name not in {tool["name"] for tool in functions}:
+        raise Unsupported(
+            f"tool_choice names {name!r}, which is not one of the request's function tools",
+            param="tool_choice",
+        )
+    return "required", name
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT
+    if kind != "json_schema":
+        raise Unsupported(
+            "response_format.type must be text, json_object or json_schema",
+            param="response_format",
+        )
+    given = value.get("json_schema")
+    try:
+        return check_output_schema(given, "response_format.json_schema")
+    except InvalidRequest as exc:
+        raise Unsupported(str(exc), param="response_format") from None
+
+
+def _include_usage(value: Any, stream: bool) -> bool:
+    if value is None:
+        return False
+    if not stream:
+        raise Unsupported("stream_options is only taken with stream: true", param="stream_options")
+    if not isinstance(value, dict) or set(value) - {"include_usage", "include_obfuscation"}:
+        raise Unsupported(
+            "stream_options takes include_usage (and include_obfuscation, ignored)",
+            param="stream_options",
+        )
+    usage = value.get("include_usage", False)
+    if not isinstance(usage, bool):
+        raise Unsupported(
+            "stream_options.include_usage must be true or false", param="stream_options"
+        )
+    return usage
+
+
+def _metadata(value: Any) -> dict[str, str] | None:
+    if value is None:
+        return None
+    try:
+        return check_metadata(value)
+    except InvalidRequest as exc:
+        raise Unsupported(str(exc), param="metadata") from None
+
+
+def _flag(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise Unsupported(f"{name} must be true or false", param=name)
+    return value
+
+
+__all__ = ["ChatRequest", "parse_chat"]
