@@ -13,7 +13,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
     .history, .tools_given, .translate,   the client's checks, schemas (and app.patterns) and
     .objects, .stream, .output_events;    views, the live entries, app.models and app.errors:
-    app.api.aisdk .requests, .chunks      pure (the routes read)
+    app.api.aisdk .requests, .chunks;     pure (the routes read)
+    app.api.chat .messages, .history,
+    .requests, .completion, .chunks
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     app.worker                            never app.client (what both sides need has a room of
@@ -75,6 +77,10 @@ DIALECT_PURE = (
     ),
     "app.api.aisdk.requests",
     "app.api.aisdk.chunks",
+    *(
+        f"app.api.chat.{name}"
+        for name in ("messages", "history", "requests", "completion", "chunks")
+    ),
 )
 DIALECT_MAY_IMPORT = (
     *DIALECT_PURE,

@@ -17,14 +17,14 @@ from app.client import attachments, branching, filing, quota
 from app.client.checks import check_seq, parse_conversation_id, parse_file_id
 from app.client.history import check_history
 from app.client.keys import check_owner_name
-from app.client.reader import AsyncReader
 from app.client.setup import Setup, check_setup, check_tools_offered
 from app.client.store import conversations, reads
 from app.client.store import files as stored_files
+from app.client.turn_finder import TurnFinder
 from app.client.views import ConversationView, StoredFile
 
 
-class ConversationCommands(AsyncReader):
+class ConversationCommands(TurnFinder):
     """What `AsyncChatClient` does to a conversation as a whole (its base)."""
 
     async def create_conversation(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
 
 from sqlalchemy import Engine
 
@@ -209,32 +208,6 @@ class AsyncReader:
                 turn = reads.read_turn(connection, found)
                 setup = reads.read_conversation(connection, conversation_id, None, messages=False)
                 return TurnRecord(turn, setup, event_pages.turn_events(connection, found))
-
-        return await self.offload(read)
-
-    async def turn_of_call(self, call_id: str, *, owner: str | None = None) -> uuid.UUID:
-        """The latest turn (of `owner`'s, if given) that asked for an answer to call `call_id`;
-        `TurnNotFound` when none did."""
-
-        def read() -> uuid.UUID:
-            with self.wiring.reads.connect() as connection:
-                return reads.turn_of_call(connection, call_id, owner)
-
-        return await self.offload(read)
-
-    async def turn_keyed(
-        self,
-        conversation_ids: Sequence[uuid.UUID],
-        key: str,
-        *,
-        owner: str | None = None,
-    ) -> uuid.UUID | None:
-        """The latest turn submitted with idempotency key `key` in any of the conversations (of
-        `owner`'s, if given); None when there is none."""
-
-        def read() -> uuid.UUID | None:
-            with self.wiring.reads.connect() as connection:
-                return reads.turn_keyed(connection, list(conversation_ids), key, owner)
 
         return await self.offload(read)
 

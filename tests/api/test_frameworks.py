@@ -1,7 +1,7 @@
-"""Agent frameworks, their defaults untouched, against `/v1/responses` of a real API process and
-worker: each framework runs in an environment of its own (`tests/frameworks/`, installed by
-`scripts/dev test` into `.venv-frameworks/`), its tool loop sending the whole history on every
-request, as frameworks do unless told to chain responses."""
+"""Agent frameworks, their defaults untouched, against `/v1/responses` and `/v1/chat/completions`
+of a real API process and worker: each framework runs in an environment of its own
+(`tests/frameworks/`, installed by `scripts/dev test` into `.venv-frameworks/`), its tool loop
+sending the whole history on every request, as frameworks do unless told to chain responses."""
 
 from __future__ import annotations
 
@@ -47,17 +47,23 @@ DRIVEN = {
 }
 
 
-def run(framework: str, shared_api: Deployment, mode: str, question: str) -> Any:
+#: The APIs each framework is driven through: its default first.
+APIS = ["responses", "chat"]
+
+
+def run(framework: str, shared_api: Deployment, mode: str, question: str, api: str) -> Any:
     name, driver = DRIVEN[framework]
     key = shared_api.key(owner_name("frameworks"))
     url = f"{shared_api.apis[0].url}/v1"
-    return run_framework(name, driver, url, key, FAKE_MODEL, mode, question)["final_output"]
+    found = run_framework(name, driver, url, key, FAKE_MODEL, mode, question, api)
+    return found["final_output"]
 
 
 @pytest.mark.parametrize("framework", DRIVEN)
 @pytest.mark.parametrize("mode", ["tool_loop", "streamed"])
+@pytest.mark.parametrize("api", APIS)
 def test_a_framework_runs_its_tool_loop_with_its_defaults(
-    shared_api: Deployment, fake_llm: FakeLLMServer, mode: str, framework: str
+    shared_api: Deployment, fake_llm: FakeLLMServer, mode: str, framework: str, api: str
 ) -> None:
     """A run with a function tool: the model calls it, the framework runs it and sends the whole
     history back with its output, the model answers."""
@@ -68,7 +74,7 @@ def test_a_framework_runs_its_tool_loop_with_its_defaults(
         match=token,
         mode="by_iteration",
     )
-    assert run(framework, shared_api, mode, f"Weather in Oslo? {token}") == (
+    assert run(framework, shared_api, mode, f"Weather in Oslo? {token}", api) == (
         "It rains in Oslo all day."
     )
     sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
@@ -77,21 +83,23 @@ def test_a_framework_runs_its_tool_loop_with_its_defaults(
 
 
 @pytest.mark.parametrize("framework", ["agents-sdk", "langchain"])
+@pytest.mark.parametrize("api", APIS)
 def test_a_framework_gets_structured_output_through_a_json_schema(
-    shared_api: Deployment, fake_llm: FakeLLMServer, framework: str
+    shared_api: Deployment, fake_llm: FakeLLMServer, framework: str, api: str
 ) -> None:
     """The Agents SDK's `output_type` and LangChain's `with_structured_output` ask for
     `text.format` json_schema; the answer is parsed."""
     token = uuid.uuid4().hex
     fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
-    assert run(framework, shared_api, "structured", f"Oslo? {token}") == {
+    assert run(framework, shared_api, "structured", f"Oslo? {token}", api) == {
         "city": "Oslo",
         "rain": True,
     }
 
 
+@pytest.mark.parametrize("api", APIS)
 def test_pydantic_ai_gets_structured_output_through_a_required_function_tool(
-    shared_api: Deployment, fake_llm: FakeLLMServer
+    shared_api: Deployment, fake_llm: FakeLLMServer, api: str
 ) -> None:
     """`output_type`: pydantic-ai offers one function tool, `final_result`, with `tool_choice:
     required`; the model calls it and pydantic-ai reads its arguments as the output."""
@@ -102,7 +110,7 @@ def test_pydantic_ai_gets_structured_output_through_a_required_function_tool(
         "arguments": {"city": "Oslo", "rain": True},
     }
     fake_llm.script([{"tool_calls": [final]}, {"text": "done"}], match=token, mode="by_iteration")
-    assert run("pydantic-ai", shared_api, "structured", f"Oslo? {token}") == {
+    assert run("pydantic-ai", shared_api, "structured", f"Oslo? {token}", api) == {
         "city": "Oslo",
         "rain": True,
     }

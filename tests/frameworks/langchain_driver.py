@@ -1,11 +1,12 @@
 """One run of LangChain's agent with its defaults against this server, in its own environment
-(`langchain.txt`): `python langchain_driver.py BASE_URL KEY MODEL MODE QUESTION` prints one JSON
+(`langchain.txt`): `python langchain_driver.py BASE_URL KEY MODEL MODE QUESTION API` prints one JSON
 line, {"final_output": ...}.
 
-The model is `ChatOpenAI(use_responses_api=True)`. MODE: `tool_loop` (`create_agent(...).invoke`,
+API: `chat` is `ChatOpenAI`'s default (Chat Completions), `responses` sets
+`use_responses_api=True`. MODE: `tool_loop` (`create_agent(...).invoke`,
 one tool), `streamed` (`.stream`, every chunk read, the model streaming) or `structured`
 (`ChatOpenAI.with_structured_output`, a pydantic model). Nothing but the base URL, the key, the
-model and the Responses API is set."""
+model (and, for `responses`, the Responses API) is set."""
 
 import json
 import sys
@@ -16,14 +17,16 @@ from langchain_openai import ChatOpenAI
 from weather import Forecast, get_weather
 
 
-def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
+def main(argv: list[str]) -> None:
+    base_url, key, model, mode, question, api = argv
+    chosen = {"use_responses_api": True} if api == "responses" else {}
     chat = ChatOpenAI(
         model=model,
         base_url=base_url,
         api_key=key,
-        use_responses_api=True,
         max_retries=0,
         streaming=mode == "streamed",
+        **chosen,
     )
     output: object
     if mode == "structured":
@@ -40,4 +43,4 @@ def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(sys.argv[1:7])

@@ -1,10 +1,12 @@
 """One run of pydantic-ai with its defaults against this server, in its own environment
-(`pydantic_ai.txt`): `python pydantic_ai_driver.py BASE_URL KEY MODEL MODE QUESTION` prints one
+(`pydantic_ai.txt`): `python pydantic_ai_driver.py BASE_URL KEY MODEL MODE QUESTION API` prints one
 JSON line, {"final_output": ...}.
 
 MODE: `tool_loop` (`Agent.run`, one tool), `streamed` (`Agent.run_stream_events`, every event
 read) or `structured` (`output_type`: a pydantic model, which pydantic-ai asks for as one function
-tool with `tool_choice: required`). Nothing but the base URL, the key and the model is set."""
+tool with `tool_choice: required`). API: `responses` (`OpenAIResponsesModel`) or `chat`
+(`OpenAIChatModel`, what `openai:` model names use). Nothing but the base URL, the key and the
+model is set."""
 
 import asyncio
 import json
@@ -12,15 +14,16 @@ import sys
 
 from pydantic import BaseModel
 from pydantic_ai import Agent, AgentRunResultEvent
-from pydantic_ai.models.openai import OpenAIResponsesModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from weather import Forecast, get_weather
 
 
-async def main(base_url: str, key: str, model: str, mode: str, question: str) -> None:
+async def main(argv: list[str]) -> None:
+    base_url, key, model, mode, question, api = argv
     provider = OpenAIProvider(base_url=base_url, api_key=key)
     agent = Agent(
-        OpenAIResponsesModel(model, provider=provider),
+        (OpenAIChatModel if api == "chat" else OpenAIResponsesModel)(model, provider=provider),
         instructions="Answer with the weather.",
         tools=[get_weather],
         output_type=Forecast if mode == "structured" else str,
@@ -39,4 +42,4 @@ async def main(base_url: str, key: str, model: str, mode: str, question: str) ->
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:6]))
+    asyncio.run(main(sys.argv[1:7]))

@@ -21,6 +21,7 @@ FILE_ROUTES = {
     ("post", "/v1/conversations/{conversation_id}/messages"),
     ("post", "/v1/responses"),
     ("post", "/v1/ai-sdk/chat"),
+    ("post", "/v1/chat/completions"),
 }
 
 
@@ -52,7 +53,7 @@ def send(app: FastAPI, path: str, chunks: int, headers: dict[str, str]) -> tuple
 @pytest.mark.parametrize(
     "path",
     ["/v1/conversations", "/v1/conversations/8d4f3d52-0000-4000-8000-000000000000/messages",
-     "/v1/responses", "/v1/ai-sdk/chat", "/v1/webhooks"],
+     "/v1/responses", "/v1/ai-sdk/chat", "/v1/chat/completions", "/v1/webhooks"],
 )  # fmt: skip
 def test_no_caller_is_refused_before_a_byte_of_the_body_is_read(app: FastAPI, path: str) -> None:
     status, answer, pulled = send(app, path, 100, {"Content-Type": "application/json"})
