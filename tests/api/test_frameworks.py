@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,13 +24,27 @@ FRAMEWORKS = REPO / ".venv-frameworks"
 DRIVERS = REPO / "tests" / "frameworks"
 
 
-def run_framework(name: str, driver: str, *args: str) -> dict[str, Any]:
+#: The AI SDK's OpenAI provider: its folder (npm packages, Node 22 among them) and driver.
+AI_SDK = REPO / "tests" / "aisdk_openai"
+
+
+def interpreter(name: str) -> Path:
+    """The framework's Python, or Node 22 for the AI SDK; skipped when set-up did not run."""
+    if name == "ai-sdk":
+        found = AI_SDK / "node_modules" / ".bin" / "node"
+        hint = "npm ci --prefix tests/aisdk_openai"
+    else:
+        found = FRAMEWORKS / name / "bin" / "python"
+        hint = f"tests/frameworks/{name}.txt"
+    if not found.exists():
+        pytest.skip(f"{found} is missing: scripts/dev test installs it ({hint})")
+    return found
+
+
+def run_framework(name: str, driver: Path, *args: str) -> dict[str, Any]:
     """One run of `driver` in the framework's environment; its last line of output, as JSON."""
-    python = FRAMEWORKS / name / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"{python} is missing: scripts/dev test installs tests/frameworks/{name}.txt")
     result = subprocess.run(
-        [str(python), str(DRIVERS / driver), *args],
+        [str(interpreter(name)), str(driver), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -39,11 +54,13 @@ def run_framework(name: str, driver: str, *args: str) -> dict[str, Any]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-#: Each framework: its environment (tests/frameworks/NAME.txt) and its driver.
+#: Each framework: its environment (tests/frameworks/NAME.txt, or the AI SDK's folder) and its
+#: driver.
 DRIVEN = {
-    "agents-sdk": ("agents", "agents_sdk.py"),
-    "pydantic-ai": ("pydantic_ai", "pydantic_ai_driver.py"),
-    "langchain": ("langchain", "langchain_driver.py"),
+    "agents-sdk": ("agents", DRIVERS / "agents_sdk.py"),
+    "pydantic-ai": ("pydantic_ai", DRIVERS / "pydantic_ai_driver.py"),
+    "langchain": ("langchain", DRIVERS / "langchain_driver.py"),
+    "ai-sdk": ("ai-sdk", AI_SDK / "provider.mjs"),
 }
 
 
@@ -82,13 +99,14 @@ def test_a_framework_runs_its_tool_loop_with_its_defaults(
     assert "Rain all day in Oslo." in json.dumps(sent[-1]["content"])
 
 
-@pytest.mark.parametrize("framework", ["agents-sdk", "langchain"])
+@pytest.mark.parametrize("framework", ["agents-sdk", "langchain", "ai-sdk"])
 @pytest.mark.parametrize("api", APIS)
 def test_a_framework_gets_structured_output_through_a_json_schema(
     shared_api: Deployment, fake_llm: FakeLLMServer, framework: str, api: str
 ) -> None:
-    """The Agents SDK's `output_type` and LangChain's `with_structured_output` ask for
-    `text.format` json_schema; the answer is parsed."""
+    """The Agents SDK's `output_type`, LangChain's `with_structured_output` and the AI SDK's
+    `Output.object` ask for a JSON Schema (`text.format`, `response_format`); the answer is
+    parsed."""
     token = uuid.uuid4().hex
     fake_llm.script([{"text": json.dumps({"city": "Oslo", "rain": True})}], match=token)
     assert run(framework, shared_api, "structured", f"Oslo? {token}", api) == {
