@@ -152,14 +152,19 @@ class ConversationCommands(TurnFinder):
         assistant's `tool_calls` as `{"id", "name", "arguments"}`; a tool's `tool_call_id`) as
         the conversation's path, each call answered by the tool message after it. The next
         message continues it. False, writing nothing, when the conversation holds messages
-        already; `InvalidMessage` naming the message that cannot be taken."""
+        already; `InvalidMessage` naming the message that cannot be taken; the owner's storage
+        quota counts it (`StorageQuotaExceeded`, `LargerThanStorageQuota`)."""
 
         def write() -> bool:
             found = parse_conversation_id(conversation_id)
             rows = check_history(history, self.wiring.limit)
             with self.engine.begin() as connection:
                 reads.check_owner(connection, found, owner)
+                stored = quota.stored_before_fork(connection, found)
                 written = conversations.insert_history(connection, found, rows)
+                if written:
+                    limit = self.settings.owner_storage_bytes
+                    quota.check_fork(connection, stored, found, limit, "the imported history")
             if written:
                 self.wiring.notify(found)
             return written

@@ -59,18 +59,21 @@ def check_files(
 
 
 def stored_before_fork(connection: Connection, conversation_id: uuid.UUID) -> int:
-    """What the conversation's owner stores before a fork of it, the owner's storage lock taken
-    (kept until the commit)."""
+    """What the conversation's owner stores before a fork of it (or a history imported into
+    it), the owner's storage lock taken (kept until the commit)."""
     owner = storage.owner_of(connection, conversation_id)
     lock_storage(connection, owner)
     return storage.stored_bytes(connection, owner)
 
 
-def check_fork(connection: Connection, stored: int, fork_id: uuid.UUID, quota: int) -> None:
-    """Refuse the fork just copied (in this transaction) when its bytes take the owner past its
-    quota: the transaction then rolls the copy back."""
+def check_fork(
+    connection: Connection, stored: int, fork_id: uuid.UUID, quota: int, what: str = "the fork"
+) -> None:
+    """Refuse the fork just copied (or the history just imported: `what`), in this
+    transaction, when its bytes take the owner past its quota: the transaction then rolls the
+    copy back."""
     adding = storage.conversation_bytes(connection, fork_id)
-    refused = refusal(stored, adding, quota, "the fork")
+    refused = refusal(stored, adding, quota, what)
     if refused is not None:
         raise refused
 

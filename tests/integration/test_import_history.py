@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from app.errors import ConversationNotFound, InvalidMessage
+from app.errors import ConversationNotFound, InvalidMessage, StorageQuotaExceeded
 from app.testing import fakes
 from app.worker.lease_runner import Outcome
+from tests.integration.test_file_isolation import client_with
 from tests.integration.test_loop import World, make_tools, run
 from tests.integration.test_message_tree import echo, said
 from tests.integration.test_user_in_the_loop import world_of
@@ -93,3 +94,18 @@ def test_another_owner_s_conversation_is_not_found(world: World) -> None:
     with pytest.raises(ConversationNotFound):
         world.client.import_history(conversation_id, WRITTEN, owner="mallory")
     assert world.client.get_conversation(conversation_id).messages == []
+
+
+def test_a_history_past_the_owner_s_storage_quota_is_refused_writing_nothing(
+    world: World,
+) -> None:
+    client = client_with(world, owner_storage_bytes=1_000)
+    held = client.create_conversation(owner="erin")
+    client.import_history(held, [{"role": "user", "content": "x" * 800}], owner="erin")
+    conversation_id = client.create_conversation(owner="erin")
+    with pytest.raises(StorageQuotaExceeded, match="the imported history would add 400 bytes"):
+        client.import_history(
+            conversation_id, [{"role": "user", "content": "y" * 400}], owner="erin"
+        )
+    assert client.get_conversation(conversation_id).messages == []
+    assert client.events(conversation_id).events == []
