@@ -338,3 +338,43 @@ def test_bad_requests_are_refused_in_openai_s_error_shape_and_write_nothing(
 def test_an_unknown_route_and_a_bad_key_answer_in_openai_s_shape(chat: Client) -> None:
     denied = httpx.get(f"{chat.url}/v1/models", headers={"Authorization": "Bearer nope"})
     assert denied.status_code == 401 and "error" in denied.json()
+
+
+def test_a_branch_while_the_conversation_runs_is_a_409_and_a_cancel_stops_it(
+    chat: Client, fake_llm: FakeLLMServer
+) -> None:
+    """A completion's id names its response: `POST /v1/responses/{id}/cancel` stops its turn (a
+    dropped connection does not: the same request sent again waits for the same answer)."""
+    token, later = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_llm.script([{"hang": 30}], match=later)
+    fake_llm.script([{"text": "Oslo."}], match=token)
+    question = {"role": "user", "content": f"which city {token}"}
+    reply = {"role": "assistant", "content": chat.create([question]).choices[0].message.content}
+    hanging = [question, reply, {"role": "user", "content": f"slow {later}"}]
+    stream = chat.sdk.chat.completions.create(model=FAKE_MODEL, messages=hanging, stream=True)
+    completion_id = next(iter(stream)).id  # (its first chunk, at once)
+    stream.close()  # the connection dropped: the turn goes on
+    with pytest.raises(openai.ConflictError) as busy:
+        chat.create([question, reply, {"role": "user", "content": "another branch"}])
+    assert busy.value.response.headers["x-should-retry"] == "false"
+    assert busy.value.body["code"] == "conversation_busy"  # type: ignore[index]
+
+    stopped = chat.sdk.responses.cancel(completion_id.removeprefix("chatcmpl-"))
+    assert stopped.status == "cancelled"
+
+
+def test_a_failed_turn_is_a_502_and_a_streamed_one_ends_with_an_error(
+    chat: Client, fake_llm: FakeLLMServer
+) -> None:
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [{"error": 400, "message": "bad things"}, {"error": 400, "message": "bad things"}],
+        match=token,
+    )
+    with pytest.raises(openai.APIStatusError) as failed:
+        chat.create([{"role": "user", "content": f"fail {token}"}])
+    assert failed.value.status_code == 502
+    assert failed.value.body["code"] == "turn_failed"  # type: ignore[index]
+    assert "bad things" in failed.value.body["message"]  # type: ignore[index]
+    with pytest.raises(openai.APIError, match="bad things"):
+        chat.stream([{"role": "user", "content": f"fail again {token}"}])
