@@ -14,20 +14,22 @@ pipeline for all the rings it has): its work grows with what is published, not w
 conversations it follows. (An `XREAD` over every followed key, the first design, built and parsed
 a 20,000-argument command per read at 10,000 followed conversations: a whole core.)
 
-    reader thread:  SUBSCRIBE <wake> rung:<c1> rung:<c2> ...   (once per key, as followers come)
+    reader thread:  SUBSCRIBE <wake> rung:<c1> rung:<c2> ...   (once per key, as followers come;
+                    each key read once when Redis confirms its subscription)
                     a ring for c1 -> XRANGE live:<c1> (<cursor> + -> rows appended to c1's `_Feed`,
                     its waiters woken
     a follower:     rows after its position from the feed, or wait on the feed's condition
                     (a thread) or on a future the reader resolves (`aread`, an event loop)
 
 A follower that starts following a new key wakes the reader (a message on the process's private
-wake channel) so it subscribes at once, then reads the key from the follower's position: what was
-published before the subscription is not lost. A ring that is lost (the reader reconnecting) is
-made up for when it subscribes again: it then reads every followed key. A feed keeps the last
-rows it read (`KEEP`); a follower whose position is older than what the feed can vouch for (it
-joined later, or the rows were trimmed) gets None and reads Redis directly, once. A key nobody
-read for `IDLE_SECONDS` is dropped (and unsubscribed). When Redis fails, every waiter gets the
-error (followers fall back to the committed log) and the reader tries again every second.
+wake channel) so it subscribes at once, and reads the key from the follower's position when Redis
+confirms the subscription: what was published before the subscription took effect (its ring
+reached nobody) is not lost. A ring that is lost (the reader reconnecting) is made up for when it
+subscribes again: it then reads every followed key. A feed keeps the last rows it read (`KEEP`);
+a follower whose position is older than what the feed can vouch for (it joined later, or the rows
+were trimmed) gets None and reads Redis directly, once. A key nobody read for `IDLE_SECONDS` is
+dropped (and unsubscribed). When Redis fails, every waiter gets the error (followers fall back to
+the committed log) and the reader tries again every second.
 """
 
 from __future__ import annotations
@@ -207,7 +209,7 @@ class Multiplexer:
 
     def _read_forever(self) -> None:
         while not self._stopped.is_set():
-            pubsub = self.redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            pubsub = self.redis.pubsub()  # type: ignore[no-untyped-call]
             try:
                 self._listen(pubsub)
             except Exception as exc:
@@ -222,7 +224,6 @@ class Multiplexer:
         pubsub.subscribe(self.wake_channel)
         with self._lock:  # (a new connection: every key followed is subscribed to and read)
             self._joining = set(self._feeds)
-        subscribed = 0
         while not self._stopped.is_set():
             # Only what changed: a round's work must not grow with the keys followed.
             with self._lock:
@@ -232,26 +233,36 @@ class Multiplexer:
                 pubsub.unsubscribe(*chunk)
             for chunk in _chunks([rung(key) for key in new]):
                 pubsub.subscribe(*chunk)
-            subscribed += len(new) - len(gone)
-            # Keys just subscribed are read once: what was published before their subscription
-            # (a follower's position may be older), or while the reader was away.
-            due = new or self._rings(pubsub)
+            due, listening = self._rings(pubsub)
             if due:
                 self._read_keys(due)
-            self.listening = subscribed
+            if listening is not None:
+                self.listening = listening
 
-    def _rings(self, pubsub: Any) -> set[str]:
-        """The keys rung: waits up to the block for the first ring, then takes what is there."""
+    def _rings(self, pubsub: Any) -> tuple[set[str], int | None]:
+        """The keys to read, and how many keys Redis last said it rings the reader for (None: it
+        confirmed no subscription). Waits up to the block for the first message, then takes what
+        is there.
+
+        A key is read when rung, and once when Redis confirms its subscription: a ring published
+        before the subscription took effect reached nobody, but what it rang for is in the stream
+        by then. (Read as soon as SUBSCRIBE is sent, the key can be read before the entry is
+        appended while the ring still beats the subscription: Redis may run a command sent later
+        on another connection first.) Any message ends the wait, so a wake published before the
+        wake channel's own subscription took effect is made up for by its confirmation."""
         due: set[str] = set()
+        listening = None
         message = pubsub.get_message(timeout=self.block_ms / 1000)
         while message is not None and len(due) < RINGS_PER_ROUND:
-            name = message.get("channel")
+            kind, name = message.get("type"), message.get("channel")
             if isinstance(name, bytes):
                 name = name.decode()
-            if isinstance(name, str) and name.startswith(RUNG_PREFIX):
-                due.add(name[len(RUNG_PREFIX) :])
+            if kind in ("subscribe", "unsubscribe"):
+                listening = int(message["data"]) - 1  # (every channel subscribed but the wake)
+            if kind in ("message", "subscribe") and str(name).startswith(RUNG_PREFIX):
+                due.add(str(name)[len(RUNG_PREFIX) :])
             message = pubsub.get_message(timeout=0)
-        return due
+        return due, listening
 
     def _read_keys(self, keys: set[str]) -> None:
         """Each key's new entries (one pipeline), into its feed; a key that had `READ_COUNT`

@@ -6,15 +6,16 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
 from app.live import CommitNotice, LiveEntry
 from app.live.entries import decode
-from app.live.multiplex import KEEP, Multiplexer
+from app.live.multiplex import KEEP, RUNG_PREFIX, Multiplexer
 from app.live.redis_channel import RedisChannel, stream_key
 from tests.api.private_services import PrivateRedis
 
@@ -140,6 +141,58 @@ def test_a_new_follower_is_not_kept_waiting_by_the_block_of_the_others(
     finally:
         reader.close()
     assert got == [[CommitNotice(1)]]
+
+
+class _LateSubscriptions:
+    """The reader's pub/sub connection, its subscriptions to rings taking effect as late as Redis
+    may apply them: just before the reader next reads the connection (a command sent later on
+    another connection can run first). `meanwhile` runs then, with the channels held back."""
+
+    def __init__(self, pubsub: Any, meanwhile: Callable[[list[str]], None]) -> None:
+        self.pubsub = pubsub
+        self.meanwhile = meanwhile
+        self.held: list[str] = []
+
+    def subscribe(self, *channels: str) -> None:
+        self.held += [name for name in channels if name.startswith(RUNG_PREFIX)]
+        if others := [name for name in channels if not name.startswith(RUNG_PREFIX)]:
+            self.pubsub.subscribe(*others)
+
+    def get_message(self, **kwargs: Any) -> Any:
+        if self.held:
+            held, self.held = self.held, []
+            self.meanwhile(held)
+            self.pubsub.subscribe(*held)
+        return self.pubsub.get_message(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pubsub, name)
+
+
+def test_an_entry_rung_before_the_subscription_took_effect_reaches_its_follower(
+    channel: RedisChannel,
+) -> None:
+    """A publisher rings the new key between the reader's SUBSCRIBE and its taking effect: the
+    ring reaches nobody, so the reader must read the key once Redis has confirmed the
+    subscription (reading it as soon as SUBSCRIBE is sent can run before the entry is appended).
+    The reader blocks a minute: only that read can hand the follower its entry."""
+    conversation_id = uuid.uuid4()
+    key = stream_key(conversation_id)
+
+    def publish_first(held: list[str]) -> None:
+        if RUNG_PREFIX + key in held:
+            channel.publish([(conversation_id, CommitNotice(1))])
+
+    class LateClient(redis.Redis):
+        def pubsub(self, **kwargs: Any) -> Any:
+            return _LateSubscriptions(super().pubsub(**kwargs), publish_first)
+
+    reader = Multiplexer(LateClient(connection_pool=channel.redis.connection_pool), block_ms=60_000)
+    try:
+        rows = reader.read(key, "0", 30.0) or []
+    finally:
+        reader.close()
+    assert [decode(fields) for _, fields in rows] == [CommitNotice(1)]
 
 
 def test_a_follower_far_behind_the_reader_reads_redis_directly_and_misses_nothing(
