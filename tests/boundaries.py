@@ -11,8 +11,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .history, .tools_given, .translate,   the client's checks, schemas (and app.patterns) and
-    .objects, .stream, .output_events;    views, the live entries, app.models and app.errors:
+    .history, .input_items,               the client's checks, schemas (and app.patterns) and
+    .tools_given, .translate, .objects,   views, the live entries, app.models and app.errors:
+    .stream, .output_events;
     app.api.aisdk .requests, .chunks;     pure (the routes read)
     app.api.chat .messages, .history,
     .requests, .completion, .chunks
@@ -68,6 +69,7 @@ DIALECT_PURE = (
             "ids",
             "requests",
             "history",
+            "input_items",
             "tools_given",
             "translate",
             "objects",

@@ -763,3 +763,37 @@ def test_a_cancelled_stream_ends_with_response_incomplete(
                 sdk.responses.cancel(event.response.id)
     assert events[-1].type == "response.incomplete"
     assert events[-1].response.status == "cancelled"
+
+
+def test_a_history_written_elsewhere_is_copied_into_a_new_conversation(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """A history another provider answered (its assistant messages carry no id of ours): the
+    items before its last user message become a new conversation's first messages, and the
+    message its first turn. The same request again is the same turn; the next request, with the
+    reply we returned, continues the copy."""
+    token, later = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_llm.script([{"text": "Still 4."}], match=later)
+    fake_llm.script([{"text": "It is 12."}], match=token)
+    written = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"type": "message", "role": "assistant", "id": "msg_elsewhere", "content": [
+            {"type": "output_text", "text": "4"}]},
+        {"role": "user", "content": f"and times 3? {token}"},
+    ]  # fmt: skip
+    first = create(sdk, input=written)
+    assert first.output_text == "It is 12." and first.instructions == "Be brief."
+    (sent,) = fake_llm.requests(match=token)
+    assert [(m["role"], m["content"]) for m in sent["body"]["messages"]] == [
+        ("system", "Be brief."),
+        ("user", "What is 2 + 2?"),
+        ("assistant", "4"),
+        ("user", f"and times 3? {token}"),
+    ]
+    again = create(sdk, input=written)
+    assert again.id == first.id and len(fake_llm.requests(match=token)) == 1
+
+    third = create(sdk, input=[*written, *dumped(first), {"role": "user", "content": later}])
+    assert third.output_text == "Still 4." and third.conversation == first.conversation
+    assert len(fake_llm.requests(match=later)[-1]["body"]["messages"]) == 6

@@ -9,7 +9,9 @@ the last item of ours, and the new items after it.
 | ..., our assistant message (msg_ id), user message  | anchor: that reply; new: the message     |
 | ..., item_reference to fc_/msg_, new items          | the same, by reference                   |
 | reasoning items anywhere                            | passed over                              |
-| an assistant message without an id                  | 400 naming it                            |
+| an assistant message without an id of ours, and no  | written elsewhere: the items before the  |
+| item of ours after it                               | last user messages copied (`earlier`)    |
+| such a history ending with no user message          | 400 naming its last item                 |
 | an item_reference to an id we never return          | 400 naming it                            |
 | an item_reference to a response id                  | 400: give it as previous_response_id     |
 """
@@ -21,7 +23,7 @@ import uuid
 import pytest
 
 from app.api.responses.errors import Unsupported
-from app.api.responses.history import Anchor, read_history
+from app.api.responses.history import Anchor, imported, read_history
 
 TURN = uuid.UUID("0123456789abcdef0123456789abcdef")
 USER = {"role": "user", "content": "What is the weather in Oslo?"}
@@ -94,7 +96,6 @@ def test_a_function_call_without_its_id_is_found_by_its_call_id() -> None:
 @pytest.mark.parametrize(
     ("item", "says"),
     [
-        ({**REPLY, "id": None}, "assistant message without an id"),
         ({"type": "item_reference", "id": "ext_42"}, "which this server did not return"),
         ({"type": "item_reference", "id": f"resp_{TURN.hex}"}, "give it as previous_response_id"),
         ({"type": "item_reference"}, "must be an item id"),
@@ -105,3 +106,66 @@ def test_an_item_that_is_not_ours_is_refused_naming_it(item: dict[str, object], 
     with pytest.raises(Unsupported, match=says) as refused:
         read_history([USER, item, OUTPUT])
     assert refused.value.param == "input[1]"
+
+
+ELSEWHERE = {"role": "assistant", "content": "It rained yesterday."}  # (no id of ours)
+
+
+@pytest.mark.parametrize("written", [ELSEWHERE, {**REPLY, "id": "msg_from_another_provider"}])
+def test_a_history_written_elsewhere_is_copied_before_its_last_user_messages(
+    written: dict[str, object],
+) -> None:
+    later = {"role": "user", "content": "And today?"}
+    system = {"role": "system", "content": "Be brief."}
+    history = read_history([system, USER, CALL, OUTPUT, written, later, later])
+    assert history.anchor is None and history.instructions == "Be brief."
+    assert [index for index, _ in history.earlier] == [1, 2, 3, 4]
+    assert history.new == [(5, later), (6, later)]
+    assert imported(history.earlier) == [
+        {"role": "user", "content": USER["content"]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_1", "name": "weather", "arguments": '{"city": "Oslo"}'}],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "Rain"},
+        {
+            "role": "assistant",
+            "content": written["content"] if isinstance(written["content"], str) else "It rains.",
+        },
+    ]
+
+
+def test_an_item_of_ours_after_a_reply_written_elsewhere_is_the_anchor() -> None:
+    later = {"role": "user", "content": "And today?"}
+    history = read_history([USER, ELSEWHERE, later, REPLY, later])
+    assert history.anchor == Anchor("input[3]", turn_id=TURN, seq=4) and not history.earlier
+
+
+@pytest.mark.parametrize(
+    ("items", "says", "where"),
+    [
+        ([USER, ELSEWHERE], "must end with a user message", "input[1]"),
+        (
+            [USER, ELSEWHERE, {"type": "web_search_call", "id": "ws_1"}, USER],
+            "cannot be copied",
+            "input[2]",
+        ),
+        (
+            [
+                {"role": "user", "content": [{"type": "input_image", "image_url": "data:,"}]},
+                ELSEWHERE,
+                USER,
+            ],
+            "text only",
+            "input[0]",
+        ),
+    ],
+)
+def test_a_history_written_elsewhere_that_cannot_be_copied_is_refused(
+    items: list[object], says: str, where: str
+) -> None:
+    with pytest.raises(Unsupported, match=says) as refused:
+        history = read_history(items)
+        imported(history.earlier)
+    assert refused.value.param == where

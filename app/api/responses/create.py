@@ -5,12 +5,14 @@ checked against each later request."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from dataclasses import replace
 
 from app.api.auth import Caller
 from app.api.responses.errors import ResponseNotFound, Unsupported
-from app.api.responses.history import Anchor
+from app.api.responses.history import Anchor, imported
 from app.api.responses.ids import ResponseId, call_items, message_item
 from app.api.responses.objects import response_count, tools_of
 from app.api.responses.requests import CreateResponse
@@ -24,6 +26,8 @@ from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 #: The namespace of the conversation ids chosen from an `Idempotency-Key` (a retried create
 #: finds the conversation its first attempt made).
 KEYED_CONVERSATIONS = uuid.UUID("5f1c2a0e-8d3b-4f6a-9c7e-2b4d6e8f0a13")
+#: The namespace of the conversations a history written elsewhere is copied into (by its digest).
+COPIED_CONVERSATIONS = uuid.UUID("9d2e4c61-7a35-4b0f-8e19-3c5a7d9b1f24")
 
 
 def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | None) -> ResponseId:
@@ -32,6 +36,8 @@ def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | Non
         request = replace(request, previous=_response_holding(api, caller, request.anchor))
     if request.previous is not None:
         return _continue(api, caller, request, key)
+    if request.earlier:
+        return _copied(api, caller, request, key)
     if request.conversation is not None:
         conversation = client.get_conversation(  # (its setup only)
             request.conversation, messages=False, owner=caller.owner
@@ -127,6 +133,31 @@ def _continue(
         if e.type == MESSAGE_COMMITTED and e.message_seq is not None
     ]
     return _submit(api, caller, conversation.id, request, key, after=max(committed, default=None))
+
+
+def _copied(api: ApiState, caller: Caller, request: CreateResponse, key: str | None) -> ResponseId:
+    """A history written elsewhere (history.py) as a new conversation: its earlier items copied
+    as its first messages, its last user message the first turn. The conversation's id and the
+    turn's key are made from the request, so the same request sent again is the same turn."""
+    rows = imported(request.earlier)
+    setup = [request.model, request.instructions, list(request.client_tools), repr(request.mcp)]
+    said = json.dumps([setup, rows, request.text], sort_keys=True, default=str)
+    digest = hashlib.sha256(said.encode()).hexdigest()
+    if request.files:
+        api.client.check_files(list(request.files), request.model)
+    tools, approval = mcp_names(api, request.mcp)
+    view, _ = api.client.create_or_get(
+        conversation_id=uuid.uuid5(COPIED_CONVERSATIONS, f"{caller.owner}\x00{digest}"),
+        model=request.model,
+        instructions=request.instructions,
+        tools=tools,
+        tool_choice=request.tool_choice,
+        owner=caller.owner,
+        client_tools=list(request.client_tools) or None,
+        approval_tools=approval or None,
+    )
+    api.client.import_history(view.id, rows, owner=caller.owner)
+    return _submit(api, caller, view.id, request, key or f"copy:{digest}")
 
 
 def _response_holding(api: ApiState, caller: Caller, anchor: Anchor) -> ResponseId:

@@ -10,6 +10,7 @@ back as it got them, or as `item_reference`s to them:
     item in the input                                 read as
     ------------------------------------------------  --------------------------------------------
     an assistant `message` with id msg_<turn>_<seq>   ours: that turn's reply
+    an assistant `message` with no id of ours         written elsewhere: the history is copied
     `function_call` (id fc_<call id>, or only its     ours: a call of a response, found by its
     call_id), `mcp_call`, `mcp_approval_request`      call id among the caller's turns that wait
     `item_reference` to any of the above              the same
@@ -22,8 +23,13 @@ So a stateless request is the chained request it stands for: the response that h
 is its `previous_response_id`, and the items after the anchor are its input. Items before the
 anchor are what that conversation already holds; they are not compared with it (the anchor is
 looked up among the caller's own turns only, so a history can only continue the caller's own
-conversations). An input with no item of ours starts a new conversation, as today: its system
-and developer messages are the instructions.
+conversations). An input with no item of ours starts a new conversation: its system and
+developer messages are the instructions.
+
+A history written elsewhere (an assistant message without an id of ours, with no item of ours
+after it) is copied: the items before its last user messages (`earlier`: user and assistant
+messages, `function_call` and `function_call_output` pairs) become the start of a new
+conversation's path (`imported` makes them its messages), and the user messages its first turn.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class History:
     anchor: Anchor | None
     new: list[tuple[int, Any]]  # the items after the anchor (all without one), by index
     instructions: str | None = None  # a new conversation's system/developer messages
+    earlier: tuple[tuple[int, Any], ...] = ()  # a history written elsewhere, to be copied
 
 
 def read_history(items: list[Any]) -> History:
@@ -66,6 +73,8 @@ def read_history(items: list[Any]) -> History:
         found = _ours(item, f"input[{index}]")
         if found is not None:
             anchor, last = found, index
+    if any(_written_elsewhere(item) for item in items[last + 1 :]):
+        anchor, last = None, -1  # (all of it is the client's: copied)
     rest = [
         (index, item)
         for index, item in enumerate(items)
@@ -80,7 +89,94 @@ def read_history(items: list[Any]) -> History:
         if said is None
     ]
     said = [text for text in instructions if text is not None]
-    return History(None, given, "\n\n".join(said) if said else None)
+    start = len(given)
+    while start > 0 and _is_user_message(given[start - 1][1]):
+        start -= 1
+    earlier = tuple(given[:start]) if any(_written_elsewhere(i) for _, i in given) else ()
+    new = given[start:] if earlier else given
+    if earlier and not new:
+        where = f"input[{earlier[-1][0]}]"
+        raise Unsupported(
+            f"{where}: a history written elsewhere must end with a user message (it is copied "
+            "into a new conversation, whose first turn that message is)",
+            param=where,
+        )
+    return History(None, new, "\n\n".join(said) if said else None, earlier)
+
+
+def imported(earlier: tuple[tuple[int, Any], ...]) -> list[dict[str, Any]]:
+    """A history written elsewhere as messages (`import_history`'s): user and assistant
+    messages' text, each `function_call` a call of the assistant message it follows (or of a
+    new one), each `function_call_output` a tool message."""
+    rows: list[dict[str, Any]] = []
+    for index, item in earlier:
+        where = f"input[{index}]"
+        kind = item.get("type", "message") if isinstance(item, dict) else None
+        if kind == "message" and item.get("role") in ("user", "assistant"):
+            rows.append({"role": item["role"], "content": _text_of(item, where)})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "name": item.get("name"),
+                "arguments": item.get("arguments", ""),
+            }
+            if not rows or rows[-1]["role"] != "assistant" or rows[-1].get("answered"):
+                rows.append({"role": "assistant", "content": "", "tool_calls": []})
+            rows[-1].setdefault("tool_calls", []).append(call)
+        elif kind == "function_call_output" and isinstance(item.get("output"), str):
+            if rows and rows[-1]["role"] == "assistant":
+                rows[-1]["answered"] = True
+            rows.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": item["output"]}
+            )
+        else:
+            raise Unsupported(
+                f"{where} ({kind}) cannot be copied: a history written elsewhere holds user and "
+                "assistant messages, function_call and function_call_output items (text outputs)",
+                param=where,
+            )
+    return [{key: value for key, value in row.items() if key != "answered"} for row in rows]
+
+
+def _written_elsewhere(item: Any) -> bool:
+    """An assistant message without an id of ours (none, or another provider's): a reply this
+    server did not give."""
+    if not (
+        isinstance(item, dict)
+        and item.get("type", "message") == "message"
+        and item.get("role") == "assistant"
+    ):
+        return False
+    reference = item.get("id")
+    return not isinstance(reference, str) or message_of_item(reference) is None
+
+
+def _is_user_message(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("type", "message") == "message"
+        and item.get("role") == "user"
+    )
+
+
+def _text_of(item: dict[str, Any], where: str) -> str:
+    """A copied message's text (`input_text` / `output_text` parts, or a string); its files are
+    not taken (send them with the new message)."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(part, dict)
+        and part.get("type") in ("input_text", "output_text")
+        and isinstance(part.get("text"), str)
+        for part in content
+    ):
+        return "".join(part["text"] for part in content)
+    raise Unsupported(
+        f"{where}.content: a copied message takes text only (input_text, output_text): send "
+        "files with the new message",
+        param=where,
+    )
 
 
 def _ours(item: Any, where: str) -> Anchor | None:
@@ -92,16 +188,8 @@ def _ours(item: Any, where: str) -> Anchor | None:
         if not isinstance(reference, str) or not reference:
             raise Unsupported(f"{where}.id must be an item id", param=where)
         return _named(reference, where)
-    if kind == "message" and item.get("role") == "assistant":
-        reference = item.get("id")
-        if not isinstance(reference, str):
-            raise Unsupported(
-                f"{where} is an assistant message without an id: this server continues a "
-                "conversation from the items it returned (their ids), and takes no replies "
-                "written elsewhere",
-                param=where,
-            )
-        return _named(reference, where)
+    if kind == "message" and item.get("role") == "assistant" and not _written_elsewhere(item):
+        return _named(item["id"], where)
     if kind in OUTPUT_KINDS:
         call_id = item.get("call_id") if kind == "function_call" else None
         if isinstance(call_id, str) and call_id:

@@ -9,7 +9,8 @@ input                  a string, or items: `message` (role user; text, `input_te
                        the message's files), `function_call_output`, `mcp_approval_response`;
                        or the whole history, items this server returned included (stateless,
                        as agent frameworks send it: history.py), system and developer
-                       messages of a new conversation being its instructions
+                       messages of a new conversation being its instructions; a history
+                       written elsewhere is copied into a new conversation
 instructions           a new conversation's instructions (an existing one's: the same)
 previous_response_id   continue that response's conversation: answers continue its turn,
                        a message starts the next turn; naming an earlier response, the
@@ -38,8 +39,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.api.responses.errors import Unsupported
-from app.api.responses.history import Anchor, History, read_history
-from app.api.responses.ids import ResponseId, call_of_approval_request
+from app.api.responses.history import Anchor, History
+from app.api.responses.ids import ResponseId
+from app.api.responses.input_items import read_input
 from app.api.responses.tools_given import McpTool, read_tools
 from app.client.checks import check_metadata
 from app.client.schemas import check_output_schema
@@ -101,6 +103,7 @@ class CreateResponse:
     output_schema: dict[str, Any] | None = None  # `text.format` json_schema / json_object
     files: tuple[dict[str, Any], ...] = ()  # input_image / input_file parts, in order
     anchor: Anchor | None = None  # a stateless input's last item of ours (history.py)
+    earlier: tuple[tuple[int, Any], ...] = ()  # a history written elsewhere, copied (history.py)
 
     @property
     def answers(self) -> bool:
@@ -127,52 +130,23 @@ def parse_create(body: Any) -> CreateResponse:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Unsupported("model is required (a string)", param="model")
-    given = body.get("input")
-    history = read_history(given) if isinstance(given, list) and given else None
-    if history is not None and history.anchor is not None and body.get("previous_response_id"):
-        raise Unsupported(
-            f"{history.anchor.where} is an item of an earlier response, and previous_response_id "
-            "is given: send the whole history, or previous_response_id and the new items",
-            param="input",
-        )
-    if history is not None and not history.new:
-        said = (
-            "holds only instructions and reasoning items"
-            if history.anchor is None
-            else f"ends with {history.anchor.where}, an item of ours: nothing new follows it"
-        )
-        raise Unsupported(f"input {said} (a message or the answers are missing)", param="input")
-    text, outputs, approvals, files = _input(
-        given if history is None else [item for _, item in history.new],
-        None if history is None else [index for index, _ in history.new],
-    )
-    if text is not None and (outputs or approvals):
-        raise Unsupported(
-            "input holds a message and answers: send the answers (with previous_response_id) "
-            "first, then the message",
-            param="input",
-        )
     previous = body.get("previous_response_id")
     conversation = body.get("conversation")
     if previous is not None and conversation is not None:
         raise Unsupported(
             "previous_response_id and conversation cannot both be given", param="conversation"
         )
-    anchor = None if history is None else history.anchor
-    if (outputs or approvals) and previous is None and anchor is None:
-        raise Unsupported(
-            "function_call_output and mcp_approval_response answer a response: give its "
-            "previous_response_id",
-            param="previous_response_id",
-        )
+    given = read_input(body.get("input"), chained=previous is not None, given=conversation)
+    history = given.history
     client_tools, mcp = read_tools(body.get("tools"))
     return CreateResponse(
         model=model,
-        text=text,
-        outputs=outputs,
-        approvals=approvals,
+        text=given.text,
+        outputs=given.outputs,
+        approvals=given.approvals,
         instructions=_instructions(body, history),
-        anchor=anchor,
+        anchor=None if history is None else history.anchor,
+        earlier=() if history is None else history.earlier,
         previous=None if previous is None else ResponseId.parse(previous, "previous_response_id"),
         conversation=None if conversation is None else _conversation(conversation),
         client_tools=client_tools,
@@ -183,7 +157,7 @@ def parse_create(body: Any) -> CreateResponse:
         stream=_flag(body, "stream"),
         metadata=_metadata(body.get("metadata")),
         output_schema=_text_format(body.get("text")),
-        files=tuple(files),
+        files=tuple(given.files),
     )
 
 
@@ -276,113 +250,3 @@ def _instructions(body: dict[str, Any], history: History | None) -> str | None:
     if said is None:
         return given
     return said if given is None else f"{given}\n\n{said}"
-
-
-def _input(
-    value: Any, positions: list[int] | None = None
-) -> tuple[str | None, dict[str, str], dict[str, Decision], list[dict[str, Any]]]:
-    """The new items (at `positions` of the input, if not all of it): the user's text and
-    files, the answers."""
-    if isinstance(value, str):
-        return value, {}, {}, []
-    if not isinstance(value, list) or not value:
-        raise Unsupported("input must be a string or a non-empty list of items", param="input")
-    texts: list[str] = []
-    files: list[dict[str, Any]] = []  # the messages' input_image and input_file parts
-    outputs: dict[str, str] = {}
-    approvals: dict[str, Decision] = {}
-    for position, item in enumerate(value):
-        where = f"input[{position if positions is None else positions[position]}]"
-        if not isinstance(item, dict):
-            raise Unsupported(f"{where} must be an object", param=where)
-        kind = item.get("type", "message" if "role" in item else None)
-        if kind == "message":
-            texts.append(_user_text(item, where, files))
-        elif kind == "function_call_output":
-            call_id, output = item.get("call_id"), item.get("output")
-            if not isinstance(call_id, str) or not call_id:
-                raise Unsupported(f"{where}.call_id must be a string", param=where)
-            if not isinstance(output, str):
-                raise Unsupported(
-                    f"{where}.output must be a string (other output kinds are not supported)",
-                    param=where,
-                )
-            _once(call_id, outputs, approvals, where)
-            outputs[call_id] = output
-        elif kind == "mcp_approval_response":
-            call_id = call_of_approval_request(item.get("approval_request_id"))
-            approve, reason = item.get("approve"), item.get("reason")
-            if not isinstance(approve, bool):
-                raise Unsupported(f"{where}.approve must be true or false", param=where)
-            if reason is not None and not isinstance(reason, str):
-                raise Unsupported(f"{where}.reason must be a string", param=where)
-            _once(call_id, outputs, approvals, where)
-            approvals[call_id] = Decision(approve, reason)
-        else:
-            raise Unsupported(
-                f"{where} is of type {kind!r}: this server takes message, "
-                "function_call_output and mcp_approval_response items",
-                param=where,
-            )
-    return ("\n\n".join(texts) if texts else None), outputs, approvals, files
-
-
-def _once(
-    call_id: str, outputs: dict[str, str], approvals: dict[str, Decision], where: str
-) -> None:
-    if call_id in outputs or call_id in approvals:
-        raise Unsupported(f"{where} answers call {call_id!r} a second time", param=where)
-
-
-def _user_text(item: dict[str, Any], where: str, files: list[dict[str, Any]]) -> str:
-    if item.get("role") != "user":
-        raise Unsupported(
-            f"{where}: only user messages are taken (give a new conversation's instructions "
-            "with instructions)",
-            param=where,
-        )
-    content = item.get("content")
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise Unsupported(f"{where}.content must be a string or a list of parts", param=where)
-    parts = []
-    for index, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-        if kind in ("input_image", "input_file"):
-            files.append(_input_file(part, f"{where}.content[{index}]"))
-            continue
-        if kind != "input_text":
-            raise Unsupported(
-                f"{where}.content holds a {kind!r} part: input_text, input_image and "
-                "input_file are taken",
-                param=where,
-            )
-        text = part.get("text")
-        if not isinstance(text, str):
-            raise Unsupported(f"{where}.content's input_text needs a text string", param=where)
-        parts.append(text)
-    return "".join(parts)
-
-
-def _input_file(part: dict[str, Any], where: str) -> dict[str, Any]:
-    """An `input_image` (`image_url`) or `input_file` (`file_data`, `filename`) as one of the
-    message's files: its bytes in the request (a data: URL or base64); a URL or a `file_id` is
-    refused (this server fetches nothing)."""
-    image = part.get("type") == "input_image"
-    field = "image_url" if image else "file_data"
-    for elsewhere in ("file_id", "file_url"):
-        if part.get(elsewhere) is not None:
-            raise Unsupported(
-                f"{where}: {elsewhere} is not supported: send the bytes in {field} (a data: "
-                "URL); this server fetches nothing",
-                param=where,
-            )
-    data = part.get(field)
-    if not isinstance(data, str) or (image and not data.startswith("data:")):
-        raise Unsupported(
-            f"{where}.{field} must be a data: URL holding the file (this server fetches nothing)",
-            param=where,
-        )
-    name = part.get("filename")
-    return {"data": data} if name is None else {"data": data, "name": name}
