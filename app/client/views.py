@@ -183,6 +183,8 @@ class TurnView:
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
     output_schema: dict[str, Any] | None = None  # what this message's answer must match
     model: str | None = None  # the model it moved to (a fallback); None: the conversation's
+    # What the dialect that submitted it shows back of its request (`submit_message`'s `echo`)
+    echo: dict[str, Any] | None = None
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:

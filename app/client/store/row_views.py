@@ -80,6 +80,7 @@ def turn_of_row(row: Any) -> TurnView:
         metadata=row.get("caller_metadata"),
         output_schema=row.get("output_schema"),
         model=row.get("model"),
+        echo=row.get("echo"),
     )
 
 
