@@ -11,9 +11,9 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .history, .tools_given, .translate,   the client's checks, schemas (and app.patterns) and
-    .objects, .stream, .output_events;    views, the live entries, app.models and app.errors:
-    app.api.aisdk .requests, .chunks      pure (the routes read)
+    .history, .tools_given, .translate,   the client's checks, schemas, tool choice (and
+    .objects, .stream, .output_events;    app.patterns) and views, the live entries, app.models
+    app.api.aisdk .requests, .chunks      and app.errors: pure (the routes read)
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
     import                                light and cannot run a turn by accident)
     app.worker                            never app.client (what both sides need has a room of
@@ -81,6 +81,7 @@ DIALECT_MAY_IMPORT = (
     "app.api.responses.errors",
     "app.client.checks",
     "app.client.schemas",
+    "app.client.tool_choice",
     "app.patterns",
     "app.client.views",
     "app.live.entries",
