@@ -54,7 +54,8 @@ def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | Non
         model=request.model,
         instructions=request.instructions,
         tools=tools,
-        tool_choice=request.tool_choice or "auto",  # (checked against the tools there)
+        # (checked against the tools there)
+        tool_choice="auto" if request.tool_choice is None else request.tool_choice,
         owner=caller.owner,
         client_tools=list(request.client_tools) or None,
         approval_tools=approval or None,
