@@ -11,10 +11,10 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .history, .input_items,               the client's checks, schemas (and app.patterns) and
-    .tools_given, .translate, .objects,   views, the live entries, app.models and app.errors:
-    .stream, .output_events;
-    app.api.aisdk .requests, .chunks;     pure (the routes read)
+    .history, .input_items,               the client's checks, schemas, tool choice (and
+    .tools_given, .translate, .objects,   app.patterns) and views, the live entries, app.models
+    .stream, .output_events;              and app.errors: pure (the routes read)
+    app.api.aisdk .requests, .chunks;
     app.api.chat .messages, .history,
     .requests, .completion, .chunks
     app.client, app.api and all they      never app.worker, litellm or mcp (a web process stays
@@ -89,6 +89,7 @@ DIALECT_MAY_IMPORT = (
     "app.api.responses.errors",
     "app.client.checks",
     "app.client.schemas",
+    "app.client.tool_choice",
     "app.patterns",
     "app.client.views",
     "app.live.entries",

@@ -48,7 +48,12 @@ class ConversationCreate(Body):
     model: str | None = Field(None, description="a litellm model string; default: the server's")
     instructions: str | None = Field(None, description="the system prompt")
     tools: list[str] = Field(default_factory=list, description="tool names from GET /v1/tools")
-    tool_choice: ToolChoice = "auto"
+    tool_choice: ToolChoice | dict[str, Any] = Field(
+        "auto",
+        description='auto, none, required, or the one tool the model must call: {"type": '
+        '"function", "name": ...} (or Chat Completions\' {"type": "function", "function": '
+        '{"name": ...}}); a forced choice binds each turn\'s first model call',
+    )
     context: dict[str, Any] | None = Field(
         None, description="your own data, stored and returned untouched"
     )

@@ -179,6 +179,9 @@ class Conversation(View):
     instructions: str | None
     tools: list[str]
     tool_choice: ToolChoice
+    forced_tool: str | None = Field(
+        None, description="the one tool the model must call (with tool_choice required)"
+    )
     context: dict[str, Any] | None
     client_tools: list[ClientTool] = Field(default_factory=list)
     approval_tools: list[str] = Field(

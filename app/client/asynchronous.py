@@ -24,6 +24,7 @@ from app.client.admission import REJECT
 from app.client.asynchronous_admin import AsyncAdminClient
 from app.client.checks import (
     check_busy_policy,
+    check_echo,
     check_idempotency_key,
     check_metadata,
     check_seq,
@@ -94,6 +95,7 @@ class AsyncChatClient(TurnCommands):
         after_seq: int | None = None,
         output_schema: Mapping[str, Any] | None = None,
         files: Sequence[Mapping[str, Any] | bytes] | None = None,
+        echo: Mapping[str, Any] | None = None,
     ) -> Submitted:
         """Store the user's message as a new turn and start it (`metadata`: the caller's own
         key-value pairs, kept with the turn: at most 16, keys up to 64 characters, values up
@@ -124,6 +126,11 @@ class AsyncChatClient(TurnCommands):
         both); stored once per owner by content hash, gone with the last conversation using
         them (`get_file` reads one back).
 
+        `echo`: what the dialect that submits the turn shows back of its request and keeps
+        nowhere else (a JSON object of at most 2 KB; the Responses API's `store` and
+        `previous_response_id`), kept with a new turn as given (`TurnView.echo`); a message
+        that answers the waiting turn's question, or repeats a key, writes none.
+
         The common submit (a message to a resting conversation, or a repeated key;
         `quick_submit` says which) is awaited on the loop in two statements where it can be;
         every other runs in `offload`, as do the followers' notice and the worker's doorbell
@@ -137,6 +144,7 @@ class AsyncChatClient(TurnCommands):
             key = check_idempotency_key(idempotency_key)
             policy = check_busy_policy(on_busy)
             tags = check_metadata(metadata)
+            echoed = check_echo(echo)
             after = None if after_seq is None else check_seq(after_seq)
             schema = check_output_schema(output_schema)
             checked = attachments.check_files(files, filing.limits(self.settings))
@@ -154,9 +162,12 @@ class AsyncChatClient(TurnCommands):
                         metadata=tags,
                         output_schema=schema,
                         files=kept,
+                        echo=echoed,
                     )
                 else:
-                    submit = branching.Submit(key, policy, wiring.owner_limit, tags, schema, kept)
+                    submit = branching.Submit(
+                        key, policy, wiring.owner_limit, tags, schema, kept, echoed
+                    )
                     turn = branching.reply_after(connection, found, after, text, submit)
                 view = reads.read_turn(connection, turn.id)
                 describe(span, found, turn.id)
@@ -177,6 +188,7 @@ class AsyncChatClient(TurnCommands):
         policy = check_busy_policy(on_busy)
         tags = check_metadata(metadata)
         schema = check_output_schema(output_schema)
+        echoed = check_echo(echo)
         with tracing.submit_span("chat submit") as span:
             quick = await store.submit(
                 found,
@@ -186,6 +198,7 @@ class AsyncChatClient(TurnCommands):
                 owner=owner,
                 metadata=tags,
                 output_schema=schema,
+                echo=echoed,
                 trace_context=tracing.carrier(),
             )
             if quick is not None:

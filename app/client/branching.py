@@ -56,6 +56,7 @@ class Submit:
     metadata: dict[str, str] | None = None
     output_schema: dict[str, Any] | None = None
     files: list[dict[str, Any]] | None = None
+    echo: dict[str, Any] | None = None
 
     def run(
         self, connection: Connection, conversation_id: uuid.UUID, text: str, target: Target
@@ -70,6 +71,7 @@ class Submit:
             metadata=self.metadata,
             output_schema=self.output_schema,
             files=self.files,
+            echo=self.echo,
             target=target,
         )
 

@@ -141,6 +141,22 @@ MAX_METADATA_KEY_CHARS = 64
 MAX_METADATA_VALUE_CHARS = 512
 
 
+#: What a dialect keeps with a turn to show back (`submit_message`'s `echo`), serialized.
+MAX_ECHO_BYTES = 2048
+
+
+def check_echo(echo: Any) -> dict[str, Any] | None:
+    """None, or a JSON object of at most `MAX_ECHO_BYTES` (a dialect's own few fields)."""
+    if echo is None or echo == {}:
+        return None
+    if not isinstance(echo, Mapping):
+        raise InvalidRequest("echo must be an object")
+    check_storable_json(dict(echo), "echo")
+    if len(json.dumps(dict(echo)).encode()) > MAX_ECHO_BYTES:
+        raise InvalidRequest(f"echo holds more than {MAX_ECHO_BYTES} bytes of JSON")
+    return dict(echo)
+
+
 def check_metadata(metadata: Any) -> dict[str, str] | None:
     """None, or at most 16 pairs of strings: keys of 1 to 64 characters, values of up to 512
     (OpenAI's limits), printable and without NUL."""

@@ -52,11 +52,13 @@ def submit(
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
     files: list[dict[str, Any]] | None = None,
+    echo: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as admission decides it: a new turn started or queued, the answer to
     the waiting turn's question, the same turn again, or a refusal (`admission`'s table);
-    `metadata`, the caller's, goes with a new turn (an answer keeps the waiting turn's);
+    `metadata`, the caller's, and `echo`, its dialect's, go with a new turn (an answer keeps the
+    waiting turn's);
     `target`: an edit's or a regenerate's place in the tree (`branching`)."""
     used_up = budgets.check(connection, conversation_id)
     owner = _lock_owner(connection, conversation_id, owner_limit)
@@ -110,6 +112,7 @@ def submit(
                 metadata=metadata,
                 output_schema=output_schema,
                 files=files,
+                echo=echo,
                 target=target,
             )
         case Enqueue() | Interrupt() | Rollback() | Steer():
@@ -123,6 +126,7 @@ def submit(
                 metadata=metadata,
                 output_schema=output_schema,
                 files=files,
+                echo=echo,
                 target=target,
             )
     raise _refusal(connection, conversation_id, row, decided, key=idempotency_key, owner=owner)
@@ -153,6 +157,7 @@ def _queue(
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
     files: list[dict[str, Any]] | None = None,
+    echo: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """Rows 8 to 13: the turn queued; with `interrupt` and `rollback` every turn before it
@@ -177,6 +182,7 @@ def _queue(
         metadata=metadata,
         output_schema=output_schema,
         files=files,
+        echo=echo,
         kind=FOR_STEER if isinstance(decided, Steer) else FOR_MESSAGE,
         target=target,
     )

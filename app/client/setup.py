@@ -13,15 +13,17 @@ from typing import Any, TypedDict
 
 from app.client.checks import check_model, check_storable_json, check_text
 from app.client.schemas import check_client_tools, check_output_schema
+from app.client.tool_choice import read_tool_choice
 from app.errors import InvalidRequest, UnknownTool
-from app.models import TOOL_CHOICES
 
 
 class Setup(TypedDict, total=False):
     """How a conversation is set up (`create_conversation`'s keywords; each has a default).
 
     `model`: a litellm model string (None: the settings'). `instructions`: the system prompt.
-    `tools`: names from `list_tools()`; `tool_choice`: `auto`, `required` or `none`.
+    `tools`: names from `list_tools()`; `tool_choice`: `auto`, `required` or `none`, or OpenAI's
+    object naming the one tool the model must call (`tool_choice.py` reads both dialects'
+    shapes; a forced choice binds each turn's first model call).
     `context`: the caller's own JSON, kept untouched. `client_tools`: tools the web app's client
     executes ({"name", "description", "parameters": a JSON Schema}); a call of one pauses the
     turn (`requires_action`) until the client posts its output (`answer_actions`). `clarify`:
@@ -39,7 +41,7 @@ class Setup(TypedDict, total=False):
     model: str | None
     instructions: str | None
     tools: Sequence[str]
-    tool_choice: str
+    tool_choice: str | Mapping[str, Any]
     context: dict[str, Any] | None
     client_tools: Sequence[dict[str, Any]] | None
     clarify: bool
@@ -49,8 +51,12 @@ class Setup(TypedDict, total=False):
     fallback_models: Sequence[str] | None
 
 
+#: The columns of the keys stored in other columns than their own name.
+_STORED_IN = {"tools": ("allowed_tools",), "tool_choice": ("tool_choice", "forced_tool")}
 #: The columns a setup is stored in, in its order (`check_setup`'s keys; a fork copies them).
-SETUP_COLUMNS = tuple("allowed_tools" if key == "tools" else key for key in Setup.__annotations__)
+SETUP_COLUMNS = tuple(
+    column for key in Setup.__annotations__ for column in _STORED_IN.get(key, (key,))
+)
 
 
 def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dict[str, Any]:
@@ -61,14 +67,10 @@ def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dic
             raise TypeError(f"unexpected keyword argument {key!r} (a conversation's setup)")
     model = given.get("model")
     model = check_model(default_model if model is None else model)
-    tool_choice = given.get("tool_choice", "auto")
-    check_tool_choice(tool_choice)
     names = check_tool_names(given.get("tools", ()))
     client_tools = check_client_tools(given.get("client_tools"), names)
-    if tool_choice == "required" and not names and not client_tools:
-        raise InvalidRequest(
-            "tool_choice 'required' needs at least one tool (of a server, or a client tool)"
-        )
+    choosable = [*names, *(str(tool["name"]) for tool in client_tools or ())]
+    tool_choice = read_tool_choice(given.get("tool_choice", "auto"), choosable)
     approval = check_approval_tools(given.get("approval_tools"), names)
     clarify = given.get("clarify", True)
     if not isinstance(clarify, bool):
@@ -82,7 +84,7 @@ def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dic
         "model": model,
         "instructions": instructions,
         "allowed_tools": names,
-        "tool_choice": tool_choice,
+        **tool_choice.columns,
         "context": context,
         "client_tools": client_tools,
         "clarify": clarify,
@@ -91,11 +93,6 @@ def check_setup(given: Mapping[str, Any], default_model: str, limit: int) -> dic
         "output_schema": check_output_schema(given.get("output_schema")),
         "fallback_models": check_fallback_models(given.get("fallback_models"), model),
     }
-
-
-def check_tool_choice(tool_choice: Any) -> None:
-    if tool_choice not in TOOL_CHOICES:
-        raise InvalidRequest(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}")
 
 
 def check_tool_names(tools: Sequence[str]) -> list[str]:

@@ -103,6 +103,7 @@ class ConversationView:
     context_policy: dict[str, Any] | None = None  # its own context rules (over the settings)
     output_schema: dict[str, Any] | None = None  # what every final answer must match
     fallback_models: list[str] = field(default_factory=list)  # (empty: the settings')
+    forced_tool: str | None = None  # the one tool the model must call (`tool_choice` required)
     cost_usd: float | None = 0.0  # litellm's prices; None: a call's price was unknown
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
     forked_from: uuid.UUID | None = None  # the conversation it was forked from
@@ -182,6 +183,8 @@ class TurnView:
     cached_tokens: int = 0  # of the prompt tokens, read from the provider's prompt cache
     output_schema: dict[str, Any] | None = None  # what this message's answer must match
     model: str | None = None  # the model it moved to (a fallback); None: the conversation's
+    # What the dialect that submitted it shows back of its request (`submit_message`'s `echo`)
+    echo: dict[str, Any] | None = None
 
     @property
     def pending_actions(self) -> tuple[ActionView, ...]:

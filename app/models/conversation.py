@@ -39,6 +39,9 @@ from app.vocabulary import FAILED, IDLE, RUNNING_STATUSES, STATUSES, TOOL_CHOICE
 #: written as constants so a prepared statement's generic plan can use the index too).
 UNHELD_SQL = f"{in_list('status', RUNNING_STATUSES)} AND lease_owner IS NULL"
 
+#: A forced tool narrows `required` to one tool: it never comes with `auto` or `none`.
+FORCED_TOOL_SQL = "forced_tool IS NULL OR tool_choice = 'required'"
+
 #: The columns of a conversation that no worker holds: what every end of a lease writes (an answer,
 #: a failure, a release at shutdown, the janitor, a new turn from the web app). Defined once.
 #: The seed of an owner's advisory lock key (`hashtextextended(owner, seed)`), taken by the
@@ -55,6 +58,7 @@ class Conversation(Base):
     __table_args__ = (
         CheckConstraint(in_list("status", STATUSES), name="status"),
         CheckConstraint(in_list("tool_choice", TOOL_CHOICES), name="tool_choice"),
+        CheckConstraint(FORCED_TOOL_SQL, name="forced_tool_required"),
         CheckConstraint("iterations >= 0", name="iterations_not_negative"),
         CheckConstraint("lease_epoch >= 0", name="lease_epoch_not_negative"),
         CheckConstraint("attempts >= 0", name="attempts_not_negative"),
@@ -104,6 +108,9 @@ class Conversation(Base):
     instructions: Mapped[str | None] = mapped_column(Text)
     allowed_tools: Mapped[list[str]] = mapped_column(JsonType, default=list)
     tool_choice: Mapped[str] = mapped_column(String(16), default="auto", server_default="auto")
+    # The one tool the model must call (OpenAI's `{"type": "function", "name": ...}`), with
+    # `tool_choice` 'required'; NULL: any tool `tool_choice` allows (`client/tool_choice.py`).
+    forced_tool: Mapped[str | None] = mapped_column(String(200))
     # Tools the web app's client executes ({"name", "description", "parameters"}); a call of one
     # pauses the turn until the client posts its output.
     client_tools: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)

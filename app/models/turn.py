@@ -58,6 +58,10 @@ class Turn(Base):
     trace_context: Mapped[dict[str, str] | None] = mapped_column(JsonType)
     # The caller's own key-value pairs for the turn (OpenAI's `metadata`), shown back as given.
     caller_metadata: Mapped[dict[str, str] | None] = mapped_column(JsonType)
+    # What the dialect that submitted the turn shows back of its request and keeps nowhere else
+    # (the Responses API's `store` and `previous_response_id`), written with the turn; NULL:
+    # nothing (a turn of our own API, or of the previous release).
+    echo: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     kind: Mapped[str] = mapped_column(String(16), default=FOR_MESSAGE, server_default=FOR_MESSAGE)
     # The user's message: its seq once it is in the transcript; its text while it waits outside.
     message_seq: Mapped[int | None] = mapped_column(Integer)

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.telemetry import metrics, tracing
-from app.worker import failpoints, files, plan, structured
+from app.worker import failpoints, files, offer, plan, structured
 from app.worker.broadcast import ReplyStream
 from app.worker.compactor import Compactor
 from app.worker.in_flight import Aborted, InFlight
@@ -130,7 +130,12 @@ class ModelCaller:
             model=run.model,
             messages=messages,
             tools=run.tool_caller.function_tools,
-            tool_choice=run.snapshot.tool_choice,
+            tool_choice=offer.tool_choice(
+                run.snapshot.tool_choice,
+                run.snapshot.forced_tool,
+                run.tool_caller.toolbox.offered,
+                run.transcript,
+            ),
             cache_key=str(run.claim.conversation_id) if run.compactor.rules.prompt_cache else None,
             response_format=response_format,
         )

@@ -1,18 +1,19 @@
 """The tools a turn offers and may call (rows 15-18 of `plan`'s table, and the checks of row 5
-that a call names a tool offered with a JSON object): pure, no I/O; the step loop picks the
-definitions of the names decided here.
+that a call names a tool offered with a JSON object), and which of them the model must call
+(rows 31-32): pure, no I/O; the step loop picks the definitions of the names decided here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from app.worker.entry import ToolCall
+from app.worker.entry import Entry, ToolCall
 
 ASK, ERROR = "ask", "error"  # what becomes of a call in flight at a crash (`IN_FLIGHT_RECOVERY`)
+REQUIRED = "required"  # the tool choice that forces a call (of any tool, or of the one named)
 
 CUT_OFF_RESULT = (
     "Error: your reply was cut off by the output length limit before this tool call was "
@@ -91,6 +92,36 @@ def toolbox(
     )
 
 
+def tool_choice(
+    choice: str, forced: str | None, offered: Collection[str], transcript: Sequence[Entry]
+) -> str | dict[str, Any]:
+    """Rows 31-32: the `tool_choice` of the next model call, in OpenAI's Chat Completions shape.
+
+    A forced choice (`required`, or `forced`: the one tool named) binds the turn's first model
+    call only, until a tool result follows the turn's user message; from then on the model is
+    free (`auto`) to answer with what the tools returned. Forced again, it would have to call a
+    tool on every call: a server's tool runs and comes back, and the turn would loop until its
+    iteration limit (the OpenAI Agents SDK resets a forced choice after a tool call by default,
+    `reset_tool_choice`, for the same reason). One rule for both forms, and for every tool:
+    a client tool's output, or an approval's, is a tool result too. A forced tool this call
+    does not offer (its server dropped it) forces nothing: `auto`."""
+    if choice != REQUIRED:
+        return choice
+    if _answered_since_user(transcript) or (forced is not None and forced not in offered):
+        return "auto"
+    return REQUIRED if forced is None else {"type": "function", "function": {"name": forced}}
+
+
+def _answered_since_user(transcript: Sequence[Entry]) -> bool:
+    """A tool result is committed after the last user message (reads back to it only)."""
+    for entry in reversed(transcript):
+        if entry.role == "tool":
+            return True
+        if entry.role == "user":
+            return False
+    return False
+
+
 def check_call(
     call: ToolCall, offered: Collection[str], known: Collection[str], cut_off: bool = False
 ) -> dict[str, Any] | str:
@@ -125,6 +156,7 @@ __all__ = [
     "NO_TOOLS",
     "Toolbox",
     "check_call",
+    "tool_choice",
     "toolbox",
     "uses_tools",
 ]

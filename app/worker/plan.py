@@ -134,6 +134,15 @@ uses now (`verdict.fall_back`):
                                                                   a resumed turn goes on with it
     otherwise                                                   row 10: Fail
 
+`tool_choice` (`offer.py`) decides, before each model call, what the model must call:
+
+    the turn's tool choice and transcript                       sent
+    ----------------------------------------------------------  ----------------------------------
+31  `required` (or a forced tool it offers), no tool result     `required` (or that tool, named)
+    after the turn's user message yet: its first model call
+32  `required` with a tool result after it, or a forced tool    `auto`: forced again, a server's
+    not offered; `auto` and `none` as they are                    tool would loop to the limit
+
 A reply that arrived is committed by these rows even when a cancel came while it was on its way:
 the cancel then acts on the next plan (row 3). A cancel that arrives during the model call aborts
 the call, so no reply comes and row 3 cancels the turn.

@@ -40,7 +40,8 @@ class ModelRequest:
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str = "auto"
+    # `auto`, `none`, `required`, or the tool named ({"type": "function", "function": ...})
+    tool_choice: str | dict[str, Any] = "auto"
     # Marks the request's stable prefix for the provider's prompt cache, keyed by this (the
     # conversation); None: no marks.
     cache_key: str | None = None

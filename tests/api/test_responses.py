@@ -197,17 +197,19 @@ def test_previous_response_id_naming_an_earlier_response_continues_on_a_new_bran
     )
     first = create(sdk, input=f"Capital of France? {token}")
     second = create(sdk, input="Its river?", previous_response_id=first.id)
-    assert second.output_text == "The Seine."
+    assert second.output_text == "The Seine." and second.previous_response_id == first.id
     # from the first response again: the model is sent its path only, not the second exchange
     third = create(sdk, input="Its longest river?", previous_response_id=first.id)
-    assert third.output_text == "The Loire." and third.previous_response_id is None
+    assert third.output_text == "The Loire." and third.previous_response_id == first.id
     sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
     assert [m["content"] for m in sent if m["role"] == "user"] == [
         f"Capital of France? {token}",
         "Its longest river?",
     ]
-    # every response stays retrievable, each on its branch
+    # every response stays retrievable, each on its branch, showing what it was created after
     assert retrieve(sdk, second.id).output_text == "The Seine."
+    assert retrieve(sdk, third.id).previous_response_id == first.id
+    assert retrieve(sdk, first.id).previous_response_id is None
     assert first.conversation is not None
     path = shared_api.client.get_conversation(first.conversation.id).messages
     assert [m.content for m in path] == [
@@ -216,7 +218,7 @@ def test_previous_response_id_naming_an_earlier_response_continues_on_a_new_bran
     assert path[2].siblings == [3, 5]  # "Its river?" is the other version
     # the latest response goes on as before
     fourth = create(sdk, input="Thanks.", previous_response_id=third.id)
-    assert fourth.output_text == "You are welcome."
+    assert fourth.output_text == "You are welcome." and fourth.previous_response_id == third.id
 
 
 def test_a_create_repeated_with_its_idempotency_key_is_the_same_response(
@@ -322,6 +324,101 @@ def test_tool_choice_required_with_only_a_function_tool_forces_its_call(
     assert sent["body"]["tool_choice"] == "required"
 
 
+def test_tool_choice_naming_a_function_forces_it_on_the_first_call_only(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """A named tool (the Responses API's shape) goes to the model in Chat Completions' shape and
+    is shown back as OpenAI shows it; once the call is answered the model is free to answer."""
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_loc", "name": "get_location", "arguments": {}}]},
+            {"text": "You are in Paris."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    weather = {**LOCATE, "name": "get_weather", "description": "The weather."}
+    named = {"type": "function", "name": "get_location"}
+    first = create(sdk, input=f"where am I {token}", tools=[weather, LOCATE], tool_choice=named)
+    (call,) = first.output
+    assert call.type == "function_call" and call.name == "get_location"
+    assert first.tool_choice.model_dump() == named  # type: ignore[union-attr]
+    assert retrieve(sdk, first.id).tool_choice == first.tool_choice
+    second = create(
+        sdk,
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "c_loc", "output": "Paris"}],
+        tool_choice=named,  # (sent again, as frameworks do: checked, the conversation's applies)
+    )
+    assert second.output_text == "You are in Paris." and second.tool_choice == first.tool_choice
+    asked = [sent["body"]["tool_choice"] for sent in fake_llm.requests(match=token)]
+    assert asked == [{"type": "function", "function": {"name": "get_location"}}, "auto"]
+    # a later request naming a tool the conversation does not have: refused, nothing written
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(
+            sdk,
+            previous_response_id=second.id,
+            input="and tomorrow?",
+            tool_choice={"type": "function", "name": "get_forecast"},
+        )
+    assert refused.value.body["param"] == "tool_choice"  # type: ignore[index]
+    assert len(fake_llm.requests(match=token)) == 2
+    assert retrieve(sdk, second.id).output_text == "You are in Paris."
+
+
+def test_tool_choice_naming_an_mcp_tool_does_not_loop_to_the_iteration_limit(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """A server's tool runs and comes back: forced on every call, the model would call it until
+    the turn's limit. It is forced on the first call; the next one is `auto`."""
+    token = uuid.uuid4().hex
+    fake_llm.script(
+        [
+            {"tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 2, "b": 3}}]},
+            {"text": "It is 5."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    tools = [{**MCP, "allowed_tools": ["add", "erase_notes"]}]
+    named = {"type": "function", "name": "add"}
+    response = create(sdk, input=f"add {token}", tools=tools, tool_choice=named)
+    assert response.status == "completed" and response.output_text == "It is 5."
+    assert [item.type for item in response.output] == ["mcp_call", "message"]
+    assert response.tool_choice.model_dump() == named  # type: ignore[union-attr]
+    asked = [sent["body"]["tool_choice"] for sent in fake_llm.requests(match=token)]
+    assert asked == [{"type": "function", "function": {"name": "add"}}, "auto"]
+
+
+def test_store_false_is_shown_back_and_the_turn_is_as_durable_as_any(
+    sdk: openai.OpenAI, fake_llm: FakeLLMServer
+) -> None:
+    """`store: false` and `previous_response_id` are shown as the request gave them on the
+    create, on retrieve and in every snapshot of the stream, live and replayed."""
+    token = uuid.uuid4().hex
+    fake_llm.script([{"text": "First."}, {"text": "Second."}, {"text": "Third."}], match=token)
+    first = create(sdk, input=f"one {token}", store=False)
+    assert first.store is False and retrieve(sdk, first.id).store is False
+    with sdk.responses.stream(
+        model=FAKE_MODEL, input="two", previous_response_id=first.id, store=False
+    ) as stream:
+        live = list(stream)
+        final = stream.get_final_response()
+    assert final.output_text == "Second."
+    replayed = list(sdk.responses.retrieve(final.id, stream=True))
+    for events in (live, replayed):
+        snapshots = [event.response for event in events if hasattr(event, "response")]
+        assert len(snapshots) == 3  # created, in_progress, completed
+        assert {(s.store, s.previous_response_id) for s in snapshots} == {(False, first.id)}
+    again = retrieve(sdk, final.id)
+    assert (again.store, again.previous_response_id) == (False, first.id)
+    # stored like any turn: its conversation holds both exchanges
+    assert [item.type for item in sdk.responses.input_items.list(final.id).data] == ["message"]
+    plain = create(sdk, input="three", previous_response_id=final.id)
+    assert (plain.store, plain.previous_response_id) == (True, final.id)
+
+
 def dumped(response: Response) -> list[dict[str, Any]]:
     """A response's output items as a framework sends them back (the SDK's own dump)."""
     return [item.model_dump(exclude_none=True) for item in response.output]
@@ -362,11 +459,15 @@ def test_a_stateless_tool_loop_sends_the_whole_history_and_continues_the_same_tu
     assert second.output_text == "You are in Paris."
     assert second.conversation == first.conversation
     assert second.id.startswith(first.id)  # the same turn: its response after the pause
+    assert second.previous_response_id == first.id
 
     again = {"role": "user", "content": f"which country {later}"}
     third = create(sdk, input=[*history, *dumped(second), again], tools=[LOCATE])
     assert third.output_text == "Paris is in France."
     assert third.conversation == first.conversation
+    # the response its history's last item of ours stands for, as if it had been named
+    assert third.previous_response_id == second.id
+    assert retrieve(sdk, third.id).previous_response_id == second.id
     sent = fake_llm.requests(match=later)[-1]["body"]["messages"]
     assert [m["role"] for m in sent if m["role"] != "system"] == [
         "user",
@@ -458,7 +559,38 @@ def test_bad_requests_are_refused_in_openai_s_error_shape(
 ) -> None:
     """Each bad input: the status and `param` it gets; nothing is written."""
     cases: list[tuple[dict[str, Any], type[Exception], str | None]] = [
-        ({"input": "x", "store": False}, openai.BadRequestError, "store"),
+        ({"input": "x", "store": "no"}, openai.BadRequestError, "store"),
+        ({"input": "x", "tool_choice": 3}, openai.BadRequestError, "tool_choice"),
+        ({"input": "x", "tool_choice": "required"}, openai.BadRequestError, "tool_choice"),
+        ({"input": "x", "tool_choice": "always"}, openai.BadRequestError, "tool_choice"),
+        (
+            {"input": "x", "tools": [LOCATE], "tool_choice": {"type": "function"}},
+            openai.BadRequestError,
+            "tool_choice",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [LOCATE],
+                "tool_choice": {"type": "function", "name": "get_weather"},
+            },
+            openai.BadRequestError,
+            "tool_choice",
+        ),
+        (  # a tool of the server that the request does not allow
+            {
+                "input": "x",
+                "tools": [{**MCP, "allowed_tools": ["add"]}],
+                "tool_choice": {"type": "function", "name": "erase_notes"},
+            },
+            openai.BadRequestError,
+            "tool_choice",
+        ),
+        (
+            {"input": "x", "tools": [LOCATE], "tool_choice": {"type": "web_search_preview"}},
+            openai.BadRequestError,
+            "tool_choice",
+        ),
         ({"input": "x", "tools": [{"type": "web_search"}]}, openai.BadRequestError, "tools[0]"),
         # a reasoning item is passed over: nothing is left to answer
         ({"input": [{"type": "reasoning", "summary": []}]}, openai.BadRequestError, "input"),

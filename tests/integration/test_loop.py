@@ -144,6 +144,35 @@ def test_tool_choice_none_takes_the_simple_path(world: World) -> None:
     assert model.requests[0].tools == []
 
 
+@pytest.mark.parametrize(
+    ("given", "first"),
+    [
+        ("required", "required"),
+        ({"type": "function", "name": "add"}, {"type": "function", "function": {"name": "add"}}),
+    ],
+    ids=["required", "named"],
+)
+def test_a_forced_tool_choice_binds_each_turn_s_first_model_call_only(
+    world: World, given: Any, first: Any
+) -> None:
+    """A server's tool runs and comes back: forced on every call, the turn would call it until
+    its iteration limit. The first call is forced, the next one (after the result) is `auto`,
+    and the next turn's first call is forced again."""
+    conversation_id = world.conversation(tool_choice=given)
+    view = world.client.get_conversation(conversation_id)
+    assert (view.tool_choice, view.forced_tool) == (
+        "required",
+        None if given == "required" else "add",
+    )
+    model = fakes.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.runner(model), conversation_id) is Outcome.IDLE
+    assert [request.tool_choice for request in model.requests] == [first, "auto"]
+    world.client.submit_message(conversation_id, "And 2 + 2?")
+    again = fakes.ScriptedModel(ADD_THEN_ANSWER)
+    assert run(world.runner(again), conversation_id) is Outcome.IDLE
+    assert [request.tool_choice for request in again.requests] == [first, "auto"]
+
+
 def test_a_turn_with_a_tool_call(world: World) -> None:
     conversation_id = world.conversation(instructions="Be exact.")
     model = fakes.ScriptedModel(ADD_THEN_ANSWER)

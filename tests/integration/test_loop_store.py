@@ -270,7 +270,8 @@ def rows_of(engine: Engine, conversation_id: uuid.UUID) -> dict[str, list[tuple[
             select(
                 turns.c.number, turns.c.status, turns.c.kind, turns.c.message_seq,
                 turns.c.parent_seq, turns.c.idempotency_key, turns.c.caller_metadata,
-                turns.c.output_schema, turns.c.input, turns.c.prompt_tokens, turns.c.cost_usd,
+                turns.c.output_schema, turns.c.echo, turns.c.input, turns.c.prompt_tokens,
+                turns.c.cost_usd,
             ).where(turns.c.conversation_id == conversation_id).order_by(turns.c.number)
         ).all()  # fmt: skip
         message_rows = connection.execute(
@@ -316,7 +317,8 @@ def test_a_submit_on_the_loop_writes_what_the_general_path_writes(
             assert ran == (["submitted"] if postgres else ["submit_message"]), ran
             return submitted
 
-        first = submit("what is 1 + 2?", idempotency_key="k1", metadata={"from": "test"})
+        echo = {"store": False, "previous_response_id": None}
+        first = submit("what is 1 + 2?", idempotency_key="k1", metadata={"from": "test"}, echo=echo)
         again = submit("what is 1 + 2?", idempotency_key="k1", metadata={"from": "test"})
         assert again.repeated and again.turn_id == first.turn_id and not first.repeated
         assert again.turn == first.turn and first.turn.status == "queued"
@@ -327,7 +329,9 @@ def test_a_submit_on_the_loop_writes_what_the_general_path_writes(
         asyncio.run(runner.run(conversation_id))
         then = submit("and 2 + 2?", output_schema=schema)
         assert then.seq == 5 and then.turn.number == 2 and then.turn.output_schema is not None
-        assert first.turn.metadata == {"from": "test"}
+        assert first.turn.metadata == {"from": "test"} and first.turn.echo == echo
+        assert again.turn.echo == echo and then.turn.echo is None  # (a repeat writes nothing)
+        assert client.get_turn(first.turn_id).echo == echo
     assert rows_of(engine_, quick) == rows_of(engine_, general)
     assert client.events(quick, limit=1000).last_seq == client.events(general, limit=1000).last_seq
 
@@ -338,8 +342,9 @@ def test_what_the_quick_path_leaves_to_the_general_one(postgres_client: ChatClie
     client = postgres_client
     busy = client.create_conversation(owner="o")
     client.submit_message(busy, "first", owner="o", idempotency_key="k")
-    queued, ran = asubmit(client, busy, "second", owner="o", on_busy="enqueue")
+    queued, ran = asubmit(client, busy, "second", owner="o", on_busy="enqueue", echo={"n": 1})
     assert ran == ["submit_message"] and queued.turn.status == "queued" and queued.seq is None
+    assert queued.turn.echo == {"n": 1}  # (kept with a waiting turn too)
     refused, ran = asubmit(client, busy, "third", owner="o")
     assert ran == ["submit_message"] and refused[0] is ConversationBusy
     reused, ran = asubmit(client, busy, "not first", owner="o", idempotency_key="k")
@@ -401,7 +406,7 @@ def test_the_fence_refuses_a_start_read_before_another_write(postgres_client: Ch
             await asyncio.to_thread(client.submit_message, conversation_id, "first", owner="o")
             _, parameters = quick_submit.start_parameters(
                 conversation_id, read, "late", None, metadata=None, output_schema=None,
-                trace_context=None, now=datetime.now(UTC),
+                echo=None, trace_context=None, now=datetime.now(UTC),
             )  # fmt: skip
             return await statements[1].rows_on_loop(connection, parameters)
 

@@ -11,6 +11,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import CheckConstraint, create_engine, inspect, text
+from sqlalchemy.exc import IntegrityError
 
 from app.migrate import downgrade, upgrade
 from app.models import Base
@@ -190,3 +191,53 @@ def test_existing_conversations_become_a_single_active_path_with_nothing_lost(
         (3, 2, True),
     ]
     assert kept == 1
+
+
+def test_turns_in_flight_keep_their_rows_and_a_forced_tool_needs_required(
+    blank_url: str,
+) -> None:
+    """Migration 0026 on a database with a turn running: the turn reads back with no echo, the
+    conversation forces no tool; from then on a forced tool comes only with `required`."""
+    upgrade(blank_url, "0025")
+    engine = create_engine(blank_url)
+    sqlite = "sqlite" in blank_url
+    conversation, turn = uuid.uuid4(), uuid.uuid4()
+    ids = {"c": conversation.hex if sqlite else conversation, "t": turn.hex if sqlite else turn}
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO conversations (id, status, model, allowed_tools, tool_choice,"
+                    " turn_number, turn_count) VALUES (:c, 'processing', 'm', '[]', 'required',"
+                    " 1, 1)"
+                ),
+                ids,
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO turns (id, conversation_id, number, status)"
+                    " VALUES (:t, :c, 1, 'running')"
+                ),
+                ids,
+            )
+        upgrade(blank_url)
+        with engine.begin() as connection:
+            row = connection.execute(
+                text(
+                    "SELECT t.status, t.echo, c.tool_choice, c.forced_tool FROM turns t"
+                    " JOIN conversations c ON c.id = t.conversation_id"
+                )
+            ).one()
+            assert tuple(row) == ("running", None, "required", None)
+            connection.execute(
+                text("UPDATE conversations SET forced_tool = 'add' WHERE id = :c"), ids
+            )
+        with pytest.raises(IntegrityError), engine.begin() as connection:
+            connection.execute(
+                text("UPDATE conversations SET tool_choice = 'auto' WHERE id = :c"), ids
+            )
+        downgrade(blank_url, "0025")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM turns")).scalar_one() == 1
+    finally:
+        engine.dispose()

@@ -13,6 +13,7 @@ from app.worker.offer import (
     NO_TOOLS,
     Toolbox,
     check_call,
+    tool_choice,
     toolbox,
     uses_tools,
 )
@@ -427,6 +428,40 @@ def test_the_session_cache_s_readers_are_offered_beside_a_server_s_tool_while_th
     assert toolbox(["add"], ["add"], cache=readers, session_cache=False).own == frozenset()
     alone = toolbox([], ["add"], action_kinds={"locate": "client_tool"}, cache=readers)
     assert alone.offered == {"locate"} and alone.own == frozenset()
+
+
+# --- what the model must call ---------------------------------------------------------------------
+
+FORCED = {"type": "function", "function": {"name": "add"}}
+
+
+@pytest.mark.row(31)
+def test_a_forced_choice_binds_the_turn_s_first_model_call() -> None:
+    first = [user(1)]
+    assert tool_choice("required", None, {"add"}, first) == "required"
+    assert tool_choice("required", "add", {"add", "search_docs"}, first) == FORCED
+    # a later turn's first call, after earlier turns' tool results: forced again
+    later = [user(1), calls(2, B), result(3, B), answer(4), user(5)]
+    assert tool_choice("required", "add", {"add"}, later) == FORCED
+    # a repair of a refused answer has no tool result either: still forced
+    assert tool_choice("required", None, {"add"}, [user(1), answer(2)]) == "required"
+
+
+@pytest.mark.row(32)
+def test_once_the_turn_has_a_tool_result_the_model_is_free_to_answer() -> None:
+    """Forced again, a server's tool would be called on every model call until the turn's
+    iteration limit: `required` and a named tool both become `auto`, whatever answered the
+    call (a server's tool, a client's output, an approval's result)."""
+    after = [user(1), calls(2, B), result(3, B)]
+    assert tool_choice("required", None, {"add"}, after) == "auto"
+    assert tool_choice("required", "add", {"add"}, after) == "auto"
+    # several rounds in, the same
+    assert tool_choice("required", "add", {"add"}, [*after, calls(4, B), result(5, B)]) == "auto"
+    # a forced tool this call does not offer forces nothing
+    assert tool_choice("required", "add", {"search_docs"}, [user(1)]) == "auto"
+    for word in ("auto", "none"):
+        assert tool_choice(word, None, {"add"}, [user(1)]) == word
+        assert tool_choice(word, None, {"add"}, after) == word
 
 
 # --- a claim over its attempt budget ------------------------------------------------------------

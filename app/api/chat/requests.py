@@ -32,6 +32,7 @@ from app.api.responses.requests import JSON_OBJECT
 from app.api.responses.tools_given import McpTool, read_tools
 from app.client.checks import check_metadata
 from app.client.schemas import check_output_schema
+from app.client.tool_choice import read_tool_choice
 from app.errors import InvalidRequest
 
 KNOWN = frozenset(
@@ -83,7 +84,6 @@ UNSUPPORTED: dict[str, Any] = {
     "functions": None,
     "function_call": None,
 }
-TOOL_CHOICES = ("auto", "none", "required")
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,7 @@ class ChatRequest:
     history: ChatHistory
     client_tools: tuple[dict[str, Any], ...] = ()
     mcp: tuple[McpTool, ...] = ()
-    tool_choice: str = "auto"
-    forced: str | None = None  # the function a tool_choice names
+    tool_choice: Any = "auto"  # as given (app/client/tool_choice.py reads it)
     output_schema: dict[str, Any] | None = None
     stream: bool = False
     include_usage: bool = False
@@ -110,7 +109,6 @@ class ChatRequest:
             ),
             "mcp": sorted(repr(server) for server in self.mcp),
             "tool_choice": self.tool_choice,
-            "forced": self.forced,
         }
 
 
@@ -131,17 +129,16 @@ def parse_chat(body: Any) -> ChatRequest:
     if body.get("n") not in (None, 1):
         raise Unsupported("n must be 1: this server gives one choice", param="n")
     client_tools, mcp = read_tools(_tools(body.get("tools")))
-    choice, forced = _tool_choice(body.get("tool_choice"), client_tools)
-    if choice == "required" and not (client_tools or mcp):
-        raise Unsupported("tool_choice 'required' needs at least one tool", param="tool_choice")
+    choice = body.get("tool_choice")
+    if not mcp:  # (a server's tools are known once its catalogue is read: create.py checks)
+        read_tool_choice(choice, [str(tool["name"]) for tool in client_tools])
     stream = _flag(body, "stream")
     return ChatRequest(
         model=model,
         history=read_history(body.get("messages")),
         client_tools=client_tools,
         mcp=mcp,
-        tool_choice=choice,
-        forced=forced,
+        tool_choice="auto" if choice is None else choice,
         output_schema=_response_format(body.get("response_format")),
         stream=stream,
         include_usage=_include_usage(body.get("stream_options"), stream),
@@ -168,27 +165,6 @@ def _tools(value: Any) -> Any:
         else:
             shaped.append(tool)
     return shaped
-
-
-def _tool_choice(value: Any, functions: tuple[dict[str, Any], ...]) -> tuple[str, str | None]:
-    if value is None:
-        return "auto", None
-    if value in TOOL_CHOICES:
-        return str(value), None
-    named = value.get("function") if isinstance(value, dict) else None
-    name = named.get("name") if isinstance(named, dict) else None
-    if not isinstance(name, str) or value.get("type") != "function":
-        raise Unsupported(
-            'tool_choice must be auto, none, required or {"type": "function", "function": '
-            '{"name": ...}}',
-            param="tool_choice",
-        )
-    if name not in {tool["name"] for tool in functions}:
-        raise Unsupported(
-            f"tool_choice names {name!r}, which is not one of the request's function tools",
-            param="tool_choice",
-        )
-    return "required", name
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:

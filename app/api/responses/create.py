@@ -1,7 +1,9 @@
 """What a create request does: a new conversation and its first turn, a message to a given
 conversation, or, after `previous_response_id`, the answers that continue its turn, the next turn,
 or a turn on a new branch from an earlier response. The setup a conversation was given first is
-checked against each later request."""
+checked against each later request. A new turn keeps what its response shows back of the request
+(`echo`: `store`, and the `previous_response_id` named, or the one a stateless history's anchor
+stands for), so a create, a retrieve and every replay of its stream show the same."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from app.api.responses.tools_given import McpTool
 from app.api.responses.translate import segments
 from app.api.state import ApiState
 from app.client import ConversationView
+from app.client.tool_choice import read_tool_choice
 from app.errors import TurnNotFound
 from app.models import MESSAGE_COMMITTED, REQUIRES_ACTION
 
@@ -57,7 +60,8 @@ def start(api: ApiState, caller: Caller, request: CreateResponse, key: str | Non
         model=request.model,
         instructions=request.instructions,
         tools=tools,
-        tool_choice=request.tool_choice,
+        # (checked against the tools there)
+        tool_choice="auto" if request.tool_choice is None else request.tool_choice,
         owner=caller.owner,
         client_tools=list(request.client_tools) or None,
         approval_tools=approval or None,
@@ -75,6 +79,7 @@ def _submit(
     after: int | None = None,
 ) -> ResponseId:
     assert request.text is not None
+    previous = None if request.previous is None else str(request.previous)
     submitted = api.client.submit_message(
         conversation_id,
         request.text,
@@ -84,6 +89,7 @@ def _submit(
         after_seq=after,
         output_schema=request.output_schema,
         files=list(request.files) or None,
+        echo={"store": request.store, "previous_response_id": previous},
     )
     assert submitted.turn_id is not None
     record = api.client.turn_record(submitted.turn_id, owner=caller.owner)
@@ -151,7 +157,7 @@ def _copied(api: ApiState, caller: Caller, request: CreateResponse, key: str | N
         model=request.model,
         instructions=request.instructions,
         tools=tools,
-        tool_choice=request.tool_choice,
+        tool_choice="auto" if request.tool_choice is None else request.tool_choice,
         owner=caller.owner,
         client_tools=list(request.client_tools) or None,
         approval_tools=approval or None,
@@ -182,7 +188,8 @@ def _response_holding(api: ApiState, caller: Caller, anchor: Anchor) -> Response
 
 def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView) -> None:
     """A conversation's setup is fixed at its first response: a later request may repeat it,
-    not change it (yet)."""
+    not change it (yet). Its `tool_choice` is checked against the conversation's tools, and the
+    conversation's applies (frameworks send theirs on every request of a tool loop)."""
     model, instructions = setup.model, setup.instructions
     tools, client_tools = setup.tools, setup.client_tools
     if request.model != model:
@@ -196,6 +203,8 @@ def _check_setup(api: ApiState, request: CreateResponse, setup: ConversationView
             "instructions differ from the conversation's (they are set by its first response)",
             param="instructions",
         )
+    if request.tool_choice is not None:
+        read_tool_choice(request.tool_choice, [*tools, *(str(t["name"]) for t in client_tools)])
     if request.tools_given:
         names, approval = mcp_names(api, request.mcp)
         functions = sorted(str(tool["name"]) for tool in request.client_tools)

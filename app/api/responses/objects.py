@@ -3,6 +3,12 @@
 Usage is counted per turn: the turn's last response carries the turn's tokens (cached tokens
 are not counted yet: 0); an earlier response of the same turn, which ended at a pause, has
 `usage: null`.
+
+What a response shows back of its request is read from what was committed, so it is the same on
+create, retrieve and every replay of its stream: `store` and, for a turn's first response, the
+`previous_response_id` it was created after (`turns.echo`; a later response of the same turn
+follows the one before it); `tool_choice` is the conversation's, a forced tool as the object
+naming it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from app.api.responses.translate import (
     response_status,
     segments,
 )
+from app.client.tool_choice import ToolChoice
 from app.client.views import TurnRecord
 
 
@@ -55,9 +62,6 @@ def response_object(
     error = None
     if status == "failed":
         error = {"code": _error_code(turn.error), "message": turn.error or "the turn failed"}
-    previous = None
-    if response.segment > 0:
-        previous = str(ResponseId(turn.id, response.segment - 1))
     finished = status in ("completed", "failed", "cancelled", "incomplete")
     return {
         "id": str(response),
@@ -77,13 +81,11 @@ def response_object(
         "parallel_tool_calls": True,
         "temperature": None,
         "top_p": None,
-        "tool_choice": conversation.tool_choice,
         "tools": _tools_echo(record, servers),
         "background": background,
-        "previous_response_id": previous,
         "conversation": {"id": str(conversation.id)},
         "usage": _usage(record) if last else None,
-        "store": True,
+        **_request_echo(record, response),
     }
 
 
@@ -108,15 +110,11 @@ def initial_object(record: TurnRecord, response: ResponseId, servers: Mapping[st
             "parallel_tool_calls": True,
             "temperature": None,
             "top_p": None,
-            "tool_choice": record.conversation.tool_choice,
             "tools": _tools_echo(record, servers),
             "background": None,
-            "previous_response_id": None
-            if response.segment == 0
-            else str(ResponseId(record.turn.id, response.segment - 1)),
             "conversation": {"id": str(record.conversation.id)},
             "usage": None,
-            "store": True,
+            **_request_echo(record, response),
         }
 
     return snapshot
@@ -133,6 +131,21 @@ def text_echo(schema: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def input_items(record: TurnRecord, response: ResponseId, servers: Mapping[str, str]) -> list[Any]:
     return list(segment_of(record, response, servers).input)
+
+
+def _request_echo(record: TurnRecord, response: ResponseId) -> dict[str, Any]:
+    """`tool_choice`, `previous_response_id` and `store` as the response shows them back."""
+    turn, conversation = record.turn, record.conversation
+    echo = turn.echo or {}  # (none: a turn of our own API, or of the previous release)
+    previous = echo.get("previous_response_id")
+    if response.segment > 0:  # (after a pause: the response before it, of the same turn)
+        previous = str(ResponseId(turn.id, response.segment - 1))
+    choice = ToolChoice(conversation.tool_choice, conversation.forced_tool)
+    return {
+        "tool_choice": choice.responses_shape(),
+        "previous_response_id": previous,
+        "store": echo.get("store", True),
+    }
 
 
 def _usage(record: TurnRecord) -> dict[str, Any]:

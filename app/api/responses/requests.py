@@ -20,7 +20,11 @@ conversation           our conversation id (a string, or {"id": ...})
 tools                  `function` tools: the client executes them (`function_call` items);
                        `mcp` tools: a worker's MCP server by `server_label`, optionally
                        `allowed_tools`; absent: no tools, as OpenAI
-tool_choice            auto | none | required
+tool_choice            auto | none | required, or {"type": "function", "name"} naming one of
+                       the request's function tools or allowed MCP tools (checked by
+                       `app/client/tool_choice.py` once the MCP tools are known): a new
+                       conversation's; a later request's is checked, the conversation's
+                       applies
 metadata               the turn's (kept with it; at most 16 strings, as OpenAI's)
 text                   `format`: `text` (the default), `json_schema` (`name`, `schema`,
                        `strict`, `description`: the turn's output schema, its answer checked
@@ -29,7 +33,8 @@ text                   `format`: `text` (the default), `json_schema` (`name`, `s
 user, ...              see UNSUPPORTED / IGNORED
 background             answer at once with the queued response
 stream                 server-sent events (the stream of the turn)
-store                  must not be false: every response is stored
+store                  true or false, shown back on the response; the turn is stored and
+                       durable either way (that is what makes it resumable)
 """
 
 from __future__ import annotations
@@ -48,7 +53,6 @@ from app.client.schemas import check_output_schema
 from app.client.views import Decision
 from app.errors import InvalidRequest
 
-TOOL_CHOICES = ("auto", "none", "required")
 #: Accepted and without effect here (said in the docs).
 IGNORED = frozenset(
     {"user", "safety_identifier", "prompt_cache_key", "service_tier", "include", "truncation"}
@@ -96,9 +100,10 @@ class CreateResponse:
     client_tools: tuple[dict[str, Any], ...] = ()
     mcp: tuple[McpTool, ...] = ()
     tools_given: bool = False
-    tool_choice: str = "auto"
+    tool_choice: str | dict[str, Any] | None = None  # as given (None: not given, auto)
     background: bool = False
     stream: bool = False
+    store: bool = True  # shown back: the turn is stored either way
     metadata: dict[str, str] | None = None  # (checked by the client: check_metadata)
     output_schema: dict[str, Any] | None = None  # `text.format` json_schema / json_object
     files: tuple[dict[str, Any], ...] = ()  # input_image / input_file parts, in order
@@ -121,12 +126,6 @@ def parse_create(body: Any) -> CreateResponse:
                 raise Unsupported(f"{name} is not supported by this server", param=name)
             continue
         raise Unsupported(f"unknown parameter {name!r}", param=name)
-    if body.get("store") is False:
-        raise Unsupported(
-            "store: false is not supported: every response is stored (that is what makes it "
-            "durable and resumable)",
-            param="store",
-        )
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Unsupported("model is required (a string)", param="model")
@@ -155,6 +154,7 @@ def parse_create(body: Any) -> CreateResponse:
         tool_choice=_tool_choice(body.get("tool_choice")),
         background=_flag(body, "background"),
         stream=_flag(body, "stream"),
+        store=_flag(body, "store", default=True),
         metadata=_metadata(body.get("metadata")),
         output_schema=_text_format(body.get("text")),
         files=tuple(given.files),
@@ -201,10 +201,10 @@ def _metadata(value: Any) -> dict[str, str] | None:
         raise Unsupported(str(exc), param="metadata") from None
 
 
-def _flag(body: dict[str, Any], name: str) -> bool:
+def _flag(body: dict[str, Any], name: str, default: bool = False) -> bool:
     value = body.get(name)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise Unsupported(f"{name} must be true or false", param=name)
     return value
@@ -232,13 +232,12 @@ def _bad_conversation(value: Any) -> uuid.UUID:
     )
 
 
-def _tool_choice(value: Any) -> str:
-    if value is None:
-        return "auto"
-    if value in TOOL_CHOICES:
-        return str(value)
+def _tool_choice(value: Any) -> str | dict[str, Any] | None:
+    """A word or an object; what it says is read against the tools (`create.py`)."""
+    if value is None or isinstance(value, str | dict):
+        return value
     raise Unsupported(
-        "tool_choice must be auto, none or required (a named tool is not supported yet)",
+        'tool_choice must be auto, none, required or {"type": "function", "name": ...}',
         param="tool_choice",
     )
 

@@ -89,6 +89,7 @@ class LoopStore:
         owner: str | None,
         metadata: dict[str, str] | None,
         output_schema: dict[str, Any] | None,
+        echo: dict[str, Any] | None,
         trace_context: dict[str, str] | None,
     ) -> tuple[NewTurn, TurnView] | None:
         """A common submit (`quick_submit`: a new turn started, or a repeated key's turn found
@@ -122,6 +123,7 @@ class LoopStore:
                         key,
                         metadata=metadata,
                         output_schema=output_schema,
+                        echo=echo,
                         trace_context=trace_context,
                         now=datetime.now(UTC),
                     )

@@ -80,6 +80,7 @@ def start_turn(
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
     files: list[dict[str, Any]] | None = None,
+    echo: dict[str, Any] | None = None,
     target: Target | None = None,
 ) -> NewTurn:
     """The user's message as a turn that runs now (`row`: the locked, resting conversation),
@@ -104,6 +105,7 @@ def start_turn(
             metadata=metadata,
             output_schema=output_schema,
             files=files,
+            echo=echo,
         )
     else:
         message_seq = last_message_seq(connection, conversation_id) + 1
@@ -117,6 +119,7 @@ def start_turn(
             metadata=metadata,
             output_schema=output_schema,
             files=files,
+            echo=echo,
         )
         connection.execute(
             insert(messages).values(
@@ -154,6 +157,7 @@ def queue_turn(
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
     files: list[dict[str, Any]] | None = None,
+    echo: dict[str, Any] | None = None,
     kind: str = FOR_MESSAGE,
     target: Target | None = None,
 ) -> NewTurn:
@@ -176,6 +180,7 @@ def queue_turn(
         metadata=metadata,
         output_schema=output_schema,
         files=files,
+        echo=echo,
     )
     queued = [{"type": TURN_QUEUED, "turn_id": turn.id}]
     append(connection, conversation_id, last_seq, queued, turn_count=number)
@@ -253,6 +258,7 @@ def _insert_turn(
     metadata: dict[str, str] | None = None,
     output_schema: dict[str, Any] | None = None,
     files: list[dict[str, Any]] | None = None,
+    echo: dict[str, Any] | None = None,
 ) -> NewTurn:
     turn = NewTurn(uuid.uuid4(), number, "queued", message_seq, waits=waiting_text is not None)
     connection.execute(
@@ -267,6 +273,7 @@ def _insert_turn(
             idempotency_key=idempotency_key,
             caller_metadata=metadata or None,
             output_schema=output_schema,
+            echo=echo,
             # (a waiting message's files wait with its text)
             files=files if waiting_text is not None else None,
             # The submit's span, when traced: every claim of the turn continues its trace.

@@ -155,7 +155,7 @@ def seen(rows: Sequence[Sequence[Any]], conversation_id: uuid.UUID, owner: str |
 
 
 # (sent wrapped as JSON by `RawStatement`, None as SQL NULL; the type only casts the placeholder)
-JSON_PARAMETERS = ("metadata", "output_schema", "trace_context")
+JSON_PARAMETERS = ("metadata", "output_schema", "echo", "trace_context")
 
 
 def _start() -> Any:
@@ -199,6 +199,7 @@ def _start() -> Any:
                 "idempotency_key",
                 "caller_metadata",
                 "output_schema",
+                "echo",
                 "trace_context",
             ],
             select(
@@ -211,6 +212,7 @@ def _start() -> Any:
                 bindparam("key", type_=String),
                 bindparam("metadata", type_=JsonType),
                 bindparam("output_schema", type_=JsonType),
+                bindparam("echo", type_=JsonType),
                 bindparam("trace_context", type_=JsonType),
             ),
             include_defaults=False,  # (the server's: a Python-side default is compiled once)
@@ -259,6 +261,7 @@ def start_parameters(
     *,
     metadata: dict[str, str] | None,
     output_schema: dict[str, Any] | None,
+    echo: dict[str, Any] | None,
     trace_context: dict[str, str] | None,
     now: datetime,
 ) -> tuple[NewTurn, dict[str, Any]]:
@@ -280,6 +283,7 @@ def start_parameters(
         "key": key,
         "metadata": metadata or None,
         "output_schema": output_schema,
+        "echo": echo,
         "trace_context": trace_context,
         "text": text,
         **{f"seq_{n}": read.event_seq + n for n in (1, 2, 3)},

@@ -21,6 +21,7 @@ def conversation_view(row: Any, message_views: list[MessageView]) -> Conversatio
         instructions=row.instructions,
         tools=list(row.allowed_tools or []),
         tool_choice=row.tool_choice,
+        forced_tool=row.forced_tool,
         context=row.context,
         client_tools=list(row.client_tools or []),
         approval_tools=list(row.approval_tools or []),
@@ -79,6 +80,7 @@ def turn_of_row(row: Any) -> TurnView:
         metadata=row.get("caller_metadata"),
         output_schema=row.get("output_schema"),
         model=row.get("model"),
+        echo=row.get("echo"),
     )
 
 

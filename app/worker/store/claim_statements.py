@@ -194,6 +194,7 @@ CLAIM = (
         c.fallback_models,
         # the files of a message that waited outside the transcript (they go in with it)
         _current("files").label("turn_files"),
+        c.forced_tool,
     )
     .add_cte(CURRENT_TURN)
 )

@@ -117,6 +117,7 @@ class Claiming:
             model=row.turn_model or row.model,
             allowed_tools=tuple(row.allowed_tools or ()),
             tool_choice=row.tool_choice,
+            forced_tool=row.forced_tool,
             iterations=row.iterations,
             attempts=row.attempts,
             transcript=transcript,
@@ -191,6 +192,7 @@ class _ClaimRow(NamedTuple):
     turn_model: str | None
     fallback_models: list[str] | str | None
     turn_files: Any
+    forced_tool: str | None
 
 
 def _entry(row: Row) -> Entry:

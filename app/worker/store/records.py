@@ -41,7 +41,7 @@ class Snapshot:
     first: bool  # the turn's first claim (turn.started), not a resumed one (turn.resumed)
     model: str
     allowed_tools: tuple[str, ...]
-    tool_choice: str
+    tool_choice: str  # auto | none | required
     iterations: int
     attempts: int
     transcript: Transcript
@@ -66,6 +66,7 @@ class Snapshot:
     output_schema: dict[str, Any] | None = None
     primary_model: str = ""  # the conversation's model (`model` is a fallback's once moved)
     fallback_models: tuple[str, ...] | None = None  # the conversation's (None: the settings')
+    forced_tool: str | None = None  # the one tool `required` names (`offer.tool_choice`)
 
 
 class CompactionRecord(NamedTuple):
