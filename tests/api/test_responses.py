@@ -94,6 +94,8 @@ def test_a_plain_create_waits_for_the_answer(sdk: openai.OpenAI, fake_llm: FakeL
     assert response.instructions == "Be brief."
     assert response.tools == [] and response.previous_response_id is None
     assert response.metadata == {"order": "42"}
+    assert response.truncation == "auto" and response.store is True
+    assert response.text.format.type == "text"  # type: ignore[union-attr]
     # the SDK's own call gives the same object
     again = sdk.responses.retrieve(response.id)
     assert again.output_text == "Hello from the worker." and again.metadata == {"order": "42"}

@@ -28,6 +28,12 @@ from app.client.tool_choice import ToolChoice
 from app.client.views import TurnRecord
 
 
+#: A response's `truncation`: a conversation's context is compacted as it grows toward the model's
+#: window (earlier outputs elided, the oldest messages summarised: app/worker/context.py), never
+#: refused for its length: OpenAI's `auto`.
+TRUNCATION = "auto"
+
+
 def tools_of(record: TurnRecord, servers: Mapping[str, str]) -> Tools:
     return Tools(record.conversation.client_answered, dict(servers))
 
@@ -77,6 +83,7 @@ def response_object(
         "text": text_echo(turn.output_schema),
         "error": error,
         "incomplete_details": None,
+        "truncation": TRUNCATION,
         "metadata": dict(record.turn.metadata or {}),
         "parallel_tool_calls": True,
         "temperature": None,
@@ -106,6 +113,7 @@ def initial_object(record: TurnRecord, response: ResponseId, servers: Mapping[st
             "text": text_echo(record.turn.output_schema),
             "error": None,
             "incomplete_details": None,
+            "truncation": TRUNCATION,
             "metadata": dict(record.turn.metadata or {}),
             "parallel_tool_calls": True,
             "temperature": None,
