@@ -375,3 +375,37 @@ def test_a_failed_turn_is_a_502_and_a_streamed_one_ends_with_an_error(
     assert "bad things" in failed.value.body["message"]  # type: ignore[index]
     with pytest.raises(openai.APIError, match="bad things"):
         chat.stream([{"role": "user", "content": f"fail again {token}"}])
+
+
+def test_a_worker_s_tool_runs_inside_the_turn_and_its_replies_continue_it(
+    chat: Client, fake_llm: FakeLLMServer
+) -> None:
+    """An MCP tool (this server's extension of `tools`) runs inside the turn, not shown; the
+    completion's content is the turn's replies joined, and sent back as it came, it is
+    recognised: the next question continues the same conversation."""
+    token, later = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_llm.script([{"text": "Still 5."}], match=later)
+    fake_llm.script(
+        [
+            {
+                "text": "Let me add.",
+                "tool_calls": [{"id": "c_add", "name": "add", "arguments": {"a": 2, "b": 3}}],
+            },
+            {"text": "It is 5."},
+        ],
+        match=token,
+        mode="by_iteration",
+    )
+    tools = [{"type": "mcp", "server_label": "tools", "allowed_tools": ["add"]}]
+    question = {"role": "user", "content": f"2 + 3? {token}"}
+    first = chat.create([question], tools=tools)
+    (choice,) = first.choices
+    assert choice.message.content == "Let me add.\n\nIt is 5." and choice.finish_reason == "stop"
+    assert choice.message.tool_calls is None
+    sent = fake_llm.requests(match=token)[-1]["body"]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+
+    reply = {"role": "assistant", "content": choice.message.content}
+    second = chat.create([question, reply, {"role": "user", "content": later}], tools=tools)
+    assert second.choices[0].message.content == "Still 5."
+    assert chat.conversation_of(second.id) == chat.conversation_of(first.id)

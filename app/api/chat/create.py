@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from app.api.auth import Caller
+from app.api.chat.completion import reply_text
 from app.api.chat.history import ChatHistory
 from app.api.chat.requests import ChatRequest
 from app.api.responses.create import mcp_names
@@ -19,7 +20,7 @@ from app.api.responses.translate import segments
 from app.api.state import ApiState
 from app.client import TurnRecord
 from app.errors import TurnNotFound
-from app.models import COMPLETED, MESSAGE_COMMITTED, REQUIRES_ACTION
+from app.models import CANCELLED, COMPLETED, MESSAGE_COMMITTED, REQUIRES_ACTION
 
 #: The namespace of a chat conversation's id: the owner and the digest of the history through
 #: the user message of its first turn here.
@@ -79,7 +80,8 @@ def _continued(
     api: ApiState, caller: Caller, request: ChatRequest, setup: dict[str, Any]
 ) -> tuple[uuid.UUID, int] | None:
     """The conversation and message the history continues: the turn its last reply answered,
-    found by digest, if that reply is the one the turn gave (else None: a copy is made)."""
+    found by digest, if it ended (completed, or stopped) with that reply, word for word (else
+    None: a copy is made, holding the reply as the client has it)."""
     history = request.history
     upto = history.previous
     if upto is None:
@@ -94,23 +96,18 @@ def _continued(
     if turn_id is None:
         return None
     record = api.client.turn_record(turn_id, owner=caller.owner)
-    if record.turn.status != COMPLETED or not _replied(record, history):
+    if record.turn.status not in (COMPLETED, CANCELLED) or not _replied(record, history):
         return None
     committed = [e.message_seq for e in record.events if e.type == MESSAGE_COMMITTED]
     return record.conversation.id, max(seq for seq in committed if seq is not None)
 
 
 def _replied(record: TurnRecord, history: ChatHistory) -> bool:
-    """The history's last reply is the turn's last: the same text (the client kept it)."""
-    replies = [
-        event.message
-        for event in record.events
-        if event.type == MESSAGE_COMMITTED
-        and event.message is not None
-        and event.message.role == "assistant"
-    ]
+    """The history's last reply is the content the turn's last completion gave (its replies
+    joined, as `completion.reply_text` writes them): the client kept it as it was."""
     given = history.last_reply
-    return bool(replies) and given is not None and (replies[-1].content or "") == given.text
+    found = segments(record.turn, record.events, tools_of(record, {}))
+    return given is not None and bool(found) and reply_text(found[-1].output) == given.text
 
 
 def _new(api: ApiState, caller: Caller, request: ChatRequest, setup: dict[str, Any]) -> uuid.UUID:

@@ -27,7 +27,6 @@ from app.api.responses.translate import (
 from app.client.tool_choice import ToolChoice
 from app.client.views import TurnRecord
 
-
 #: A response's `truncation`: a conversation's context is compacted as it grows toward the model's
 #: window (earlier outputs elided, the oldest messages summarised: app/worker/context.py), never
 #: refused for its length: OpenAI's `auto`.
