@@ -61,6 +61,20 @@ BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/conversations/{conversation_id}/regenerate"): lambda _: {"on_busy": "interrupt"},
     ("post", "/v1/conversations/{conversation_id}/switch"): lambda _: {"seq": 1},
     ("post", "/v1/conversations/{conversation_id}/fork"): lambda _: {},
+    # Tool messages answering a call of hers: his history can only continue his own turns.
+    ("post", "/v1/chat/completions"): lambda _: {
+        "model": "fake-model",
+        "messages": [
+            {"role": "user", "content": "bob"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "bob's answer"},
+        ],
+    },
     # (naming her conversation gets him its 404, tested in tests/api/test_webhooks_api.py)
     ("post", "/v1/webhooks"): lambda _: {"url": "https://bob.example/hooks"},
 }
@@ -91,6 +105,9 @@ WITHOUT_ID = {
     ("post", "/v1/responses"): 404,
     # Bob naming alice's conversation as his AI SDK chat: its id is taken, as above.
     ("post", "/v1/ai-sdk/chat"): 409,
+    # Bob answering a call through Chat Completions: not a call made for him.
+    ("post", "/v1/chat/completions"): 400,
+    ("get", "/v1/models"): 200,
 }
 # Path parameters naming something bob may name as his own (an AI SDK chat id is any string): he
 # gets exactly what a chat never used gets (204 to resume it, `stopped: false`).

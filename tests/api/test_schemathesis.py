@@ -177,7 +177,7 @@ def fuzz(
     def run(case: Any) -> None:
         response = case.call_and_validate(timeout=30)
         seen(response.status_code)
-        check_problem(response)
+        check_problem(case.path, response)
 
     try:
         run()
@@ -198,9 +198,20 @@ def unique_idempotency_key(case: Any) -> Any:
     return case
 
 
-def check_problem(response: Any) -> None:
-    """An error is an `application/problem+json` whose code is documented for its status."""
+#: The paths that answer errors in OpenAI's shape (documented as such): `{"error": {...}}`.
+OPENAI_SHAPED = re.compile(r"^/v1/(chat|models)")
+
+
+def check_problem(path: str, response: Any) -> None:
+    """An error is an `application/problem+json` whose code is documented for its status (on
+    OpenAI's dialect, its error object, with the same codes)."""
     if response.status_code < 400:
+        return
+    if OPENAI_SHAPED.search(path):
+        assert response.headers["content-type"] == ["application/json"], response.headers
+        error = json.loads(response.content)["error"]
+        assert {"message", "type", "param", "code"} <= set(error), error
+        assert error["code"] in CODES.get(response.status_code, set()), error
         return
     assert response.headers["content-type"] == [problems.MEDIA_TYPE], response.headers
     body = json.loads(response.content)

@@ -29,9 +29,9 @@ from app.api.chat.chunks import ChatChunks
 from app.api.chat.completion import TurnFailed, completion
 from app.api.chat.requests import ChatRequest, parse_chat
 from app.api.gate import TAKES_FILES, GuardedRoute
-from app.api.problems import documented, speaks
+from app.api.problems import speaks
 from app.api.responses import lookup, sse
-from app.api.responses.errors import Unsupported, openai_error
+from app.api.responses.errors import Unsupported, documented_openai, openai_error
 from app.api.responses.ids import ResponseId
 from app.api.responses.objects import response_object
 from app.api.state import Api
@@ -58,7 +58,7 @@ WAITS = 5
 
 @router.post(
     "/chat/completions",
-    responses=documented(400, 401, 409, 413, 422, 429, 502, 503, 504),
+    responses=documented_openai(400, 401, 408, 409, 413, 415, 422, 429, 502, 503, 504),
     openapi_extra=TAKES_FILES,
 )
 async def create_completion(
@@ -85,7 +85,7 @@ async def create_completion(
     return completion(response_object(record, response, servers))
 
 
-@router.get("/models", responses=documented(401, 429))
+@router.get("/models", responses=documented_openai(401, 429, 503))
 def list_models(caller: Authenticated, api: Api) -> dict[str, Any]:
     """The server's model and its fallbacks: those a conversation runs on unless told another
     (any model the workers' litellm can call is taken by name)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 
 from app.errors import InvalidRequest, TurnNotFound
 
@@ -50,6 +51,27 @@ class ResponseNotFound(TurnNotFound):
 REFUSALS: dict[type[InvalidRequest], tuple[int, str]] = {
     ResponseNotFound: (404, "response_not_found")
 }
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="what went wrong and what to do, for a human")
+    type: str = Field(description="the error's class, e.g. invalid_request_error")
+    param: str | None = Field(None, description="the request's parameter at fault")
+    code: str | None = Field(None, description="stable and machine-readable, as our problems'")
+
+
+class OpenAIError(BaseModel):
+    """An error in OpenAI's shape, as the dialect's routes answer one."""
+
+    error: OpenAIErrorDetail
+
+
+def documented_openai(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` of a dialect's route: each status answered in OpenAI's error shape."""
+    return {
+        status: {"model": OpenAIError, "description": _TYPES.get(status, "server_error")}
+        for status in statuses
+    }
 
 
 def openai_error(
