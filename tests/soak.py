@@ -490,17 +490,23 @@ class Follower:
         seqs = [item.seq for item in self.items if isinstance(item, EventView)]
         if seqs != list(range(1, last_seq + 1)):
             found.append(f"follower got events {_runs(seqs)}, not 1..{last_seq} once each")
-        open_partials: set[tuple[int, str]] = set()
-        for item in self.items:
-            if isinstance(item, Delta):
-                open_partials.add((item.message_seq, item.stream))
-            elif isinstance(item, Discarded):
-                open_partials.discard((item.message_seq, item.stream))
-            elif item.type == "message.committed" and item.message_seq is not None:
-                open_partials = {p for p in open_partials if p[0] != item.message_seq}
-        if open_partials:
-            found.append(f"follower left partial replies open: {sorted(open_partials)}")
+        if still_open := open_partials(self.items):
+            found.append(f"follower left partial replies open: {sorted(still_open)}")
         return found
+
+
+def open_partials(items: list[Any]) -> set[tuple[int, str]]:
+    """The partial replies (message seq, stream) a reader was shown and never told the end of:
+    neither its message committed nor the stream `Discarded`."""
+    shown: set[tuple[int, str]] = set()
+    for item in items:
+        if isinstance(item, Delta):
+            shown.add((item.message_seq, item.stream))
+        elif isinstance(item, Discarded):
+            shown.discard((item.message_seq, item.stream))
+        elif item.type == "message.committed" and item.message_seq is not None:
+            shown = {p for p in shown if p[0] != item.message_seq}
+    return shown
 
 
 def _runs(seqs: list[int]) -> str:

@@ -289,8 +289,10 @@ class Following(Iterator[FollowItem]):
             self._status = page.status
             if self._merge.after >= last:
                 break
-        if whole and self.until == REST and self._status in AT_REST:
-            self._done = True
+        if whole and self._status in AT_REST:  # nothing forms now: a partial shown is dead
+            self._hand_out(self._merge.rested())
+            if self.until == REST:
+                self._done = True
 
     def _hand_out(self, handed: list[tuple[Any, Cursor]]) -> None:
         for item, cursor in handed:

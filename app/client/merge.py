@@ -19,6 +19,12 @@ merged into one sequence a reader shows, and the cursor it resumes from.
     `Discarded` for a shown stream              `Discarded`
     a delta of a stream the same read also      nothing (a reader catching up on the retained
     finds discarded or replaced                 entries skips attempts that are already void)
+    the conversation found at rest (a whole     `Discarded` for any partial still shown: no
+    read of the log saw it idle or failed)      reply forms at rest, so one still shown is
+                                                dead and its end was lost with the channel
+    a delta while at rest, before the log has   nothing: a dead reply's (a run's deltas follow
+    news                                        its claim's notice, which sends the reader to
+                                                the log first)
 
 A reader that stops after any item and resumes from `cursor` gets exactly the items an
 uninterrupted reader got after that point (the live part as far as the channel still holds it).
@@ -96,6 +102,7 @@ class LiveMerge:
     committed_up_to: int = 0  # messages up to this seq are committed: their deltas are stale
     shown: dict[int, tuple[str, int]] = field(default_factory=dict)  # message -> (stream, index)
     blocked: set[tuple[int, str]] = field(default_factory=set)  # streams this reader cannot show
+    resting: bool = False  # the log's last whole read found the conversation at rest
 
     @classmethod
     def starting_at(cls, cursor: Cursor) -> LiveMerge:
@@ -119,6 +126,7 @@ class LiveMerge:
         for event in events:
             if event.seq <= self.after:
                 continue
+            self.resting = False
             if event.type == TURN_RESUMED:
                 self._drop_all(RESUMED, out)
             elif event.type in TERMINAL_EVENTS:
@@ -128,6 +136,14 @@ class LiveMerge:
                 self._settle(event.message_seq)
             out.append((event, self.cursor))
         self._settle(last_message_seq)
+        return out
+
+    def rested(self) -> list[Handed]:
+        """The log, read up to `after`, found the conversation at rest: nothing is forming, so
+        a partial still shown is dropped, and deltas are a dead reply's until the log has news."""
+        out: list[Handed] = []
+        self._drop_all(ENDED, out)
+        self.resting = True
         return out
 
     def live(self, entries: list[LiveEntry]) -> tuple[list[Handed], bool]:
@@ -156,7 +172,7 @@ class LiveMerge:
 
     def _delta(self, delta: Delta, out: list[Handed], void: set[tuple[int, str]]) -> None:
         message, stream = delta.message_seq, delta.stream
-        if message <= self.committed_up_to or (message, stream) in self.blocked:
+        if self.resting or message <= self.committed_up_to or (message, stream) in self.blocked:
             return
         if (message, stream) in void and self.shown.get(message, ("",))[0] != stream:
             self.blocked.add((message, stream))  # dropped later in this very read: never show it

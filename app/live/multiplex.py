@@ -29,7 +29,9 @@ subscribes again: it then reads every followed key. A feed keeps the last rows i
 a follower whose position is older than what the feed can vouch for (it joined later, or the rows
 were trimmed) gets None and reads Redis directly, once. A key nobody read for `IDLE_SECONDS` is
 dropped (and unsubscribed). When Redis fails, every waiter gets the error (followers fall back to
-the committed log) and the reader tries again every second.
+the committed log), every feed forgets its rows (a Redis that comes back empty no longer holds
+them: a follower that reads its retained entries again, from the start, must not be handed them
+as new) and the reader tries again every second.
 """
 
 from __future__ import annotations
@@ -98,6 +100,13 @@ class _Feed:
             self.floor = self.ids[-KEEP - 1]
             del self.ids[:-KEEP]
             del self.rows[:-KEEP]
+
+    def forget(self) -> None:
+        """Redis failed: what was read may be gone with it (a restart keeps no stream), so
+        only what is read after the cursor from now on is vouched for."""
+        self.floor = parse_id(self.cursor)
+        self.ids.clear()
+        self.rows.clear()
 
 
 class Multiplexer:
@@ -297,6 +306,7 @@ class Multiplexer:
                 log.warning("live reader: Redis unavailable (%s); retrying", exc)
             self._error = exc
             for feed in self._feeds.values():
+                feed.forget()
                 feed.condition.notify_all()
                 feed.waiting.wake_all()
 

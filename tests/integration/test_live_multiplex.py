@@ -8,16 +8,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis
 
-from app.live import CommitNotice, LiveEntry
+from app.live import TEXT, CommitNotice, Delta, Fragment, LiveEntry
 from app.live.entries import decode
 from app.live.multiplex import KEEP, RUNG_PREFIX, Multiplexer
 from app.live.redis_channel import RedisChannel, stream_key
 from tests.api.private_services import PrivateRedis
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -268,3 +270,44 @@ def test_when_redis_dies_every_waiting_follower_hears_it_and_the_reader_comes_ba
         live.close()
     finally:
         server.kill()
+
+
+def test_after_redis_restarts_empty_a_follower_is_never_handed_what_the_old_one_held(
+    tmp_path: Path,
+) -> None:
+    """Redis came back without its streams: a follower that reads the retained entries again
+    (none: it stands at the start) must get what the new Redis holds, not the rows the reader
+    had read from the old one. Handed again, a dead reply's deltas stayed open for good: the
+    entries that would have discarded them were gone with the old Redis."""
+    server = PrivateRedis(tmp_path)
+    server.start()
+    live = RedisChannel(server.url)
+    try:
+        conversation_id = uuid.uuid4()
+        dead = Delta(20, "ce805205", 0, (Fragment(TEXT, 0, 0, "The ref"),))
+        start = live.read(conversation_id, None).position
+        live.publish([(conversation_id, dead)])
+        assert live.read(conversation_id, start, 10.0).entries == [dead]  # the reader has it
+        server.kill()
+        server.start()
+        retained = _when_redis_answers(lambda: live.read(conversation_id, None))
+        assert retained.entries == []
+        _when_redis_answers(lambda: live.publish([(conversation_id, CommitNotice(7))]))
+        got: list[LiveEntry] = []
+        while not got:  # (the reader comes back after its failure: until then, reads raise)
+            got = _when_redis_answers(
+                lambda: live.read(conversation_id, retained.position, 1.0)
+            ).entries
+        assert got == [CommitNotice(7)]
+    finally:
+        live.close()
+        server.kill()
+
+
+def _when_redis_answers(call: Callable[[], T]) -> T:
+    """`call`'s result once Redis (and the process's reader) answer again."""
+    while True:
+        try:
+            return call()
+        except redis.ConnectionError:
+            time.sleep(0.1)

@@ -133,6 +133,25 @@ def test_the_last_message_the_log_read_saw_settles_earlier_partials() -> None:
     assert items(merge.live([delta(3, 1, "b")])) == ([], False)
 
 
+def test_a_partial_still_shown_when_the_conversation_rests_is_dropped() -> None:
+    """Its end was lost with the channel: nothing forms at rest, so the reader drops it."""
+    merge = LiveMerge.starting_at(Cursor(9, 4, "s1", 2))
+    assert items(merge.rested()) == [Discarded(4, "s1", ENDED)]
+    assert merge.cursor == Cursor(9)
+    assert items(merge.rested()) == []
+
+
+def test_deltas_read_at_rest_are_a_dead_reply_s_until_the_log_has_news() -> None:
+    merge = LiveMerge(after=9)
+    merge.rested()
+    assert items(merge.live([delta(4, 0, "dead"), delta(4, 1, " reply")])) == ([], False)
+    assert items(merge.committed([Ev(10, "turn.queued")])) == [Ev(10, "turn.queued")]
+    assert items(merge.live([delta(5, 0, "new", stream="s2")])) == (
+        [delta(5, 0, "new", stream="s2")],
+        False,
+    )
+
+
 # --- the cursor ---------------------------------------------------------------------------------
 
 
