@@ -54,8 +54,8 @@
                                       streams and long polls on this process; `Retry-After`
     503     database_unavailable      the database did not answer; `Retry-After`
     503     too_many_streams          this process serves `CHATWORKER_API_MAX_STREAMS` streams
-    502     turn_failed               a chat completion's turn failed: its error (/v1/chat/completions:
-                                      OpenAI's error shape)
+    502     turn_failed               a chat completion's turn failed: its error
+                                      (/v1/chat/completions: OpenAI's error shape)
     504     turn_still_running        a chat completion's turn did not rest within five of the
                                       server's longest waits: the same request waits again
     500     internal_error            a bug: logged with its traceback, never shown
