@@ -38,9 +38,8 @@ pytestmark = pytest.mark.xdist_group("api-schemathesis")
 # authentications per address is tested in test_hardening.py, not in the way here.
 API_ENV = {"CHATWORKER_API_MAX_WAIT_SECONDS": "1", "CHATWORKER_API_AUTH_FAILURE_LIMIT": ""}
 EXAMPLES = 12  # per operation, mode and kind of id
-# The streams never end on their own; `/v1/responses` answers in OpenAI's error shape, not
-# problem+json, and is checked against the SDK's own types in tests/api/test_responses.py.
-SKIPPED = re.compile(r"/stream$|^/v1/responses")
+# The streams never end on their own.
+SKIPPED = re.compile(r"/stream$")
 IDEMPOTENCY_KEY = "Idempotency-Key"
 RUNNING = ("processing", "tool_loop")
 # Schema-valid requests the API may still refuse on their meaning (an empty message, a model or
@@ -199,7 +198,7 @@ def unique_idempotency_key(case: Any) -> Any:
 
 
 #: The paths that answer errors in OpenAI's shape (documented as such): `{"error": {...}}`.
-OPENAI_SHAPED = re.compile(r"^/v1/(chat|models)")
+OPENAI_SHAPED = re.compile(r"^/v1/(chat|models|responses)")
 
 
 def check_problem(path: str, response: Any) -> None:

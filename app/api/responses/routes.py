@@ -13,9 +13,15 @@ from fastapi.concurrency import run_in_threadpool
 
 from app.api.auth import Authenticated
 from app.api.gate import TAKES_FILES, GuardedRoute
-from app.api.problems import documented, speaks
+from app.api.problems import speaks
 from app.api.responses import create, lookup, sse
-from app.api.responses.errors import PREFIX, REFUSALS, Unsupported, openai_error
+from app.api.responses.errors import (
+    PREFIX,
+    REFUSALS,
+    Unsupported,
+    documented_openai,
+    openai_error,
+)
 from app.api.responses.objects import input_items, response_object
 from app.api.responses.requests import parse_create
 from app.api.state import Api
@@ -27,7 +33,9 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key")]
 
 
 @router.post(
-    "", responses=documented(400, 401, 404, 409, 413, 422, 429, 503), openapi_extra=TAKES_FILES
+    "",
+    responses=documented_openai(400, 401, 404, 408, 409, 413, 415, 422, 429, 503),
+    openapi_extra=TAKES_FILES,
 )
 async def create_response(
     caller: Authenticated,
@@ -52,7 +60,7 @@ async def create_response(
     return response_object(record, response, servers, background=request.background)
 
 
-@router.get("/{response_id}", responses=documented(401, 404, 422, 429, 503))
+@router.get("/{response_id}", responses=documented_openai(400, 401, 404, 422, 429, 503))
 async def retrieve_response(
     response_id: str,
     *,
@@ -73,7 +81,7 @@ async def retrieve_response(
     return response_object(record, response, servers)
 
 
-@router.post("/{response_id}/cancel", responses=documented(401, 404, 422, 429, 503))
+@router.post("/{response_id}/cancel", responses=documented_openai(401, 404, 422, 429, 503))
 def cancel_response(response_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
     """Stop the response's turn: the model call or the tool it runs is cancelled, open calls
     are answered "cancelled". Idempotent; a finished response comes back as it is."""
@@ -90,7 +98,7 @@ def cancel_response(response_id: str, caller: Authenticated, api: Api) -> dict[s
     return response_object(record, response, lookup.servers_of(api))
 
 
-@router.delete("/{response_id}", responses=documented(401, 404, 409, 422, 503))
+@router.delete("/{response_id}", responses=documented_openai(401, 404, 409, 422, 503))
 def delete_response(response_id: str, caller: Authenticated, api: Api) -> dict[str, Any]:
     """Delete the response's whole conversation (its turns, messages and events): a response
     is part of a conversation's transcript and cannot be cut out of it alone. 409 while a turn
@@ -101,7 +109,7 @@ def delete_response(response_id: str, caller: Authenticated, api: Api) -> dict[s
     return {"id": str(response), "object": "response.deleted", "deleted": True}
 
 
-@router.get("/{response_id}/input_items", responses=documented(401, 404, 422, 503))
+@router.get("/{response_id}/input_items", responses=documented_openai(400, 401, 404, 422, 503))
 def list_input_items(
     response_id: str,
     *,
