@@ -124,6 +124,16 @@ class TurnRunner:
             span.set_attribute("chatworker.outcome", outcome.value)
             return outcome, next_waits
 
+    def _discard_previous(self, snapshot: Snapshot) -> None:
+        """A reply the previous worker was streaming will never come: its readers drop it."""
+        if not snapshot.first:
+            self.broadcaster.discarded(
+                snapshot.claim.conversation_id,
+                next_seq(snapshot.transcript),
+                ANY_STREAM,
+                RESUMED,
+            )
+
     async def _run_claimed(self, snapshot: Snapshot) -> tuple[Outcome, bool]:
         conversation_id = snapshot.claim.conversation_id
         claim = snapshot.claim
@@ -135,14 +145,12 @@ class TurnRunner:
                 self.store.fail, claim, gave_up.error, status=snapshot.status
             )
             self.broadcaster.committed(conversation_id, failed.event_seq)
+            self._discard_previous(snapshot)
             _count_end(snapshot.model, Outcome.FAILED)
             return Outcome.FAILED, failed.status == PROCESSING
         failpoints.hit("after_claim")
         self.broadcaster.committed(conversation_id, snapshot.event_seq)
-        if not snapshot.first:  # a reply the previous worker was streaming will never come
-            self.broadcaster.discarded(
-                conversation_id, next_seq(snapshot.transcript), ANY_STREAM, RESUMED
-            )
+        self._discard_previous(snapshot)
         lost = asyncio.Event()
         turn = StepLoop(self, snapshot)
         self._turns[conversation_id] = turn

@@ -20,8 +20,11 @@ from sqlalchemy import Engine
 from app.client import ChatClient
 from app.config import Settings, load_settings
 from app.db import make_engine
+from app.live import ANY_STREAM, RESUMED, Discarded
+from app.live.memory import MemoryChannel
 from app.models import Conversation
 from app.testing import fakes
+from app.worker.broadcast import Broadcaster
 from app.worker.lease_runner import Outcome, TurnRunner
 from app.worker.messages import INTERRUPTED_RESULT
 from app.worker.plan import GAVE_UP_ERROR, MAX_ITERATIONS_ERROR, ToolCall
@@ -518,10 +521,24 @@ def test_a_turn_that_keeps_killing_its_worker_gives_up_after_max_attempts(world:
         dead = past_store(world, seconds=100 * (CONFIG.max_attempts - attempt))
         assert dead.claim(conversation_id, "dies-every-time", ttl=30) is not None
     model = fakes.ScriptedModel(ADD_THEN_ANSWER)
-    assert run(world.runner(model), conversation_id) is Outcome.FAILED
+    channel = MemoryChannel()
+    broadcaster = Broadcaster(channel, flush_interval=10)
+    runner = TurnRunner(
+        world.store,
+        model=model,
+        tools=world.tools,
+        settings=CONFIG,
+        owner="worker-1",
+        broadcaster=broadcaster,
+    )
+    assert run(runner, conversation_id) is Outcome.FAILED
     view = world.client.get_conversation(conversation_id)
     assert view.error == GAVE_UP_ERROR.format(attempts=CONFIG.max_attempts)
     assert model.requests == []
+    # the reply the last dead worker may have been streaming: its readers are told to drop it
+    broadcaster.close()
+    entries = channel.read(conversation_id, None).entries
+    assert Discarded(2, ANY_STREAM, RESUMED) in entries
 
 
 def test_a_committed_step_resets_the_attempt_count(world: World) -> None:
