@@ -4,13 +4,21 @@
     -------  --------------------------------------------  -------------------------------------
     api_key  `Authorization: Bearer cwk_...` or            the key's owner (`chatworker keys`)
              `X-API-Key: cwk_...`
+             `cwo_...` (an operator's key)                 an operator: the key's name
     jwt      `Authorization: Bearer <HS256 JWT>`           the token's `sub`; `exp` required,
-                                                           `aud` / `iss` checked when configured
+                                                           `aud` / `iss` checked when configured;
+                                                           `"chatworker_role": "operator"`: an
+                                                           operator named by its `sub`
     none     nothing                                       None: every conversation, unowned
                                                            ones created (set it explicitly)
 
 Several modes may be on at once (`api_key,jwt`): a bearer starting `cwk_` is a key, any other a
-token. Every refusal is a 401 problem with `WWW-Authenticate: Bearer`. With
+token. Every refusal is a 401 problem with `WWW-Authenticate: Bearer`.
+
+Operators are apart from owners: an operator's credential is taken by the operator routes
+(`/v1/admin`, `Operating`) and refused by every owner route (403 `operator_credential`: it holds
+no conversation of its own); an owner's credential gets a 404 on the operator routes, as for a
+route that does not exist. With
 `CHATWORKER_API_RATE_LIMIT`, each key (and each token subject) has a request rate (`rate.py`);
 auth mode `none` has none.
 """
@@ -24,11 +32,12 @@ import jwt
 from fastapi import Depends, Request, Response
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.problems import ApiProblem
 from app.api.rate import caller_of_key
 from app.api.state import Api, ApiState
-from app.client.keys import PREFIX, KeyRefused
+from app.client.keys import OPERATOR_PREFIX, PREFIX, KeyRefused, is_key
 from app.config import API_KEY_AUTH, JWT_AUTH, NO_AUTH
 from app.models import MAX_OWNER_CHARS
 
@@ -40,9 +49,14 @@ ADMITTED = "chatworker.admitted"
 LEEWAY_SECONDS = 30
 
 
+#: A JWT claim naming the token's holder an operator.
+OPERATOR_CLAIM = "chatworker_role"
+
+
 @dataclass(frozen=True)
 class Caller:
     owner: str | None  # None: auth mode `none`, a trusted caller who sees everything
+    operator: bool = False  # an operator's credential: `owner` is the operator's name
 
 
 def refused(code: str, detail: str) -> ApiProblem:
@@ -62,7 +76,33 @@ async def authenticate(
     if admitted is None:
         admitted = await admit(request, api)
     response.headers.update(admitted.headers)
+    if admitted.caller.operator:
+        raise ApiProblem(
+            403,
+            "operator_credential",
+            "an operator's credential is taken by the operator routes (/v1/admin) only: it "
+            "holds no conversation of its own",
+        )
     return admitted.caller
+
+
+async def operate(
+    request: Request,
+    response: Response,
+    api: Api,
+    _bearer_given: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    _key_given: Annotated[str | None, Depends(_key_header)],
+) -> Caller:
+    """The operator calling an operator route; an owner's credential gets the 404 of a route
+    that does not exist (auth mode `none`: every caller is trusted, operators included)."""
+    admitted: Admitted | None = request.scope.get(ADMITTED)
+    if admitted is None:
+        admitted = await admit(request, api)
+    response.headers.update(admitted.headers)
+    caller = admitted.caller
+    if not (caller.operator or caller.owner is None):
+        raise StarletteHTTPException(404)
+    return caller
 
 
 @dataclass(frozen=True)
@@ -132,7 +172,7 @@ async def _identify(
             "unauthenticated",
             f"credentials are required ({' or '.join(_shown(mode) for mode in modes)})",
         )
-    if presented.startswith(PREFIX) or key_header:
+    if is_key(presented) or key_header:
         if API_KEY_AUTH not in modes:
             raise refused("invalid_token", "API keys are not accepted here; send a bearer JWT")
         try:
@@ -140,16 +180,16 @@ async def _identify(
             if owner is None:  # (the database: in a thread)
                 owner = await api.chat.admin.owner_of_key(presented)
                 api.keys.keep(presented, owner)
-            return Caller(owner), caller_of_key(presented)
+            return Caller(owner, presented.startswith(OPERATOR_PREFIX)), caller_of_key(presented)
         except KeyRefused as exc:
             raise refused(exc.code, str(exc)) from None
     if JWT_AUTH not in modes:
         raise refused("invalid_api_key", f"an API key starts with {PREFIX!r}")
-    subject = _owner_of_token(api, presented)
-    return Caller(subject), "sub:" + subject
+    subject, operator = _holder_of_token(api, presented)
+    return Caller(subject, operator), "sub:" + subject
 
 
-def _owner_of_token(api: ApiState, token: str) -> str:
+def _holder_of_token(api: ApiState, token: str) -> tuple[str, bool]:
     settings = api.settings
     assert settings.jwt_secret is not None  # the settings refuse jwt without one
     try:
@@ -174,7 +214,7 @@ def _owner_of_token(api: ApiState, token: str) -> str:
         or not subject.isprintable()  # (a lone surrogate is not printable either)
     ):
         raise refused("invalid_token", "the token's sub must name its owner (printable text)")
-    return subject
+    return subject, claims.get(OPERATOR_CLAIM) == "operator"
 
 
 def _shown(mode: str) -> str:
@@ -182,3 +222,4 @@ def _shown(mode: str) -> str:
 
 
 Authenticated = Annotated[Caller, Depends(authenticate)]
+Operating = Annotated[Caller, Depends(operate)]

@@ -12,6 +12,8 @@
     401     token_expired             a bearer token past its `exp`
     401     invalid_api_key           an API key that is malformed or unknown
     401     api_key_revoked           an API key that was revoked
+    403     operator_credential       an operator's credential on an owner's route (it holds no
+                                      conversation: the operator routes are /v1/admin)
     404     conversation_not_found    no such conversation, or another owner's
     404     turn_not_found            no such turn, or another owner's
     404     response_not_found        no such response (/v1/responses: OpenAI's error shape)
@@ -150,6 +152,7 @@ _SHAPES: list[tuple[str, ErrorShape]] = []
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -255,7 +258,10 @@ def refusal(exc: InvalidRequest) -> tuple[int, str]:
 def documented(
     *statuses: int, also: dict[int | str, dict[str, Any]] | None = None
 ) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a route: each status answered with a `Problem` (and `also`)."""
+    """The `responses=` of a route: each status answered with a `Problem` (and `also`). A route
+    that takes a caller (401) refuses an operator's credential too (403 `operator_credential`)."""
+    if 401 in statuses and 403 not in statuses:
+        statuses = (*statuses, 403)
     return dict(also or {}) | {
         status: {
             "model": Problem,

@@ -16,8 +16,17 @@ def add_commands(commands: Any) -> None:
     """`keys` and `budgets`."""
     keys = commands.add_parser("keys", help="make, list and revoke API keys")
     key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    create = key_commands.add_parser("create", help="a new key for an owner (shown once)")
-    create.add_argument("--owner", required=True, help="who the key acts as")
+    create = key_commands.add_parser(
+        "create", help="a new key for an owner, or an operator's (shown once)"
+    )
+    holder = create.add_mutually_exclusive_group(required=True)
+    holder.add_argument("--owner", help="who the key acts as")
+    holder.add_argument(
+        "--operator",
+        metavar="NAME",
+        help="an operator's key: every owner's runs through /v1/admin, nothing else; NAME is "
+        "who holds it (in the audit log)",
+    )
     create.add_argument("--name", default="", help="a note: what the key is for")
     create.set_defaults(run=_keys_create)
     listing = key_commands.add_parser("list", help="every key (never its secret)")
@@ -65,10 +74,16 @@ def admin_client() -> Any:
 def _keys_create(args: argparse.Namespace) -> int:
     client = admin_client()
     try:
-        key, text = client.admin.create_key(args.owner, args.name)
+        if args.operator is not None:
+            key, text = client.admin.create_key(args.operator, args.name, operator=True)
+        else:
+            key, text = client.admin.create_key(args.owner, args.name)
     finally:
         client.close()
-    print(f"key {key.id} for owner {key.owner!r}; its secret is shown this once:", file=sys.stderr)
+    holder = "operator" if key.operator else "owner"
+    print(
+        f"key {key.id} for {holder} {key.owner!r}; its secret is shown this once:", file=sys.stderr
+    )
     print(text)
     return 0
 
@@ -84,9 +99,8 @@ def _keys_list(args: argparse.Namespace) -> int:
         return 0
     for key in found:
         state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
-        print(
-            f"{key.id}  {key.owner}  {state}  created {key.created_at:%Y-%m-%d %H:%M}  {key.name}"
-        )
+        holder = f"operator {key.owner}" if key.operator else key.owner
+        print(f"{key.id}  {holder}  {state}  created {key.created_at:%Y-%m-%d %H:%M}  {key.name}")
     return 0
 
 

@@ -55,6 +55,7 @@ class AdminClient:
     list_deliveries = blocking(Async.list_deliveries)
     redeliver = blocking(Async.redeliver)
     owner_of_key = blocking(Async.owner_of_key)
+    audit_log = blocking(Async.audit_log)
     check_ready = blocking(Async.check_ready)
     close = blocking(Async.close)
 

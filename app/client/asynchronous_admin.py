@@ -22,15 +22,23 @@ from app.client.checks import (
     parse_webhook_id,
 )
 from app.client.inline import Offload
-from app.client.store import api_keys, budgets, reads, webhooks
+from app.client.store import api_keys, audit, budgets, reads, webhooks
 from app.client.store.outage import unavailable_as_ours
-from app.client.views import ApiKeyView, BudgetView, DeliveryView, ToolInfo, WebhookView
+from app.client.views import (
+    ApiKeyView,
+    AuditView,
+    BudgetView,
+    DeliveryView,
+    ToolInfo,
+    WebhookView,
+)
 from app.config import Settings, get_settings
 from app.db import make_engine
-from app.errors import KeyNotFound, WebhookNotFound
+from app.errors import InvalidRequest, KeyNotFound, WebhookNotFound
 from app.live import LiveChannel, open_channel
 
 T = TypeVar("T")
+MAX_AUDIT_PAGE = 500
 
 
 class AsyncAdminClient:
@@ -84,9 +92,22 @@ class AsyncAdminClient:
         """The tools the workers' MCP servers offer (as the workers last published them)."""
         return await self._read(reads.read_catalogue)
 
-    async def create_key(self, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-        """A new API key for `owner`: its listing, and its text, shown this once."""
-        return await self._write(lambda connection: api_keys.create_key(connection, owner, name))
+    async def create_key(
+        self, owner: str, name: str = "", *, operator: bool = False
+    ) -> tuple[ApiKeyView, str]:
+        """A new API key for `owner`: its listing, and its text, shown this once. With
+        `operator`, an operator's key (`cwo_...`): `owner` names the operator; it is taken by the
+        operator routes (`/v1/admin`) only."""
+        return await self._write(
+            lambda connection: api_keys.create_key(connection, owner, name, operator=operator)
+        )
+
+    async def audit_log(self, limit: int = 50, before: int | None = None) -> list[AuditView]:
+        """The operators' actions, newest first: at most `limit` (1 to 500), those older than
+        entry `before` (the previous page's last id)."""
+        if not 1 <= limit <= MAX_AUDIT_PAGE:
+            raise InvalidRequest(f"limit must be 1 to {MAX_AUDIT_PAGE}")
+        return await self._read(lambda connection: audit.read_log(connection, limit, before))
 
     async def list_keys(self, owner: str | None = None) -> list[ApiKeyView]:
         return await self._read(lambda connection: api_keys.list_keys(connection, owner))

@@ -1,5 +1,9 @@
-"""An API key's text: `cwk_<id>_<secret>`, parsed, and its secret hashed; the owner names keys
-are made for. The rows are `store/api_keys`'.
+"""An API key's text: `cwk_<id>_<secret>` (an owner's) or `cwo_<id>_<secret>` (an operator's),
+parsed, and its secret hashed; the owner names keys are made for. The rows are `store/api_keys`'.
+
+The prefix says which kind a key is, and the row must agree: an owner's key given the operator's
+prefix is refused, so a key cannot be made more than it is. (Its kind shows in the text too, as a
+secret scanner wants it.)
 
 The id (a UUID's 32 hex digits) finds the row in one primary-key lookup, and the secret (32 random
 bytes, URL-safe) is compared with the stored SHA-256 in constant time. The text is shown once, by
@@ -15,6 +19,7 @@ from app.errors import InvalidRequest
 from app.models import MAX_OWNER_CHARS
 
 PREFIX = "cwk_"
+OPERATOR_PREFIX = "cwo_"
 
 
 class KeyRefused(Exception):
@@ -25,9 +30,11 @@ class KeyRefused(Exception):
         self.code = code
 
 
-def parse_key(text: str) -> tuple[uuid.UUID, str]:
-    """The id and secret of a key's text; `KeyRefused` when it does not look like a key."""
-    if not text.startswith(PREFIX):
+def parse_key(text: str) -> tuple[uuid.UUID, str, bool]:
+    """The id and secret of a key's text, and whether it is an operator's; `KeyRefused` when it
+    does not look like a key."""
+    operator = text.startswith(OPERATOR_PREFIX)
+    if not (operator or text.startswith(PREFIX)):
         raise KeyRefused(f"an API key starts with {PREFIX!r}", "invalid_api_key")
     body = text[len(PREFIX) :]
     key_hex, _, secret = body.partition("_")
@@ -37,7 +44,7 @@ def parse_key(text: str) -> tuple[uuid.UUID, str]:
         raise KeyRefused("the API key is malformed", "invalid_api_key") from None
     if len(key_hex) != 32 or not secret:
         raise KeyRefused("the API key is malformed", "invalid_api_key")
-    return key_id, secret
+    return key_id, secret, operator
 
 
 def check_owner_name(owner: str) -> str:
@@ -56,4 +63,17 @@ def digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-__all__ = ["PREFIX", "KeyRefused", "check_owner_name", "digest", "parse_key"]
+def is_key(text: str) -> bool:
+    """The text is meant as an API key (either kind), not a token."""
+    return text.startswith((PREFIX, OPERATOR_PREFIX))
+
+
+__all__ = [
+    "OPERATOR_PREFIX",
+    "PREFIX",
+    "KeyRefused",
+    "check_owner_name",
+    "digest",
+    "is_key",
+    "parse_key",
+]

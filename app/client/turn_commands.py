@@ -11,8 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.client import intake
+from app.client.audit import AuditAction
 from app.client.checks import check_decisions, check_outputs, parse_conversation_id, parse_turn_id
 from app.client.commands import ConversationCommands
+from app.client.store import audit as audit_log
 from app.client.store import reads
 from app.client.store.answers import answer_actions
 from app.client.store.cancel import cancel_turn
@@ -24,9 +26,14 @@ class TurnCommands(ConversationCommands):
     """What `AsyncChatClient` does to a turn that exists (its base)."""
 
     async def retry_conversation(
-        self, conversation_id: uuid.UUID | str, *, owner: str | None = None
+        self,
+        conversation_id: uuid.UUID | str,
+        *,
+        owner: str | None = None,
+        audit: AuditAction | None = None,
     ) -> Submitted:
-        """A new turn that continues a failed one from its transcript (pending calls first)."""
+        """A new turn that continues a failed one from its transcript (pending calls first).
+        `audit`: an operator's action, recorded in the same transaction (`audit.py`)."""
         wiring = self.wiring
 
         def retry() -> Submitted:
@@ -35,6 +42,8 @@ class TurnCommands(ConversationCommands):
                 reads.check_owner(connection, found, owner)
                 turn = intake.retry(connection, found, owner_limit=wiring.owner_limit)
                 view = reads.read_turn(connection, turn.id)
+                if audit is not None:
+                    audit_log.record(connection, audit, selected=1)
                 describe(span, found, turn.id)
             wiring.notify(found)
             return wiring.ring(found, turn, view)
@@ -100,23 +109,37 @@ class TurnCommands(ConversationCommands):
 
         return await self.offload(cancel)
 
-    async def cancel_turn(self, turn_id: uuid.UUID | str, *, owner: str | None = None) -> TurnView:
+    async def cancel_turn(
+        self,
+        turn_id: uuid.UUID | str,
+        *,
+        owner: str | None = None,
+        audit: AuditAction | None = None,
+    ) -> TurnView:
         """`cancel` for one turn by id: the running one, or one waiting behind it (its request
-        is honoured when its time comes, before any model call); `TurnNotFound`."""
+        is honoured when its time comes, before any model call); `TurnNotFound`. `audit`: an
+        operator's action, recorded in the same transaction (`audit.py`)."""
 
         def cancel() -> TurnView:
             found = parse_turn_id(turn_id)
             with self.engine.connect() as connection:
                 conversation_id = reads.conversation_of_turn(connection, found, owner)
-            cancelled = self._cancel(conversation_id, found)
+            cancelled = self._cancel(conversation_id, found, audit)
             assert cancelled is not None
             return cancelled
 
         return await self.offload(cancel)
 
-    def _cancel(self, conversation_id: uuid.UUID, turn_id: uuid.UUID | None) -> TurnView | None:
+    def _cancel(
+        self,
+        conversation_id: uuid.UUID,
+        turn_id: uuid.UUID | None,
+        audit: AuditAction | None = None,
+    ) -> TurnView | None:
         with self.engine.begin() as connection:
             outcome = cancel_turn(connection, conversation_id, turn_id, now=datetime.now(UTC))
+            if audit is not None:
+                audit_log.record(connection, audit, selected=int(outcome.turn_id is not None))
             if outcome.turn_id is None:
                 return None
             # As the command left it: the worker told next may end it a moment later.

@@ -316,14 +316,28 @@ class TurnRecord:
 
 
 @dataclass(frozen=True)
+class AuditView:
+    """An entry of the audit log: an operator's action."""
+
+    id: int
+    at: datetime
+    operator: str
+    action: str
+    target: str
+    selected: int  # how many runs it acted on
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class ApiKeyView:
     """An API key as listed: never its secret."""
 
     id: uuid.UUID
-    owner: str
+    owner: str  # an operator's key: the operator's name
     name: str
     created_at: datetime
     revoked_at: datetime | None
+    operator: bool = False
 
 
 @dataclass(frozen=True)

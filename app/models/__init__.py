@@ -2,6 +2,7 @@
 session tool cache; and their tables' Core aliases (`tables`), written once."""
 
 from app.models.api_key import MAX_OWNER_CHARS, ApiKey
+from app.models.audit import AuditEntry
 from app.models.base import Base
 from app.models.budget import Budget
 from app.models.compaction import (
@@ -24,6 +25,7 @@ from app.models.file import MAX_FILE_NAME_CHARS, STORAGE_LOCK_SEED, File, FileNa
 from app.models.message import CANCELLED_CALL_RESULT, Message
 from app.models.tables import (
     api_keys,
+    audit_log,
     budgets,
     catalog,
     compactions,
@@ -181,6 +183,7 @@ __all__ = [
     "USER",
     "WEBHOOK_EVENT_TYPES",
     "ApiKey",
+    "AuditEntry",
     "Base",
     "Budget",
     "CatalogTool",
@@ -196,6 +199,7 @@ __all__ = [
     "Webhook",
     "WebhookDelivery",
     "api_keys",
+    "audit_log",
     "budgets",
     "catalog",
     "compactions",

@@ -8,6 +8,7 @@ from typing import cast
 from sqlalchemy import Table
 
 from app.models.api_key import ApiKey
+from app.models.audit import AuditEntry
 from app.models.budget import Budget
 from app.models.compaction import Compaction
 from app.models.conversation import Conversation
@@ -20,6 +21,7 @@ from app.models.turn import Turn
 from app.models.webhook import Webhook, WebhookDelivery
 
 api_keys = cast(Table, ApiKey.__table__)
+audit_log = cast(Table, AuditEntry.__table__)
 budgets = cast(Table, Budget.__table__)
 catalog = cast(Table, CatalogTool.__table__)
 compactions = cast(Table, Compaction.__table__)
@@ -36,6 +38,7 @@ webhooks = cast(Table, Webhook.__table__)
 
 __all__ = [
     "api_keys",
+    "audit_log",
     "budgets",
     "catalog",
     "compactions",

@@ -11,7 +11,7 @@ for any tool, its rule then.
 
 Revision ID: 0026
 Revises: 0025
-Create Date: 2026-11-30
+Create Date: 2026-11-28
 """
 
 from collections.abc import Sequence

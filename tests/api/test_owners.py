@@ -267,7 +267,9 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
             assert alice.secret not in text, f"{where} showed bob alice's data: {text}"
             assert alice.name not in text, f"{where} named alice: {text}"
             names = [p["name"] for p in operation.get("parameters", []) if p["in"] == "path"]
-            if names and names[0] in AS_NEVER_USED:
+            if path.startswith("/v1/admin/"):
+                _no_such_route(response, method, path.format(**hers))
+            elif names and names[0] in AS_NEVER_USED:
                 nobody = call(http, method, path, operation=operation, alice=alice, ids=nobodys)
                 assert response.status_code == nobody.status_code < 300, f"{where}: {text}"
                 assert text.replace(alice.conversation, "?") == nobody.text.replace(
@@ -308,6 +310,12 @@ def probe_as_bob(shared_api: Deployment, alice: Alice, bob: str, token: str) -> 
     assert len(checked) >= 12  # every route of the document, the stream included
     assert alice_state(shared_api, alice) == before  # untouched: still running, not cancelled
     assert owner_rows(shared_api.database_url, bob) == bobs_rows
+
+
+def _no_such_route(response: httpx.Response, method: str, path: str) -> None:
+    """An operator's route, to an owner: the 404 of a route that does not exist."""
+    problem = assert_problem(response, 404, "not_found")
+    assert problem["detail"] == f"no route {method.upper()} {path}", problem
 
 
 def _not_found(response: httpx.Response, code: str) -> dict[str, Any]:

@@ -94,3 +94,26 @@ def test_a_bad_owner_name_is_refused_and_nothing_is_written(client: ChatClient, 
     assert client.admin.list_keys() == []
     with pytest.raises(KeyNotFound):
         client.admin.revoke_key(uuid.uuid4())
+
+
+def test_an_operator_key_is_made_from_the_command_line_and_cannot_be_forged(
+    database_url: str,
+) -> None:
+    made = cli(database_url, "create", "--operator", "ana", "--name", "on call")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith("cwo_") and "operator 'ana'" in made.stderr
+    listed = json.loads(cli(database_url, "list", "--json").stdout)
+    assert [(row["owner"], row["operator"]) for row in listed] == [("ana", True)]
+    assert "operator ana" in cli(database_url, "list").stdout
+    client = ChatClient(load_settings(database_url=database_url), enqueue=lambda _cid: None)
+    assert client.admin.owner_of_key(key) == "ana"
+    # the prefix says the kind, and the row must agree: neither kind passes as the other
+    owner_key = client.admin.create_key("bob")[1]
+    for forged in ("cwk_" + key.removeprefix("cwo_"), "cwo_" + owner_key.removeprefix("cwk_")):
+        with pytest.raises(KeyRefused) as refused:
+            client.admin.owner_of_key(forged)
+        assert refused.value.code == "invalid_api_key"
+    both = cli(database_url, "create", "--operator", "ana", "--owner", "bob")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    client.close()

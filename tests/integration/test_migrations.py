@@ -19,6 +19,7 @@ from app.models import Base
 EXPECTED_TABLES = {
     "alembic_version",
     "api_keys",
+    "audit_log",
     "budgets",
     "compactions",
     "conversations",

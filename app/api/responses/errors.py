@@ -67,7 +67,10 @@ class OpenAIError(BaseModel):
 
 
 def documented_openai(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` of a dialect's route: each status answered in OpenAI's error shape."""
+    """The `responses=` of a dialect's route: each status answered in OpenAI's error shape (a
+    route that takes a caller refuses an operator's credential too: 403)."""
+    if 401 in statuses and 403 not in statuses:
+        statuses = (*statuses, 403)
     return {
         status: {"model": OpenAIError, "description": _TYPES.get(status, "server_error")}
         for status in statuses

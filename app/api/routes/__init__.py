@@ -6,7 +6,16 @@ from fastapi import APIRouter
 from app.api.aisdk.routes import router as aisdk_router
 from app.api.chat.routes import router as chat_router
 from app.api.responses.routes import router as responses_router
-from app.api.routes import branches, conversations, events, files, system, turns, webhooks
+from app.api.routes import (
+    admin,
+    branches,
+    conversations,
+    events,
+    files,
+    system,
+    turns,
+    webhooks,
+)
 
 router = APIRouter(prefix="/v1")
 router.include_router(system.router)
@@ -19,5 +28,6 @@ router.include_router(files.router)
 router.include_router(responses_router)
 router.include_router(aisdk_router)
 router.include_router(chat_router)
+router.include_router(admin.router)
 
 __all__ = ["router"]

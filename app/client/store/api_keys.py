@@ -1,5 +1,5 @@
-"""API keys' rows: a key made (its text returned this once), listed, revoked, and the owner of a
-presented key looked up (its text is parsed and hashed by `keys`)."""
+"""API keys' rows: a key made (its text returned this once), listed, revoked, and the holder of a
+presented key looked up (its text is parsed and hashed by `keys`): an owner, or an operator."""
 
 from __future__ import annotations
 
@@ -11,14 +11,24 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from app.client.keys import PREFIX, KeyRefused, check_owner_name, digest, parse_key
+from app.client.keys import (
+    OPERATOR_PREFIX,
+    PREFIX,
+    KeyRefused,
+    check_owner_name,
+    digest,
+    parse_key,
+)
 from app.client.views import ApiKeyView
 from app.errors import InvalidRequest, KeyNotFound
 from app.models.tables import api_keys
 
 
-def create_key(connection: Connection, owner: str, name: str = "") -> tuple[ApiKeyView, str]:
-    """A new key for `owner`: its listing and its text (shown this once)."""
+def create_key(
+    connection: Connection, owner: str, name: str = "", *, operator: bool = False
+) -> tuple[ApiKeyView, str]:
+    """A new key for `owner` (with `operator`, an operator's key, `owner` the operator's name):
+    its listing and its text (shown this once)."""
     owner = check_owner_name(owner)
     if len(name) > 200:
         raise InvalidRequest(f"a key's name is at most 200 characters, not {len(name)}")
@@ -27,10 +37,17 @@ def create_key(connection: Connection, owner: str, name: str = "") -> tuple[ApiK
     now = datetime.now(UTC)
     connection.execute(
         insert(api_keys).values(
-            id=key_id, owner=owner, name=name, secret_sha256=digest(secret), created_at=now
+            id=key_id,
+            owner=owner,
+            name=name,
+            secret_sha256=digest(secret),
+            created_at=now,
+            operator=operator,
         )
     )
-    return ApiKeyView(key_id, owner, name, now, None), f"{PREFIX}{key_id.hex}_{secret}"
+    prefix = OPERATOR_PREFIX if operator else PREFIX
+    view = ApiKeyView(key_id, owner, name, now, None, operator)
+    return view, f"{prefix}{key_id.hex}_{secret}"
 
 
 def list_keys(connection: Connection, owner: str | None = None) -> list[ApiKeyView]:
@@ -55,14 +72,19 @@ def revoke_key(connection: Connection, key_id: uuid.UUID) -> ApiKeyView:
 
 
 def owner_of_key(connection: Connection, text: str) -> str:
-    """The owner of the key `text`; `KeyRefused` when it is not a live key."""
-    key_id, secret = parse_key(text)
+    """The owner of the key `text` (an operator's key: the operator's name; its text says which
+    kind it is, and the row must agree); `KeyRefused` when it is not a live key."""
+    key_id, secret, operator = parse_key(text)
     row = connection.execute(
-        select(api_keys.c.owner, api_keys.c.secret_sha256, api_keys.c.revoked_at).where(
-            api_keys.c.id == key_id
-        )
+        select(
+            api_keys.c.owner, api_keys.c.secret_sha256, api_keys.c.revoked_at, api_keys.c.operator
+        ).where(api_keys.c.id == key_id)
     ).one_or_none()
-    if row is None or not hmac.compare_digest(row.secret_sha256, digest(secret)):
+    if (
+        row is None
+        or not hmac.compare_digest(row.secret_sha256, digest(secret))
+        or bool(row.operator) != operator
+    ):
         raise KeyRefused("the API key is not valid", "invalid_api_key")
     if row.revoked_at is not None:
         raise KeyRefused("the API key was revoked", "api_key_revoked")
@@ -71,7 +93,9 @@ def owner_of_key(connection: Connection, text: str) -> str:
 
 def _view(row: Any) -> ApiKeyView:
     revoked = None if row.revoked_at is None else _aware(row.revoked_at)
-    return ApiKeyView(row.id, row.owner, row.name, _aware(row.created_at), revoked)
+    return ApiKeyView(
+        row.id, row.owner, row.name, _aware(row.created_at), revoked, bool(row.operator)
+    )
 
 
 def _aware(moment: datetime) -> datetime:

@@ -1,0 +1,134 @@
+"""Operators apart from owners, against a real API process and worker: an operator's key (`cwo_`)
+or JWT (`"chatworker_role": "operator"`) reads and acts on every owner's runs through `/v1/admin`
+and is refused by every owner route; an owner's credential finds no `/v1/admin` route at all;
+every action is in the audit log with who took it, and reading is not.
+
+    who                                  gets
+    -----------------------------------  ----------------------------------------------------
+    an owner's key or JWT on /v1/admin   404 not_found, as a route that does not exist
+    an operator's key on an owner route  403 operator_credential, nothing written
+    an owner's key given the cwo_ prefix 401 invalid_api_key (a key is not made more than it is)
+    an operator acting                   the action, and its audit entry, in one transaction
+    an action refused (409)              no audit entry
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+
+from app.testing.fake_llm import FakeLLMServer
+from tests.api.conftest import JWT_SECRET, Deployment, assert_problem, owner_name
+from tests.worker_process import FAKE_MODEL
+
+pytestmark = pytest.mark.xdist_group("api-operators")
+
+
+def token(subject: str, **claims: Any) -> str:
+    body = {"sub": subject, "exp": int(time.time()) + 600, **claims}
+    return jwt.encode(body, JWT_SECRET, algorithm="HS256")
+
+
+def operator_key(shared_api: Deployment, name: str) -> str:
+    key, text = shared_api.client.admin.create_key(name, "on call", operator=True)
+    assert key.operator and text.startswith("cwo_")
+    return text
+
+
+def audit(shared_api: Deployment, operator: str) -> list[Any]:
+    return [e for e in shared_api.client.admin.audit_log(500) if e.operator == operator]
+
+
+def wait_for(http: httpx.Client, turn_id: str, *statuses: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        turn = http.get(f"/v1/admin/turns/{turn_id}").json()
+        if turn["status"] in statuses:
+            return dict(turn)
+        assert time.monotonic() < deadline, turn
+        time.sleep(0.05)
+
+
+def test_an_operator_cancels_and_retries_any_owner_s_runs_and_each_is_audited(
+    shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    name = owner_name("ops")
+    hang, fail = uuid.uuid4().hex, uuid.uuid4().hex
+    fake_llm.script([{"hang": 60}], match=hang)
+    fake_llm.script([{"error": 400, "message": "bad request"}], match=fail)
+    with shared_api.http(token=shared_api.key(owner_name("alice"))) as alice:
+        created = alice.post("/v1/conversations", json={"model": FAKE_MODEL}).json()
+        failing = alice.post(f"/v1/conversations/{created['id']}/messages", json={"text": fail})
+        assert failing.status_code == 202, failing.text
+        hanging = alice.post("/v1/conversations", json={"model": FAKE_MODEL}).json()
+        turn = alice.post(f"/v1/conversations/{hanging['id']}/messages", json={"text": hang})
+        turn_id = turn.json()["turn"]["id"]
+
+    with shared_api.http(token=operator_key(shared_api, name)) as ops:
+        assert ops.get(f"/v1/admin/turns/{turn_id}").json()["status"] in ("queued", "running")
+        assert audit(shared_api, name) == []  # reading is not logged
+        cancelled = ops.post(f"/v1/admin/turns/{turn_id}/cancel")
+        assert cancelled.status_code in (200, 202), cancelled.text
+        assert wait_for(ops, turn_id, "cancelled")["status"] == "cancelled"
+
+        failed_turn = failing.json()["turn"]["id"]
+        wait_for(ops, failed_turn, "failed")
+        retried = ops.post(f"/v1/admin/conversations/{created['id']}/retry")
+        assert retried.status_code == 202, retried.text
+        assert retried.headers["Location"].startswith("/v1/admin/turns/")
+        # a conversation that has not failed: refused, and nothing is logged
+        refused = ops.post(f"/v1/admin/conversations/{hanging['id']}/retry")
+        assert_problem(refused, 409, "not_retryable")
+        unknown = ops.post(f"/v1/admin/turns/{uuid.uuid4()}/cancel")
+        assert_problem(unknown, 404, "turn_not_found")
+
+        entries = audit(shared_api, name)
+        assert [(e.action, e.target, e.selected) for e in entries] == [
+            ("conversation.retry", created["id"], 1),
+            ("turn.cancel", turn_id, 1),
+        ]
+        page = ops.get("/v1/admin/audit", params={"limit": 1}).json()
+        assert len(page["data"]) == 1 and page["next_before"] == page["data"][0]["id"]
+        older = ops.get("/v1/admin/audit", params={"limit": 1, "before": page["next_before"]})
+        assert older.json()["data"][0]["id"] < page["next_before"]
+        assert_problem(ops.get("/v1/admin/audit", params={"limit": 0}), 422, "validation_failed")
+
+
+def test_owners_find_no_operator_route_and_operators_no_owner_route(
+    shared_api: Deployment,
+) -> None:
+    owner = owner_name("bob")
+    owner_key = shared_api.key(owner)
+    ops_name = owner_name("ops")
+    ops_key = operator_key(shared_api, ops_name)
+    some_turn = str(uuid.uuid4())
+    for credential in (owner_key, token(owner)):
+        with shared_api.http(token=credential) as http:
+            for method, path in (
+                ("GET", "/v1/admin/audit"),
+                ("GET", f"/v1/admin/turns/{some_turn}"),
+                ("POST", f"/v1/admin/turns/{some_turn}/cancel"),
+                ("POST", f"/v1/admin/conversations/{some_turn}/retry"),
+            ):
+                answer = http.request(method, path)
+                problem = assert_problem(answer, 404, "not_found")
+                assert problem["detail"] == f"no route {method} {path}"
+    for credential in (ops_key, token("night-shift", chatworker_role="operator")):
+        with shared_api.http(token=credential) as http:
+            assert http.get("/v1/admin/audit").status_code == 200
+            for method, path in (("GET", "/v1/conversations"), ("POST", "/v1/conversations")):
+                assert_problem(http.request(method, path, json={}), 403, "operator_credential")
+    assert shared_api.client.list_conversations(owner=ops_name).conversations == []
+
+    # An owner's key can not be made an operator's by its prefix.
+    forged = "cwo_" + owner_key.removeprefix("cwk_")
+    with shared_api.http(token=forged) as http:
+        assert_problem(http.get("/v1/admin/audit"), 401, "invalid_api_key")
+    # and an operator's key can not pass as an owner's
+    with shared_api.http(token="cwk_" + ops_key.removeprefix("cwo_")) as http:
+        assert_problem(http.get("/v1/conversations"), 401, "invalid_api_key")
