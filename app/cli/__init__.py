@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from app import __version__
-from app.cli import admin, conversations, processes, upkeep, webhooks
+from app.cli import admin, conversations, processes, runs, upkeep, webhooks
 from app.errors import ChatWorkerError
 from app.process_exit import exit_now
 
@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     processes.add_serve(commands)
     admin.add_commands(commands)
     webhooks.add_commands(commands)
+    runs.add_commands(commands)
     return parser
 
 

@@ -56,6 +56,7 @@ class AdminClient:
     redeliver = blocking(Async.redeliver)
     owner_of_key = blocking(Async.owner_of_key)
     audit_log = blocking(Async.audit_log)
+    list_runs = blocking(Async.list_runs)
     check_ready = blocking(Async.check_ready)
     close = blocking(Async.close)
 

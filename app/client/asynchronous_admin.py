@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -22,7 +23,8 @@ from app.client.checks import (
     parse_webhook_id,
 )
 from app.client.inline import Offload
-from app.client.store import api_keys, audit, budgets, reads, webhooks
+from app.client.runs import RunFilter, RunView
+from app.client.store import api_keys, audit, budgets, reads, runs, webhooks
 from app.client.store.outage import unavailable_as_ours
 from app.client.views import (
     ApiKeyView,
@@ -100,6 +102,14 @@ class AsyncAdminClient:
         operator routes (`/v1/admin`) only."""
         return await self._write(
             lambda connection: api_keys.create_key(connection, owner, name, operator=operator)
+        )
+
+    async def list_runs(self, wanted: RunFilter | None = None) -> list[RunView]:
+        """The turns of every owner that `wanted` selects (`runs.RunFilter`), newest first, each
+        with its owner and, while it runs, its worker and its heartbeat's age."""
+        chosen = wanted or RunFilter()
+        return await self._read(
+            lambda connection: runs.list_runs(connection, chosen, datetime.now(UTC))
         )
 
     async def audit_log(self, limit: int = 50, before: int | None = None) -> list[AuditView]:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     Numeric,
     String,
@@ -41,6 +42,9 @@ class Turn(Base):
         CheckConstraint(in_list("status", TURN_STATUSES), name="status"),
         CheckConstraint(in_list("kind", TURN_KINDS), name="kind"),
         CheckConstraint("number >= 1", name="number_positive"),
+        # The runs across owners, newest first (the operators' list, `store/runs.py`).
+        Index("ix_turns_created", "created_at", "id"),
+        Index("ix_turns_status_created", "status", "created_at", "id"),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)

@@ -44,6 +44,14 @@ def audit(shared_api: Deployment, operator: str) -> list[Any]:
     return [e for e in shared_api.client.admin.audit_log(500) if e.operator == operator]
 
 
+def created_owner(http: httpx.Client, turn_id: str) -> str:
+    """The owner of a turn, as the runs list shows it."""
+    for run in http.get("/v1/admin/turns", params={"limit": 200}).json()["data"]:
+        if run["turn_id"] == turn_id:
+            return str(run["owner"])
+    raise AssertionError(f"turn {turn_id} is not listed")
+
+
 def wait_for(http: httpx.Client, turn_id: str, *statuses: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while True:
@@ -97,6 +105,17 @@ def test_an_operator_cancels_and_retries_any_owner_s_runs_and_each_is_audited(
         older = ops.get("/v1/admin/audit", params={"limit": 1, "before": page["next_before"]})
         assert older.json()["data"][0]["id"] < page["next_before"]
         assert_problem(ops.get("/v1/admin/audit", params={"limit": 0}), 422, "validation_failed")
+
+        # the runs across owners, filtered
+        runs = ops.get("/v1/admin/turns", params={"status": "failed", "limit": 200}).json()
+        assert failed_turn in [run["turn_id"] for run in runs["data"]]
+        assert all(run["status"] == "failed" for run in runs["data"])
+        mine = ops.get("/v1/admin/turns", params={"owner": created_owner(ops, failed_turn)})
+        assert {run["turn_id"] for run in mine.json()["data"]} >= {failed_turn, turn_id}
+        refused = ops.get("/v1/admin/turns", params={"status": "exploded"})
+        assert "status must be one of" in assert_problem(refused, 400, "invalid_request")["detail"]
+        naive = ops.get("/v1/admin/turns", params={"since": "2026-01-01T00:00:00"})
+        assert "time zone" in assert_problem(naive, 400, "invalid_request")["detail"]
 
 
 def test_owners_find_no_operator_route_and_operators_no_owner_route(

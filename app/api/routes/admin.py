@@ -3,6 +3,8 @@ credential only (`auth.Operating`: an owner's credential gets a 404 here, an ope
 every owner route). Each action is written to the audit log in its own transaction
 (`app/client/audit.py`); reading is not.
 
+    GET  /v1/admin/turns                           the runs across owners, filtered, newest first
+                                                   (`app/client/runs.py` says each filter)
     GET  /v1/admin/turns/{id}                      any owner's turn (its conversation's owner)
     POST /v1/admin/turns/{id}/cancel               cancel it (audited: turn.cancel)
     POST /v1/admin/conversations/{id}/retry        retry a failed conversation (audited:
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
@@ -26,6 +29,7 @@ from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import Submission, Turn
 from app.api.state import Api
 from app.client.audit import CONVERSATION_RETRY, TURN_CANCEL, AuditAction
+from app.client.runs import MAX_PAGE, STATUSES, RunFilter
 
 router = APIRouter(prefix="/admin", tags=["operators"], route_class=GuardedRoute)
 
@@ -40,6 +44,32 @@ class AuditEntry(BaseModel):
     detail: dict[str, Any]
 
 
+class Run(BaseModel):
+    turn_id: uuid.UUID
+    conversation_id: uuid.UUID
+    owner: str | None
+    number: int
+    status: str
+    model: str | None
+    error: str | None
+    cost_usd: Decimal
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    iterations: int = Field(description="model calls of the running turn so far")
+    worker: str | None = Field(description="the worker holding the running turn")
+    heartbeat_age_s: float | None = Field(
+        description="seconds since the running turn's worker last showed it is alive"
+    )
+
+
+class RunPage(BaseModel):
+    data: list[Run]
+    next_before: uuid.UUID | None = Field(
+        description="the next page: ?before= this (None: the end)"
+    )
+
+
 class AuditPage(BaseModel):
     data: list[AuditEntry]
     next_before: int | None = Field(description="the next page: ?before= this (None: the end)")
@@ -51,6 +81,32 @@ def _acting(caller: Caller, action: str, target: uuid.UUID) -> AuditAction:
 
 #: Every operator route: an owner's credential finds none (404, as a route that does not exist).
 ADMIN = (401, 404, 422, 503)
+
+
+@router.get("/turns", response_model=RunPage, responses=documented(*ADMIN, 400))
+async def list_runs(
+    caller: Operating,
+    api: Api,
+    *,
+    status: Annotated[str | None, Query(description=f"one of {', '.join(STATUSES)}")] = None,
+    owner: str | None = None,
+    model: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cost_above: Decimal | None = None,
+    stuck_seconds: Annotated[float, Query(gt=0, le=86400)] = 60.0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    before: uuid.UUID | None = None,
+) -> RunPage:
+    """The turns of every owner a filter selects, newest first, each with its owner and, while
+    it runs, its worker and its heartbeat's age (`stuck`: running, no heartbeat for
+    `stuck_seconds`)."""
+    wanted = RunFilter(status, owner, model, since, until, cost_above, stuck_seconds, limit, before)
+    found = await api.chat.admin.list_runs(wanted)
+    return RunPage(
+        data=[Run.model_validate(run, from_attributes=True) for run in found],
+        next_before=found[-1].turn_id if len(found) == limit else None,
+    )
 
 
 @router.get("/turns/{turn_id}", response_model=Turn, responses=documented(*ADMIN))

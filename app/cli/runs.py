@@ -1,0 +1,98 @@
+"""The operator's commands on the runs across owners: `runs list` (filtered, newest first, as the
+operator route `GET /v1/admin/turns` gives them) and `runs cancel` (audited as the operator
+named by `--as`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.cli.admin import admin_client
+from app.cli.conversations import as_json
+from app.vocabulary import TURN_STATUSES
+
+STATUSES = (*TURN_STATUSES, "stuck")  # (app.client.runs's, without importing the client)
+_AGO = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def add_commands(commands: Any) -> None:
+    """`runs`."""
+    runs = commands.add_parser("runs", help="the runs across owners: list, cancel (operators)")
+    run_commands = runs.add_subparsers(dest="runs_command", required=True, metavar="ACTION")
+    listing = run_commands.add_parser("list", help="turns of every owner, newest first")
+    listing.add_argument("--status", choices=STATUSES, help="stuck: running, no heartbeat")
+    listing.add_argument("--owner", help="one owner's")
+    listing.add_argument("--model", help="run on this model")
+    listing.add_argument("--since", type=_moment, help="created since: 30m, 1h, 2d or ISO 8601")
+    listing.add_argument("--stuck-seconds", type=float, default=60.0)
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(run=_runs_list)
+    cancel = run_commands.add_parser("cancel", help="cancel any owner's turn (audited)")
+    cancel.add_argument("turn_id")
+    cancel.add_argument("--as", dest="operator", required=True, help="who acts (the audit log)")
+    cancel.set_defaults(run=_runs_cancel)
+
+
+def _moment(text: str) -> datetime:
+    """`30m`, `1h`, `2d` ago, or an ISO 8601 time with its zone."""
+    found = _AGO.fullmatch(text.strip())
+    if found is not None:
+        amount = timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
+        return datetime.now(UTC) - amount
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 30m, 1h, 2d or an ISO time") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: an ISO time needs its zone (Z, +01:00)")
+    return moment
+
+
+def _runs_list(args: argparse.Namespace) -> int:
+    from app.client.runs import RunFilter
+
+    client = admin_client()
+    try:
+        wanted = RunFilter(
+            status=args.status,
+            owner=args.owner,
+            model=args.model,
+            since=args.since,
+            stuck_seconds=args.stuck_seconds,
+            limit=args.limit,
+        )
+        found = client.admin.list_runs(wanted)
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps([as_json(run) for run in found], indent=2, default=str))
+        return 0
+    for run in found:
+        beat = (
+            "" if run.heartbeat_age_s is None else f"  on {run.worker}, {run.heartbeat_age_s:.0f}s"
+        )
+        error = f"  {run.error.splitlines()[0][:80]}" if run.error else ""
+        print(
+            f"{run.turn_id}  {run.status:<15} {run.created_at:%Y-%m-%d %H:%M:%S}  "
+            f"{run.owner or '-'}  {run.model or '-'}{beat}{error}"
+        )
+    return 0
+
+
+def _runs_cancel(args: argparse.Namespace) -> int:
+    from app.client.audit import TURN_CANCEL, AuditAction
+
+    client = admin_client()
+    try:
+        action = AuditAction(args.operator, TURN_CANCEL, args.turn_id, {"via": "cli"})
+        turn = client.cancel_turn(args.turn_id, audit=action)
+    finally:
+        client.close()
+    print(f"turn {turn.id}: {turn.status}", file=sys.stderr)
+    return 0
