@@ -12,6 +12,7 @@ import threading
 import openai
 import pytest
 
+from app.client.runs import RunFilter
 from tests.api.conftest import Deployment
 from tests.api.private_services import boot
 from tests.api.test_responses_crash import ANSWER
@@ -68,3 +69,5 @@ def test_a_turn_still_running_after_the_waits_is_a_504_and_a_retry_waits_for_it(
         assert running.value.status_code == 504
         assert running.value.body["code"] == "turn_still_running"  # type: ignore[index]
     assert len(deployment.fake_llm.requests()) == 1
+    (hanging,) = deployment.client.admin.list_runs(RunFilter(status="running"))
+    deployment.client.cancel_turn(hanging.turn_id)  # (its worker stops at once, not at 30 s)
