@@ -1,6 +1,7 @@
 """The operator's commands on the runs across owners: `runs list` (filtered, newest first, as the
-operator route `GET /v1/admin/turns` gives them) and `runs cancel` (audited as the operator
-named by `--as`)."""
+operator route `GET /v1/admin/turns` gives them), `runs show` (a turn's timeline, as
+`GET /v1/admin/turns/{id}/timeline`) and `runs cancel` (audited as the operator named by
+`--as`)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(run=_runs_list)
+    show = run_commands.add_parser("show", help="a turn's timeline: its steps and their times")
+    show.add_argument("turn_id")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(run=_runs_show)
     cancel = run_commands.add_parser("cancel", help="cancel any owner's turn (audited)")
     cancel.add_argument("turn_id")
     cancel.add_argument("--as", dest="operator", required=True, help="who acts (the audit log)")
@@ -82,6 +87,29 @@ def _runs_list(args: argparse.Namespace) -> int:
             f"{run.turn_id}  {run.status:<15} {run.created_at:%Y-%m-%d %H:%M:%S}  "
             f"{run.owner or '-'}  {run.model or '-'}{beat}{error}"
         )
+    return 0
+
+
+def _runs_show(args: argparse.Namespace) -> int:
+    from app.client.timeline import as_json as steps_as_json
+    from app.client.timeline import timeline
+
+    client = admin_client()
+    try:
+        record = client.turn_record(args.turn_id)
+    finally:
+        client.close()
+    steps = timeline(record.turn, record.events)
+    if args.json:
+        print(json.dumps(steps_as_json(steps), indent=2, default=str))
+        return 0
+    turn, conversation = record.turn, record.conversation
+    print(f"turn {turn.id} of {conversation.owner or '-'} ({conversation.id}): {turn.status}")
+    start = steps[0].started_at if steps else None
+    for step in steps:
+        offset = (step.started_at - start).total_seconds() if start is not None else 0.0
+        detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, [], {}))
+        print(f"  +{offset:8.3f}s  {step.kind:<10} {step.duration_ms:>7} ms  {detail}")
     return 0
 
 

@@ -106,6 +106,14 @@ def test_an_operator_cancels_and_retries_any_owner_s_runs_and_each_is_audited(
         assert older.json()["data"][0]["id"] < page["next_before"]
         assert_problem(ops.get("/v1/admin/audit", params={"limit": 0}), 422, "validation_failed")
 
+        # a turn's timeline: the failed one, step by step
+        steps = ops.get(f"/v1/admin/turns/{failed_turn}/timeline").json()
+        assert steps["turn"]["status"] == "failed" and steps["conversation_id"] == created["id"]
+        kinds = [step["kind"] for step in steps["steps"]]
+        assert kinds[0] == "queued" and kinds[-1] == "ended" and "claimed" in kinds
+        assert "bad request" in steps["steps"][-1]["detail"]["error"]
+        assert all(step["duration_ms"] >= 0 for step in steps["steps"])
+
         # the runs across owners, filtered
         runs = ops.get("/v1/admin/turns", params={"status": "failed", "limit": 200}).json()
         assert failed_turn in [run["turn_id"] for run in runs["data"]]

@@ -131,10 +131,14 @@ def test_runs_list_and_cancel_from_the_command_line(database_url: str) -> None:
     (row,) = json.loads(listed.stdout)
     assert (row["turn_id"], row["owner"], row["status"]) == (str(turn), "dana", "queued")
     assert str(turn) in cli("list", "--status", "queued").stdout
+    shown = cli("show", str(turn))
+    assert shown.returncode == 0 and "queued" in shown.stdout, shown.stderr
     cancelled = cli("cancel", str(turn), "--as", "ana")
     assert cancelled.returncode == 0 and "cancelled" in cancelled.stderr, cancelled.stderr
     (entry,) = client.admin.audit_log()
     assert (entry.operator, entry.action, entry.target) == ("ana", "turn.cancel", str(turn))
     assert entry.detail == {"via": "cli"}
+    steps = json.loads(cli("show", str(turn), "--json").stdout)
+    assert [step["kind"] for step in steps] == ["queued", "ended"]  # (cancelled unclaimed)
     assert cli("list", "--since", "yesterday").returncode == 2  # a refused argument
     client.close()

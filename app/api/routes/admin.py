@@ -6,6 +6,8 @@ every owner route). Each action is written to the audit log in its own transacti
     GET  /v1/admin/turns                           the runs across owners, filtered, newest first
                                                    (`app/client/runs.py` says each filter)
     GET  /v1/admin/turns/{id}                      any owner's turn (its conversation's owner)
+    GET  /v1/admin/turns/{id}/timeline             its steps in order, with their times
+                                                   (`app/client/timeline.py`)
     POST /v1/admin/turns/{id}/cancel               cancel it (audited: turn.cancel)
     POST /v1/admin/conversations/{id}/retry        retry a failed conversation (audited:
                                                    conversation.retry)
@@ -30,6 +32,7 @@ from app.api.schemas import Submission, Turn
 from app.api.state import Api
 from app.client.audit import CONVERSATION_RETRY, TURN_CANCEL, AuditAction
 from app.client.runs import MAX_PAGE, STATUSES, RunFilter
+from app.client.timeline import as_json, timeline
 
 router = APIRouter(prefix="/admin", tags=["operators"], route_class=GuardedRoute)
 
@@ -113,6 +116,40 @@ async def list_runs(
 async def get_any_turn(turn_id: uuid.UUID, caller: Operating, api: Api) -> Turn:
     """Any owner's turn: its status, error, usage and times."""
     return Turn.model_validate(await api.chat.get_turn(turn_id))
+
+
+class TimelineStep(BaseModel):
+    kind: str = Field(
+        description="queued | claimed | resumed | model_call | tool_call | paused "
+        "| compacted | fallback | ended"
+    )
+    started_at: datetime
+    ended_at: datetime
+    duration_ms: int
+    detail: dict[str, Any]
+
+
+class Timeline(BaseModel):
+    turn: Turn
+    conversation_id: uuid.UUID
+    owner: str | None
+    steps: list[TimelineStep]
+
+
+@router.get("/turns/{turn_id}/timeline", response_model=Timeline, responses=documented(*ADMIN))
+async def turn_timeline(turn_id: uuid.UUID, caller: Operating, api: Api) -> Timeline:
+    """What the turn did, step by step, and where its time went: each step bounded by the
+    commits around it, in one read of its events."""
+    record = await api.chat.turn_record(turn_id)
+    return Timeline(
+        turn=Turn.model_validate(record.turn),
+        conversation_id=record.conversation.id,
+        owner=record.conversation.owner,
+        steps=[
+            TimelineStep.model_validate(step)
+            for step in as_json(timeline(record.turn, record.events))
+        ],
+    )
 
 
 @router.post("/turns/{turn_id}/cancel", response_model=Turn, responses=CANCEL_RESPONSES)
