@@ -55,46 +55,59 @@ class Step:
 
 def timeline(turn: TurnView, events: Sequence[EventView]) -> list[Step]:
     """The turn's steps, in order (its events, each `created_at` the commit that made it)."""
-    steps: list[Step] = []
-    mark: datetime | None = None  # when the last step ended: the next one starts there
-    paused: EventView | None = None
+    cut = _Cut(turn)
     for event in events:
+        cut.take(event)
+    return cut.steps
+
+
+class _Cut:
+    def __init__(self, turn: TurnView) -> None:
+        self.turn = turn
+        self.steps: list[Step] = []
+        self.mark: datetime | None = None  # when the last step ended: the next starts there
+        self.paused: EventView | None = None  # the pause going on
+
+    def take(self, event: EventView) -> None:
         at = event.created_at
         if event.type == TURN_QUEUED:
-            mark = at
-            continue
-        if event.type in (TURN_STARTED, TURN_RESUMED):
-            if event.type == TURN_STARTED and mark is not None and not steps:
-                steps.append(Step("queued", mark, at))
+            self.mark = at
+        elif event.type in (TURN_STARTED, TURN_RESUMED):
+            if event.type == TURN_STARTED:
+                self._queued_until(at)
             kind = "claimed" if event.type == TURN_STARTED else "resumed"
-            steps.append(Step(kind, at, at, {"attempt": event.attempt}))
-            mark = at
+            self.steps.append(Step(kind, at, at, {"attempt": event.attempt}))
+            self.mark = at
         elif event.type == MESSAGE_COMMITTED and event.message is not None:
-            message = event.message
-            if paused is not None and message.role in ("tool", "user"):
-                steps.append(Step("paused", paused.created_at, at, {"answered": message.seq}))
-                paused = None
-                mark = at
-                continue
-            step = _message_step(message, mark or at, at)
-            if step is not None:
-                steps.append(step)
-            mark = at
+            self._committed(event.message, at)
         elif event.type == ACTION_REQUIRED:
-            paused = event
-        elif event.type == CONTEXT_COMPACTED:
-            steps.append(Step("compacted", at, at, dict(event.data or {})))
-        elif event.type == MODEL_FALLBACK:
-            steps.append(Step("fallback", at, at, dict(event.data or {})))
+            self.paused = event
+        elif event.type in (CONTEXT_COMPACTED, MODEL_FALLBACK):
+            kind = "compacted" if event.type == CONTEXT_COMPACTED else "fallback"
+            self.steps.append(Step(kind, at, at, dict(event.data or {})))
         elif event.type in TERMINAL_EVENTS:
-            if not steps and mark is not None:  # (it ended before any worker took it)
-                steps.append(Step("queued", mark, at))
-            if paused is not None:  # (it ended while it waited: a cancel)
-                steps.append(Step("paused", paused.created_at, at, {}))
-                paused = None
-            detail = {"status": turn.status, "error": turn.error}
-            steps.append(Step("ended", at, at, detail))
-    return steps
+            self._queued_until(at)  # (it ended before any worker took it)
+            self._unpause(at, {})  # (it ended while it waited: a cancel)
+            detail = {"status": self.turn.status, "error": self.turn.error}
+            self.steps.append(Step("ended", at, at, detail))
+
+    def _committed(self, message: Any, at: datetime) -> None:
+        if self.paused is not None and message.role in ("tool", "user"):
+            self._unpause(at, {"answered": message.seq})
+        else:
+            step = _message_step(message, self.mark or at, at)
+            if step is not None:
+                self.steps.append(step)
+        self.mark = at
+
+    def _queued_until(self, at: datetime) -> None:
+        if not self.steps and self.mark is not None:
+            self.steps.append(Step("queued", self.mark, at))
+
+    def _unpause(self, at: datetime, detail: dict[str, Any]) -> None:
+        if self.paused is not None:
+            self.steps.append(Step("paused", self.paused.created_at, at, detail))
+            self.paused = None
 
 
 def _message_step(message: Any, started: datetime, ended: datetime) -> Step | None:

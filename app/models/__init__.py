@@ -15,6 +15,8 @@ from app.models.compaction import (
     Compaction,
 )
 from app.models.conversation import (
+    LIVENESS_APPLICATION,
+    LIVENESS_NAMESPACE,
     OWNER_LOCK_SEED,
     RELEASED_LEASE,
     UNHELD_SQL,
@@ -140,6 +142,8 @@ __all__ = [
     "FOR_STEER",
     "GAVE_UP",
     "IDLE",
+    "LIVENESS_APPLICATION",
+    "LIVENESS_NAMESPACE",
     "MAX_FILE_NAME_CHARS",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "MAX_OWNER_CHARS",

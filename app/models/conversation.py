@@ -47,6 +47,11 @@ FORCED_TOOL_SQL = "forced_tool IS NULL OR tool_choice = 'required'"
 #: The seed of an owner's advisory lock key (`hashtextextended(owner, seed)`), taken by the
 #: worker's limited claim and the web side's `reject` check alike (per-owner limits).
 OWNER_LOCK_SEED = 7
+#: The class of the session advisory lock a worker process holds while it lives (its liveness
+#: token, `app/worker/store/liveness.py`); the operators' fleet reads who holds one.
+LIVENESS_NAMESPACE = 0x63687768
+#: How a worker's liveness session names itself (`application_name`, then its lease owner name).
+LIVENESS_APPLICATION = "chatworker liveness"
 
 RELEASED_LEASE: Mapping[str, None] = MappingProxyType(
     {"lease_owner": None, "lease_expires_at": None, "lease_token": None}

@@ -85,7 +85,8 @@ class WorkerHost:
         self.upkeep = Upkeep(database)
         # Held while this process lives: a claim records it, so the database tells the others
         # when this process is gone (`store/liveness.py`).
-        self.liveness = LivenessToken(database, enabled=settings.liveness_token)
+        self.owner = owner or worker_id()
+        self.liveness = LivenessToken(database, enabled=settings.liveness_token, owner=self.owner)
         self.live = live
         self.broadcaster = Broadcaster(live, settings.live_flush_seconds)
         self.runner = TurnRunner(
@@ -97,7 +98,7 @@ class WorkerHost:
             model=model,
             tools=tools,
             settings=settings,
-            owner=owner or worker_id(),
+            owner=self.owner,
             db=self.db,
             broadcaster=self.broadcaster,
             again=self._requeue,

@@ -273,3 +273,22 @@ def test_a_host_re_rings_a_dead_worker_s_turn_within_seconds_at_the_default_sett
         assert host.liveness.token is not None  # the survivor holds its own
     finally:
         host.stop()
+
+
+def test_a_token_s_session_is_named_after_its_worker(engine: Engine) -> None:
+    """The operators' fleet reads who holds which token: the session is named after the
+    process's lease owner name (at most 63 characters, as PostgreSQL keeps it)."""
+    named = LivenessToken(engine, owner="host-a:4242:beef")
+    held = named.take()
+    assert held is not None
+    with engine.connect() as connection:
+        name = connection.execute(
+            text(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a"
+                " ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.objid = :token"
+            ),
+            {"token": held},
+        ).scalar_one()
+    assert name == "chatworker liveness host-a:4242:beef"
+    named.close()
+    assert len(LivenessToken(engine, owner="x" * 100).name) == 63

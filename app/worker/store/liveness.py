@@ -52,7 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from app.models import RUNNING_STATUSES
+from app.models import LIVENESS_APPLICATION, LIVENESS_NAMESPACE, RUNNING_STATUSES
 from app.models.tables import conversations
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 c = conversations.c
 
 #: The first key of every token's lock ("chwh"); the second is the token, a positive int4.
-NAMESPACE = 0x63687768
+NAMESPACE = LIVENESS_NAMESPACE
 #: A server that just started holds no token until the live workers take theirs again (each
 #: within a round, a second): before this many seconds of its uptime a missing token proves
 #: nothing, and another worker's sweep would take a live run's lease, or the claim of a run the
@@ -111,9 +111,11 @@ DEAD_LEASES = (
 )
 
 # One round trip each, on the token's own connection (autocommit: never idle in a transaction).
+# Its session is named after the process's lease owner name (`LIVENESS_APPLICATION` and the
+# name, 63 characters at most): the operators' fleet reads who holds which token.
 _TAKE = (
     "SELECT pg_try_advisory_lock(%(namespace)s, %(token)s), pg_backend_pid(),"
-    " set_config('application_name', 'chatworker liveness', false)"
+    " set_config('application_name', %(name)s, false)"
 )
 _CHECK = (
     "SELECT pg_backend_pid(), EXISTS (SELECT 1 FROM pg_catalog.pg_locks"
@@ -157,8 +159,10 @@ class LivenessToken:
         *,
         enabled: bool = True,
         draw: Callable[[], int] = lambda: 1 + secrets.randbelow(_TOKENS),
+        owner: str = "",
     ) -> None:
         self.engine = engine
+        self.name = f"{LIVENESS_APPLICATION} {owner}".strip()[:63]
         self.enabled = enabled and engine.dialect.name == "postgresql"
         self.draw = draw
         self.token: int | None = None  # what a claim records now (None: the TTL alone)
@@ -179,7 +183,7 @@ class LivenessToken:
             for _ in range(64):
                 token = self.draw()
                 taken, pid, _name = connection.execute(
-                    _TAKE, {"namespace": NAMESPACE, "token": token}
+                    _TAKE, {"namespace": NAMESPACE, "token": token, "name": self.name}
                 ).fetchone()
                 if taken:
                     self.token, self._pid, self._connection = token, int(pid), connection
