@@ -1,6 +1,6 @@
-"""The operator's commands on the runs across owners: `runs list` (filtered, newest first, as the
-operator route `GET /v1/admin/turns` gives them), `runs show` (a turn's timeline, as
-`GET /v1/admin/turns/{id}/timeline`) and `runs cancel` (audited as the operator named by
+"""The operator's commands on the runs across owners (and `workers`, the fleet): `runs list`
+(filtered, newest first, as `GET /v1/admin/turns` gives them), `runs show` (a turn's timeline,
+as `GET /v1/admin/turns/{id}/timeline`) and `runs cancel` (audited as the operator named by
 `--as`)."""
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ def add_commands(commands: Any) -> None:
     show.add_argument("turn_id")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(run=_runs_show)
+    workers = commands.add_parser("workers", help="the fleet: live workers, the queue (operators)")
+    workers.add_argument("--json", action="store_true", help="print JSON")
+    workers.set_defaults(run=_workers)
     cancel = run_commands.add_parser("cancel", help="cancel any owner's turn (audited)")
     cancel.add_argument("turn_id")
     cancel.add_argument("--as", dest="operator", required=True, help="who acts (the audit log)")
@@ -110,6 +113,38 @@ def _runs_show(args: argparse.Namespace) -> int:
         offset = (step.started_at - start).total_seconds() if start is not None else 0.0
         detail = ", ".join(f"{k}={v}" for k, v in step.detail.items() if v not in (None, [], {}))
         print(f"  +{offset:8.3f}s  {step.kind:<10} {step.duration_ms:>7} ms  {detail}")
+    return 0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    client = admin_client()
+    try:
+        fleet = client.admin.fleet()
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(as_json(fleet), indent=2, default=str))
+        return 0
+    for worker in fleet.workers:
+        beat = (
+            ""
+            if worker.last_heartbeat is None
+            else f", last heartbeat {worker.last_heartbeat:%H:%M:%S}"
+        )
+        since = f"{worker.since:%Y-%m-%d %H:%M}"
+        print(f"{worker.name}  {worker.in_flight} in flight{beat}  (since {since})")
+    oldest = (
+        ""
+        if fleet.oldest_queued_s is None
+        else f", the oldest waiting {fleet.oldest_queued_s:.0f}s"
+    )
+    print(f"{len(fleet.workers)} workers, {fleet.running} running, {fleet.queued} queued{oldest}")
+    outcomes = ", ".join(
+        f"{status} {count}" for status, count in sorted(fleet.outcomes_last_hour.items())
+    )
+    print(f"last hour: {outcomes or 'nothing'}")
+    for kind, count in fleet.failures_last_day[:10]:
+        print(f"  failed {count:>6}  {kind}")
     return 0
 
 

@@ -57,6 +57,7 @@ class AdminClient:
     owner_of_key = blocking(Async.owner_of_key)
     audit_log = blocking(Async.audit_log)
     list_runs = blocking(Async.list_runs)
+    fleet = blocking(Async.fleet)
     check_ready = blocking(Async.check_ready)
     close = blocking(Async.close)
 

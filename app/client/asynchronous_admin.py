@@ -22,9 +22,10 @@ from app.client.checks import (
     parse_conversation_id,
     parse_webhook_id,
 )
+from app.client.fleet import FleetView
 from app.client.inline import Offload
 from app.client.runs import RunFilter, RunView
-from app.client.store import api_keys, audit, budgets, reads, runs, webhooks
+from app.client.store import api_keys, audit, budgets, fleet, reads, runs, webhooks
 from app.client.store.outage import unavailable_as_ours
 from app.client.views import (
     ApiKeyView,
@@ -111,6 +112,11 @@ class AsyncAdminClient:
         return await self._read(
             lambda connection: runs.list_runs(connection, chosen, datetime.now(UTC))
         )
+
+    async def fleet(self) -> FleetView:
+        """The live workers and what they hold, the queue, the last hour's outcomes, the last
+        day's failures by class, today's spend per owner (`fleet.py`)."""
+        return await self._read(lambda connection: fleet.read_fleet(connection, datetime.now(UTC)))
 
     async def audit_log(self, limit: int = 50, before: int | None = None) -> list[AuditView]:
         """The operators' actions, newest first: at most `limit` (1 to 500), those older than

@@ -106,24 +106,36 @@ def test_an_operator_cancels_and_retries_any_owner_s_runs_and_each_is_audited(
         assert older.json()["data"][0]["id"] < page["next_before"]
         assert_problem(ops.get("/v1/admin/audit", params={"limit": 0}), 422, "validation_failed")
 
-        # a turn's timeline: the failed one, step by step
-        steps = ops.get(f"/v1/admin/turns/{failed_turn}/timeline").json()
-        assert steps["turn"]["status"] == "failed" and steps["conversation_id"] == created["id"]
-        kinds = [step["kind"] for step in steps["steps"]]
-        assert kinds[0] == "queued" and kinds[-1] == "ended" and "claimed" in kinds
-        assert "bad request" in steps["steps"][-1]["detail"]["error"]
-        assert all(step["duration_ms"] >= 0 for step in steps["steps"])
+        reads(ops, failed_turn, turn_id, created["id"])
 
-        # the runs across owners, filtered
-        runs = ops.get("/v1/admin/turns", params={"status": "failed", "limit": 200}).json()
-        assert failed_turn in [run["turn_id"] for run in runs["data"]]
-        assert all(run["status"] == "failed" for run in runs["data"])
-        mine = ops.get("/v1/admin/turns", params={"owner": created_owner(ops, failed_turn)})
-        assert {run["turn_id"] for run in mine.json()["data"]} >= {failed_turn, turn_id}
-        refused = ops.get("/v1/admin/turns", params={"status": "exploded"})
-        assert "status must be one of" in assert_problem(refused, 400, "invalid_request")["detail"]
-        naive = ops.get("/v1/admin/turns", params={"since": "2026-01-01T00:00:00"})
-        assert "time zone" in assert_problem(naive, 400, "invalid_request")["detail"]
+
+def reads(ops: httpx.Client, failed_turn: str, turn_id: str, conversation_id: str) -> None:
+    """The operator's reads: a turn's timeline, the fleet, the runs list and its filters."""
+    # a turn's timeline: the failed one, step by step
+    steps = ops.get(f"/v1/admin/turns/{failed_turn}/timeline").json()
+    assert steps["turn"]["status"] == "failed" and steps["conversation_id"] == conversation_id
+    kinds = [step["kind"] for step in steps["steps"]]
+    assert kinds[0] == "queued" and kinds[-1] == "ended" and "claimed" in kinds
+    assert "bad request" in steps["steps"][-1]["detail"]["error"]
+    assert all(step["duration_ms"] >= 0 for step in steps["steps"])
+
+    # the fleet: the module's worker, what it did
+    fleet = ops.get("/v1/admin/fleet").json()
+    assert len(fleet["workers"]) >= 1 and fleet["running"] >= 0 and fleet["queued"] >= 0
+    assert all(worker["name"].count(":") >= 2 for worker in fleet["workers"])  # host:pid:..
+    assert fleet["outcomes_last_hour"].get("failed", 0) >= 1
+    assert any("HTTP 400" in kind for kind, _ in fleet["failures_last_day"])
+
+    # the runs across owners, filtered
+    runs = ops.get("/v1/admin/turns", params={"status": "failed", "limit": 200}).json()
+    assert failed_turn in [run["turn_id"] for run in runs["data"]]
+    assert all(run["status"] == "failed" for run in runs["data"])
+    mine = ops.get("/v1/admin/turns", params={"owner": created_owner(ops, failed_turn)})
+    assert {run["turn_id"] for run in mine.json()["data"]} >= {failed_turn, turn_id}
+    refused = ops.get("/v1/admin/turns", params={"status": "exploded"})
+    assert "status must be one of" in assert_problem(refused, 400, "invalid_request")["detail"]
+    naive = ops.get("/v1/admin/turns", params={"since": "2026-01-01T00:00:00"})
+    assert "time zone" in assert_problem(naive, 400, "invalid_request")["detail"]
 
 
 def test_owners_find_no_operator_route_and_operators_no_owner_route(

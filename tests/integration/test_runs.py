@@ -141,4 +141,10 @@ def test_runs_list_and_cancel_from_the_command_line(database_url: str) -> None:
     steps = json.loads(cli("show", str(turn), "--json").stdout)
     assert [step["kind"] for step in steps] == ["queued", "ended"]  # (cancelled unclaimed)
     assert cli("list", "--since", "yesterday").returncode == 2  # a refused argument
+    fleet = subprocess.run(
+        [sys.executable, "-m", "app.cli", "workers", "--json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert fleet.returncode == 0, fleet.stderr
+    assert json.loads(fleet.stdout)["outcomes_last_hour"] == {"cancelled": 1}
     client.close()

@@ -88,3 +88,15 @@ def test_a_pause_lasts_until_its_answer_and_a_cancel_while_it_waits_ends_it() ->
         ("ended", 0),
     ]
     assert steps[-3].detail == {"kind": "elide"}
+
+
+def test_a_failure_s_class_is_its_http_status_and_type_or_its_first_words() -> None:
+    from app.client.fleet import error_class
+
+    assert error_class("LLM call failed (HTTP 429 RateLimitError): slow down") == (
+        "HTTP 429 RateLimitError"
+    )
+    assert error_class("the turn gave up after 3 attempts: its worker died") == (
+        "the turn gave up after 3 attempts"
+    )
+    assert error_class(None) == "unknown" and len(error_class("x" * 500)) == 60

@@ -11,6 +11,8 @@ every owner route). Each action is written to the audit log in its own transacti
     POST /v1/admin/turns/{id}/cancel               cancel it (audited: turn.cancel)
     POST /v1/admin/conversations/{id}/retry        retry a failed conversation (audited:
                                                    conversation.retry)
+    GET  /v1/admin/fleet                           the live workers, the queue, the last hour's
+                                                   outcomes, failures by class, today's spend
     GET  /v1/admin/audit                           the operators' actions, newest first
 """
 
@@ -178,6 +180,31 @@ async def retry_any_conversation(
     assert submitted.turn is not None
     response.headers["Location"] = f"/v1/admin/turns/{submitted.turn.id}"
     return Submission.model_validate(submitted)
+
+
+class Worker(BaseModel):
+    name: str = Field(description="its lease owner name: host:pid:...")
+    token: int = Field(description="the liveness token it holds")
+    since: datetime
+    in_flight: int = Field(description="the runs it holds now")
+    last_heartbeat: datetime | None
+
+
+class Fleet(BaseModel):
+    workers: list[Worker]
+    queued: int = Field(description="runs waiting for a worker")
+    oldest_queued_s: float | None = Field(description="the oldest queued run's wait")
+    running: int = Field(description="runs a worker holds")
+    outcomes_last_hour: dict[str, int]
+    failures_last_day: list[tuple[str, int]] = Field(description="(error class, count)")
+    spend_today: list[tuple[str, Decimal]] = Field(description="(owner, USD), most first")
+
+
+@router.get("/fleet", response_model=Fleet, responses=documented(*ADMIN))
+async def read_fleet(caller: Operating, api: Api) -> Fleet:
+    """The fleet now, from what the database keeps (no background job): who works, what waits,
+    how the last hour went, what failed, who spends."""
+    return Fleet.model_validate(await api.chat.admin.fleet(), from_attributes=True)
 
 
 @router.get("/audit", response_model=AuditPage, responses=documented(*ADMIN, 400))
