@@ -6,6 +6,8 @@ its entry are committed together or not at all. Reading is not logged.
     ----------------------  ---------------------  ------------------------------------------
     turn.cancel             the turn's id          `cancel_turn(..., audit=)`
     conversation.retry      the conversation's id  `retry_conversation(..., audit=)`
+    bulk.cancel, bulk.retry each selected turn     `bulk.run`: one entry per run acted on, its
+                                                   `detail` naming the bulk action's token
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from app.client.keys import check_owner_name
 
 TURN_CANCEL = "turn.cancel"
 CONVERSATION_RETRY = "conversation.retry"
-ACTIONS = (TURN_CANCEL, CONVERSATION_RETRY)
+BULK_CANCEL = "bulk.cancel"
+BULK_RETRY = "bulk.retry"
+ACTIONS = (TURN_CANCEL, CONVERSATION_RETRY, BULK_CANCEL, BULK_RETRY)
 
 
 @dataclass(frozen=True)
@@ -33,4 +37,11 @@ class AuditAction:
             raise ValueError(f"unknown audited action {self.action!r}")
 
 
-__all__ = ["ACTIONS", "CONVERSATION_RETRY", "TURN_CANCEL", "AuditAction"]
+__all__ = [
+    "ACTIONS",
+    "BULK_CANCEL",
+    "BULK_RETRY",
+    "CONVERSATION_RETRY",
+    "TURN_CANCEL",
+    "AuditAction",
+]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import httpx
@@ -171,3 +172,57 @@ def test_owners_find_no_operator_route_and_operators_no_owner_route(
     # and an operator's key can not pass as an owner's
     with shared_api.http(token="cwk_" + ops_key.removeprefix("cwo_")) as http:
         assert_problem(http.get("/v1/conversations"), 401, "invalid_api_key")
+
+
+def test_a_bulk_retry_is_a_dry_run_then_batches_each_run_once_and_audited(
+    shared_api: Deployment, fake_llm: FakeLLMServer
+) -> None:
+    owner, name = owner_name("carl"), owner_name("ops")
+    token_text = uuid.uuid4().hex
+    broken = [{"error": 400, "message": "bad request"}] * 3
+    fake_llm.script([*broken, *[{"text": "Recovered."}] * 3], match=token_text)
+    with shared_api.http(token=shared_api.key(owner)) as carl:
+        failed = []
+        for n in range(3):
+            made = carl.post("/v1/conversations", json={"model": FAKE_MODEL}).json()["id"]
+            turn = carl.post(
+                f"/v1/conversations/{made}/messages", json={"text": f"{n} {token_text}"}
+            )
+            failed.append(turn.json()["turn"]["id"])
+    with shared_api.http(token=operator_key(shared_api, name)) as ops:
+        for turn_id in failed:
+            wait_for(ops, turn_id, "failed")
+        body = {"action": "retry", "filter": {"owner": owner}}
+        dry = ops.post("/v1/admin/turns/bulk", json=body).json()
+        assert dry["selected"] == 3 and dry["done"] == 0 and audit(shared_api, name) == []
+        confirmed = {**body, "confirm": dry["confirm"], "batch": 2}
+        first = ops.post("/v1/admin/turns/bulk", json=confirmed).json()
+        assert (first["done"], first["remaining"]) == (2, 1)
+        second = ops.post("/v1/admin/turns/bulk", json=confirmed).json()
+        assert (second["selected"], second["done"], second["remaining"]) == (1, 1, 0)
+        again = ops.post("/v1/admin/turns/bulk", json=confirmed).json()
+        assert (again["selected"], again["done"]) == (0, 0)  # each run once
+        runs = ops.get("/v1/admin/turns", params={"owner": owner}).json()["data"]
+        per_conversation = Counter(run["conversation_id"] for run in runs)
+        assert len(per_conversation) == 3 and set(per_conversation.values()) == {2}
+        entries = audit(shared_api, name)
+        assert sorted(e.target for e in entries) == sorted(failed)
+        assert {e.action for e in entries} == {"bulk.retry"}
+        assert {e.detail["token"] for e in entries} == {dry["confirm"][:16]}
+        # refusals, each writing nothing
+        assert_problem(
+            ops.post("/v1/admin/turns/bulk", json={**body, "confirm": "not-a-token"}),
+            400,
+            "invalid_request",
+        )
+        cancel = {"action": "cancel", "filter": {"owner": owner}, "confirm": dry["confirm"]}
+        assert_problem(ops.post("/v1/admin/turns/bulk", json=cancel), 400, "invalid_request")
+        assert_problem(
+            ops.post("/v1/admin/turns/bulk", json={"action": "explode"}), 400, "invalid_request"
+        )
+        assert_problem(
+            ops.post("/v1/admin/turns/bulk", json={**body, "filter": {"status": "failed"}}),
+            422,
+            "validation_failed",
+        )
+        assert len(audit(shared_api, name)) == 3

@@ -75,6 +75,7 @@ BODIES: dict[tuple[str, str], Any] = {
             {"role": "tool", "tool_call_id": "call_1", "content": "bob's answer"},
         ],
     },
+    ("post", "/v1/admin/turns/bulk"): lambda _: {"action": "cancel"},
     # (naming her conversation gets him its 404, tested in tests/api/test_webhooks_api.py)
     ("post", "/v1/webhooks"): lambda _: {"url": "https://bob.example/hooks"},
 }

@@ -11,6 +11,9 @@ every owner route). Each action is written to the audit log in its own transacti
     POST /v1/admin/turns/{id}/cancel               cancel it (audited: turn.cancel)
     POST /v1/admin/conversations/{id}/retry        retry a failed conversation (audited:
                                                    conversation.retry)
+    POST /v1/admin/turns/bulk                      retry or cancel every run a filter selects: a
+                                                   dry run (its count, a confirmation token),
+                                                   then batches with the token (`bulk.py`)
     GET  /v1/admin/fleet                           the live workers, the queue, the last hour's
                                                    outcomes, failures by class, today's spend
     GET  /v1/admin/audit                           the operators' actions, newest first
@@ -19,7 +22,8 @@ every owner route). Each action is written to the audit log in its own transacti
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from dataclasses import asdict
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -32,9 +36,11 @@ from app.api.problems import documented
 from app.api.routes.turns import CANCEL_RESPONSES, as_cancelled
 from app.api.schemas import Submission, Turn
 from app.api.state import Api
+from app.client import bulk
 from app.client.audit import CONVERSATION_RETRY, TURN_CANCEL, AuditAction
 from app.client.runs import MAX_PAGE, STATUSES, RunFilter
 from app.client.timeline import as_json, timeline
+from app.errors import InvalidRequest
 
 router = APIRouter(prefix="/admin", tags=["operators"], route_class=GuardedRoute)
 
@@ -180,6 +186,50 @@ async def retry_any_conversation(
     assert submitted.turn is not None
     response.headers["Location"] = f"/v1/admin/turns/{submitted.turn.id}"
     return Submission.model_validate(submitted)
+
+
+class BulkFilter(BaseModel, extra="forbid"):
+    owner: str | None = None
+    model: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    cost_above: Decimal | None = None
+
+
+class BulkRequest(BaseModel, extra="forbid"):
+    action: str = Field(description="retry (failed runs) | cancel (queued, running, waiting)")
+    filter: BulkFilter = Field(default_factory=BulkFilter)
+    confirm: str | None = Field(None, description="the dry run's token: act (None: dry run)")
+    batch: int = Field(200, ge=1, le=1000, description="runs acted on by this call, at most")
+
+
+class BulkAnswer(BaseModel):
+    action: str
+    selected: int = Field(description="runs the selection holds now")
+    confirm: str = Field(description="the token: send it back to act, again until remaining is 0")
+    done: int = 0
+    skipped: int = 0
+    remaining: int = Field(description="left for the next call with the token")
+
+
+@router.post("/turns/bulk", response_model=BulkAnswer, responses=documented(*ADMIN, 400))
+async def bulk_action(request: BulkRequest, caller: Operating, api: Api) -> BulkAnswer:
+    """Retry or cancel every run a filter selects. Without `confirm`, a dry run: how many, and
+    the token that confirms it (only runs created before now are ever selected). With it, at
+    most `batch` of them, each action audited; call again with the same token until
+    `remaining` is 0 (a call cut off midway is finished by the next)."""
+    if request.confirm is None:
+        wanted = RunFilter(**request.filter.model_dump())
+        chosen = bulk.plan(request.action, wanted, datetime.now(UTC))
+        selected = await bulk.count(api.chat, chosen)
+        return BulkAnswer(
+            action=chosen.action, selected=selected, confirm=chosen.token, remaining=selected
+        )
+    chosen = bulk.parse_token(request.confirm)
+    if chosen.action != request.action:
+        raise InvalidRequest(f"the token confirms a bulk {chosen.action}, not {request.action}")
+    done = await bulk.run(api.chat, chosen, caller.owner or "(trusted)", request.batch)
+    return BulkAnswer(confirm=request.confirm, **asdict(done))
 
 
 class Worker(BaseModel):
