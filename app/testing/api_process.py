@@ -3,6 +3,7 @@ with its own environment and log file; ready once `/v1/health` answers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -73,7 +74,8 @@ class ApiProcess:
     def kill(self) -> None:
         """SIGKILL the server's process group."""
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # (it ended since: nothing to kill)
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
     def stop(self, timeout: float = 15) -> None:

@@ -5,6 +5,7 @@ recovery is quick to observe. For tests and benchmarks that kill, pause and rest
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -107,7 +108,8 @@ class WorkerProcess:
     def kill(self) -> None:
         """SIGKILL the whole process group (the dramatiq main process and its children)."""
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # (it ended since: nothing to kill)
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
     def terminate(self) -> None:
@@ -115,8 +117,10 @@ class WorkerProcess:
         supervisor does (dramatiq forwards it to its children; a second SIGTERM sent to a child
         directly makes it exit at once, without draining)."""
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker cannot stop
-            self.process.send_signal(signal.SIGTERM)
+            # (it may end between the poll and the signals: then there is nothing to stop)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGCONT)  # a paused worker cannot stop
+                self.process.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 30) -> None:
         if self.process is None or self.process.poll() is not None:
