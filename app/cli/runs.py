@@ -41,6 +41,19 @@ def add_commands(commands: Any) -> None:
     workers = commands.add_parser("workers", help="the fleet: live workers, the queue (operators)")
     workers.add_argument("--json", action="store_true", help="print JSON")
     workers.set_defaults(run=_workers)
+    retry = run_commands.add_parser(
+        "retry", help="retry every failed run a filter selects: --dry-run, then --confirm"
+    )
+    retry.add_argument("--status", choices=["failed"], help="(what a retry selects anyway)")
+    retry.add_argument("--owner", help="one owner's")
+    retry.add_argument("--model", help="run on this model")
+    retry.add_argument("--since", type=_moment, help="created since: 30m, 1h, 2d or ISO 8601")
+    step = retry.add_mutually_exclusive_group(required=True)
+    step.add_argument("--dry-run", action="store_true", help="count them; print the token")
+    step.add_argument("--confirm", metavar="TOKEN", help="the dry run's token: retry them")
+    retry.add_argument("--as", dest="operator", help="who acts (the audit log; with --confirm)")
+    retry.add_argument("--batch", type=int, default=200, help="runs per round (1 to 1000)")
+    retry.set_defaults(run=_runs_retry)
     cancel = run_commands.add_parser("cancel", help="cancel any owner's turn (audited)")
     cancel.add_argument("turn_id")
     cancel.add_argument("--as", dest="operator", required=True, help="who acts (the audit log)")
@@ -146,6 +159,40 @@ def _workers(args: argparse.Namespace) -> int:
     for kind, count in fleet.failures_last_day[:10]:
         print(f"  failed {count:>6}  {kind}")
     return 0
+
+
+def _runs_retry(args: argparse.Namespace) -> int:
+    """The dry run (a count and its token), or the confirmed retry, batch after batch until
+    none is left: a run cut off midway is finished by running the same command again."""
+    import asyncio
+
+    from app.client import AsyncChatClient, bulk
+    from app.client.runs import RunFilter
+
+    if args.confirm is not None and not args.operator:
+        print("chatworker runs retry: --confirm needs --as NAME (the audit log)", file=sys.stderr)
+        return 2
+    client = admin_client()
+
+    async def act() -> int:
+        chat = AsyncChatClient(client)
+        if args.dry_run:
+            wanted = RunFilter(owner=args.owner, model=args.model, since=args.since)
+            chosen = bulk.plan(bulk.RETRY, wanted, datetime.now(UTC))
+            print(f"{await bulk.count(chat, chosen)} runs to retry; confirm with:", file=sys.stderr)
+            print(chosen.token)
+            return 0
+        chosen = bulk.parse_token(args.confirm)
+        while True:
+            done = await bulk.run(chat, chosen, args.operator, args.batch)
+            print(f"retried {done.done}, passed over {done.skipped}, left {done.remaining}")
+            if done.remaining == 0:
+                return 0
+
+    try:
+        return asyncio.run(act())
+    finally:
+        client.close()
 
 
 def _runs_cancel(args: argparse.Namespace) -> int:

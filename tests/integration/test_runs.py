@@ -148,3 +148,42 @@ def test_runs_list_and_cancel_from_the_command_line(database_url: str) -> None:
     assert fleet.returncode == 0, fleet.stderr
     assert json.loads(fleet.stdout)["outcomes_last_hour"] == {"cancelled": 1}
     client.close()
+
+
+def test_a_bulk_retry_from_the_command_line_is_a_dry_run_then_a_confirmed_one(
+    database_url: str,
+) -> None:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_URL": database_url,
+        "PYTHONPATH": str(REPO),
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "app.cli", "runs", "retry", *args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    for world in world_of(database_url, make_tools()):  # (its invariants checked at the end)
+        broken = fakes.by_iteration([ModelError("LLM call failed (HTTP 400 BadRequestError): x")])
+        failing = [world.conversation(f"fail {n}", tools=[], owner="gus") for n in range(2)]
+        for conversation_id in failing:
+            assert run(world.runner(fakes.ScriptedModel(broken)), conversation_id) is Outcome.FAILED
+        dry = cli("--status", "failed", "--owner", "gus", "--since", "1h", "--dry-run")
+        assert dry.returncode == 0 and "2 runs to retry" in dry.stderr, dry.stderr
+        token = dry.stdout.strip()
+        assert cli("--confirm", token).returncode == 2  # (who acts is required)
+        confirmed = cli("--confirm", token, "--as", "ana", "--batch", "1")
+        assert confirmed.returncode == 0, confirmed.stderr
+        assert confirmed.stdout.splitlines() == [
+            "retried 1, passed over 0, left 1",
+            "retried 1, passed over 0, left 0",
+        ]
+        again = cli("--confirm", token, "--as", "ana")
+        assert again.stdout.strip() == "retried 0, passed over 0, left 0"
+        entries = world.client.admin.audit_log()
+        assert sorted(e.action for e in entries) == ["bulk.retry", "bulk.retry"]
+        for conversation_id in failing:  # (their retries wait for a worker: leave them at rest)
+            assert world.client.get_conversation(conversation_id).status == "processing"
+            world.client.cancel(conversation_id)
