@@ -11,7 +11,7 @@ functions included), so a crossing fails the suite instead of waiting for a revi
     app.client.admission                  the standard library, app.client.views and
                                           app.vocabulary only: pure
     app.api.responses .ids, .requests,    the standard library, each other, the dialect's errors,
-    .history, .input_items,               the client's checks, schemas, tool choice (and
+    .history, .input_items, .params,      the client's checks, schemas, tool choice (and
     .tools_given, .translate, .objects,   app.patterns) and views, the live entries, app.models
     .stream, .output_events;              and app.errors: pure (the routes read)
     app.api.aisdk .requests, .chunks;
@@ -70,6 +70,7 @@ DIALECT_PURE = (
             "requests",
             "history",
             "input_items",
+            "params",
             "tools_given",
             "translate",
             "objects",

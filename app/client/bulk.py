@@ -7,7 +7,7 @@
    `batch` runs per call, `RATE_PER_S` a second), each action and its audit entry committed
    together. What is left is selected again by the next call with the same token: a run already
    acted on is no longer selected (a cancelled turn is finished; a retried conversation's
-   current turn is no longer the one that failed, whatever became of its retry; a retry
+   current turn is no longer the one that failed, whatever became of its retry: `current`; a retry
    refused as `NotRetryable` meanwhile is passed over), so a call cut off
    midway (the API process killed) leaves every run done or untouched, and calling again
    finishes the rest.
@@ -116,16 +116,11 @@ async def run(client: AsyncChatClient, bulk: BulkPlan, operator: str, batch: int
         raise InvalidRequest(f"batch must be 1 to {MAX_BATCH}")
     selected = await _selected(client, bulk)
     done = skipped = 0
-    seen: set[uuid.UUID] = set()
     for turn_id, conversation_id in selected[:batch]:
         audit = AuditAction(
             operator, AUDITED[bulk.action], str(turn_id), {"token": bulk.token[:16]}
         )
         if bulk.action == RETRY:
-            if conversation_id in seen:
-                skipped += 1
-                continue
-            seen.add(conversation_id)
             try:
                 await client.retry_conversation(conversation_id, audit=audit)
             except NotRetryable:  # (retried already: by an earlier call, or by its owner)
@@ -143,32 +138,22 @@ async def run(client: AsyncChatClient, bulk: BulkPlan, operator: str, batch: int
 
 
 async def _selected(client: AsyncChatClient, bulk: BulkPlan) -> list[tuple[uuid.UUID, uuid.UUID]]:
-    """Every run the plan selects now: (turn, conversation), newest first."""
+    """Every run the plan selects now: (turn, conversation), newest first; for a retry, only
+    the failed turns that are still their conversation's current one (each conversation once:
+    a retried one has moved on to its retry)."""
     found: list[tuple[uuid.UUID, uuid.UUID]] = []
     for status in ACTIONS[bulk.action]:
         wanted = bulk.selecting(status)
         while True:
             page = await client.admin.list_runs(wanted)
-            found += [(run.turn_id, run.conversation_id) for run in page]
+            found += [
+                (run.turn_id, run.conversation_id)
+                for run in page
+                if bulk.action != RETRY or run.current
+            ]
             if len(page) < wanted.limit:
                 break
             wanted = replace(wanted, before=page[-1].turn_id)
-    if bulk.action == RETRY:  # (each conversation once: the turn that failed is its current)
-        current = await _current_turns(client, {c for _, c in found})
-        found = [(t, c) for t, c in found if current.get(c) == t]
-    return found
-
-
-async def _current_turns(
-    client: AsyncChatClient, ids: set[uuid.UUID]
-) -> dict[uuid.UUID, uuid.UUID]:
-    """Each failed conversation's current turn (a retried one is not failed, or has moved on
-    to its retry)."""
-    found = {}
-    for conversation_id in ids:
-        turn = await client.current_turn(conversation_id)
-        if turn is not None and turn.status == TURN_FAILED:
-            found[conversation_id] = turn.id
     return found
 
 

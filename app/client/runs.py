@@ -69,6 +69,7 @@ class RunView:
     iterations: int  # the conversation's, in its current turn
     worker: str | None  # the lease's holder, while it runs
     heartbeat_age_s: float | None  # since the holder's last heartbeat, while it runs
+    current: bool = False  # its conversation's current turn (none came after it)
 
 
 __all__ = ["MAX_PAGE", "STATUSES", "STUCK", "RunFilter", "RunView"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from app.client.views import EventView, TurnView
+from app.client.views import EventView, MessageView, TurnView
 from app.vocabulary import (
     ACTION_REQUIRED,
     CONTEXT_COMPACTED,
@@ -91,7 +91,7 @@ class _Cut:
             detail = {"status": self.turn.status, "error": self.turn.error}
             self.steps.append(Step("ended", at, at, detail))
 
-    def _committed(self, message: Any, at: datetime) -> None:
+    def _committed(self, message: MessageView, at: datetime) -> None:
         if self.paused is not None and message.role in ("tool", "user"):
             self._unpause(at, {"answered": message.seq})
         else:
@@ -110,7 +110,7 @@ class _Cut:
             self.paused = None
 
 
-def _message_step(message: Any, started: datetime, ended: datetime) -> Step | None:
+def _message_step(message: MessageView, started: datetime, ended: datetime) -> Step | None:
     if message.role == "assistant":
         calls = [call.get("name") for call in message.tool_calls or ()]
         detail = {

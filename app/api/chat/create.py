@@ -11,6 +11,7 @@ from typing import Any
 from app.api.auth import Caller
 from app.api.chat.completion import reply_text
 from app.api.chat.history import ChatHistory
+from app.api.chat.messages import ChatMessage
 from app.api.chat.requests import ChatRequest
 from app.api.responses.create import mcp_names
 from app.api.responses.errors import Unsupported
@@ -135,7 +136,7 @@ def _new(api: ApiState, caller: Caller, request: ChatRequest, setup: dict[str, A
     return conversation_id
 
 
-def _imported(message: Any) -> dict[str, Any]:
+def _imported(message: ChatMessage) -> dict[str, Any]:
     if message.files:
         raise Unsupported(
             f"{message.where}: files in a history this server did not answer are not taken "

@@ -28,9 +28,9 @@ from typing import Any
 
 from app.api.chat.history import ChatHistory, read_history
 from app.api.responses.errors import Unsupported
+from app.api.responses.params import read_flag, read_metadata, read_model, screen
 from app.api.responses.requests import JSON_OBJECT
 from app.api.responses.tools_given import McpTool, read_tools
-from app.client.checks import check_metadata
 from app.client.schemas import check_output_schema
 from app.client.tool_choice import read_tool_choice
 from app.errors import InvalidRequest
@@ -112,27 +112,16 @@ class ChatRequest:
         }
 
 
-def parse_chat(body: Any) -> ChatRequest:
-    if not isinstance(body, dict):
-        raise Unsupported("the body must be a JSON object")
-    for name in body:
-        if name in KNOWN or name in IGNORED or name in SAMPLING:
-            continue
-        if name in UNSUPPORTED:
-            if body[name] is not None and body[name] != UNSUPPORTED[name]:
-                raise Unsupported(f"{name} is not supported by this server", param=name)
-            continue
-        raise Unsupported(f"unknown parameter {name!r}", param=name)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise Unsupported("model is required (a string)", param="model")
+def parse_chat(given_body: Any) -> ChatRequest:
+    body = screen(given_body, KNOWN | IGNORED | SAMPLING, UNSUPPORTED)
+    model = read_model(body)
     if body.get("n") not in (None, 1):
         raise Unsupported("n must be 1: this server gives one choice", param="n")
     client_tools, mcp = read_tools(_tools(body.get("tools")))
     choice = body.get("tool_choice")
     if not mcp:  # (a server's tools are known once its catalogue is read: create.py checks)
         read_tool_choice(choice, [str(tool["name"]) for tool in client_tools])
-    stream = _flag(body, "stream")
+    stream = read_flag(body, "stream")
     return ChatRequest(
         model=model,
         history=read_history(body.get("messages")),
@@ -142,7 +131,7 @@ def parse_chat(body: Any) -> ChatRequest:
         output_schema=_response_format(body.get("response_format")),
         stream=stream,
         include_usage=_include_usage(body.get("stream_options"), stream),
-        metadata=_metadata(body.get("metadata")),
+        metadata=read_metadata(body.get("metadata")),
     )
 
 
@@ -203,24 +192,6 @@ def _include_usage(value: Any, stream: bool) -> bool:
             "stream_options.include_usage must be true or false", param="stream_options"
         )
     return usage
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    try:
-        return check_metadata(value)
-    except InvalidRequest as exc:
-        raise Unsupported(str(exc), param="metadata") from None
-
-
-def _flag(body: dict[str, Any], name: str) -> bool:
-    value = body.get(name)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise Unsupported(f"{name} must be true or false", param=name)
-    return value
 
 
 __all__ = ["ChatRequest", "parse_chat"]

@@ -47,8 +47,8 @@ from app.api.responses.errors import Unsupported
 from app.api.responses.history import Anchor, History
 from app.api.responses.ids import ResponseId
 from app.api.responses.input_items import read_input
+from app.api.responses.params import read_flag, read_metadata, read_model, screen
 from app.api.responses.tools_given import McpTool, read_tools
-from app.client.checks import check_metadata
 from app.client.schemas import check_output_schema
 from app.client.views import Decision
 from app.errors import InvalidRequest
@@ -115,20 +115,9 @@ class CreateResponse:
         return bool(self.outputs or self.approvals)
 
 
-def parse_create(body: Any) -> CreateResponse:
-    if not isinstance(body, dict):
-        raise Unsupported("the body must be a JSON object")
-    for name in body:
-        if name in KNOWN or name in IGNORED:
-            continue
-        if name in UNSUPPORTED:
-            if body[name] is not None and body[name] != UNSUPPORTED[name]:
-                raise Unsupported(f"{name} is not supported by this server", param=name)
-            continue
-        raise Unsupported(f"unknown parameter {name!r}", param=name)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise Unsupported("model is required (a string)", param="model")
+def parse_create(given_body: Any) -> CreateResponse:
+    body = screen(given_body, KNOWN | IGNORED, UNSUPPORTED)
+    model = read_model(body)
     previous = body.get("previous_response_id")
     conversation = body.get("conversation")
     if previous is not None and conversation is not None:
@@ -152,10 +141,10 @@ def parse_create(body: Any) -> CreateResponse:
         mcp=mcp,
         tools_given=body.get("tools") is not None,
         tool_choice=_tool_choice(body.get("tool_choice")),
-        background=_flag(body, "background"),
-        stream=_flag(body, "stream"),
-        store=_flag(body, "store", default=True),
-        metadata=_metadata(body.get("metadata")),
+        background=read_flag(body, "background"),
+        stream=read_flag(body, "stream"),
+        store=read_flag(body, "store", default=True),
+        metadata=read_metadata(body.get("metadata")),
         output_schema=_text_format(body.get("text")),
         files=tuple(given.files),
     )
@@ -190,24 +179,6 @@ def _text_format(text: Any) -> dict[str, Any] | None:
         return check_output_schema(schema, "text.format")
     except InvalidRequest as exc:
         raise Unsupported(str(exc), param="text.format") from None
-
-
-def _metadata(value: Any) -> dict[str, str] | None:
-    if value is None:
-        return None
-    try:
-        return check_metadata(value)
-    except InvalidRequest as exc:
-        raise Unsupported(str(exc), param="metadata") from None
-
-
-def _flag(body: dict[str, Any], name: str, default: bool = False) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise Unsupported(f"{name} must be true or false", param=name)
-    return value
 
 
 def _optional_text(body: dict[str, Any], name: str) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from sse_starlette import ServerSentEvent
 
@@ -20,8 +20,15 @@ from app.api.state import ApiState
 from app.api.stream_loop import Renderer, follow_turn, turn_stream
 from app.client import Cursor, Delta, Discarded, EventView, Following, TurnRecord
 
-#: How a dialect writes a response's events: as server-sent events (after `finish`, its last).
-Writer = Callable[[list[dict[str, Any]]], list[ServerSentEvent]]
+
+class Writer(Protocol):
+    """How another dialect writes a response's events as server-sent events; `ended` once it
+    wrote its last (early, on an error it cannot go on from)."""
+
+    @property
+    def ended(self) -> bool: ...
+
+    def __call__(self, events: list[dict[str, Any]]) -> list[ServerSentEvent]: ...
 
 
 async def stream(
@@ -86,13 +93,13 @@ class _Written:
 
     @property
     def ended(self) -> bool:
-        return self.events.ended or bool(getattr(self.writer, "ended", False))
+        return self.events.ended or (self.writer is not None and self.writer.ended)
 
     def feed(self, item: EventView | Delta | Discarded, cursor: Cursor) -> list[ServerSentEvent]:
         return self.written(self.events.feed(item))
 
     async def finish(self, following: Following) -> list[ServerSentEvent]:
-        if not self.events.ended or getattr(self.writer, "ended", False):
+        if not self.events.ended or (self.writer is not None and self.writer.ended):
             return []  # (the follower was closed)
         final = await self.api.read_step(self.final)
         return self.written(self.events.finish(final))

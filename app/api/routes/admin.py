@@ -72,6 +72,7 @@ class Run(BaseModel):
     heartbeat_age_s: float | None = Field(
         description="seconds since the running turn's worker last showed it is alive"
     )
+    current: bool = Field(description="its conversation's current turn (none came after it)")
 
 
 class RunPage(BaseModel):

@@ -64,7 +64,8 @@ def list_runs(connection: Connection, wanted: RunFilter, now: datetime) -> list[
 
 
 def _view(row: Any, now: datetime) -> RunView:
-    current = row.status == RUNNING and row.number == row.turn_number
+    latest = row.number == row.turn_number
+    current = row.status == RUNNING and latest
     beat = _aware(row.heartbeat_at) if current and row.heartbeat_at is not None else None
     return RunView(
         row.id,
@@ -81,6 +82,7 @@ def _view(row: Any, now: datetime) -> RunView:
         row.iterations if current else 0,
         row.lease_owner if current else None,
         None if beat is None else max(0.0, (now - beat).total_seconds()),
+        latest,
     )
 
 
